@@ -1,0 +1,52 @@
+# Every target creates .venv and installs what it needs; nothing is assumed installed but Python 3.11+.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo run stack test unit integration e2e lint migrate report bench up down clean
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m bench.stack demo
+
+run stack: $(STAMP)
+	$(BIN)/python -m bench.stack run
+
+test: $(STAMP)
+	$(BIN)/pytest tests
+
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit
+
+integration: $(STAMP)
+	$(BIN)/pytest tests/integration
+
+e2e: $(STAMP)
+	$(BIN)/pytest tests/e2e
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+migrate: $(STAMP)
+	$(BIN)/python -m app.migrations apply
+
+report: $(STAMP)
+	$(BIN)/python -m bench.report
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.csv_core
+
+up:
+	docker compose up --build -d
+
+down:
+	docker compose down
+
+clean:
+	rm -rf $(VENV) .run *.egg-info
