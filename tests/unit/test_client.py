@@ -1,0 +1,267 @@
+"""CoordinatorClient against a tiny local HTTP server: headers, status mapping, streaming."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from worker_cli.client import (
+    CoordinatorClient,
+    CoordinatorUnavailable,
+    LeaseLost,
+    RequestRejected,
+    traceparent,
+)
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-01$")
+
+
+class Coordinator:
+    """Answers each request with the next scripted reply and records what it was sent."""
+
+    def __init__(self) -> None:
+        self.replies: list[tuple[int, dict, bytes, float]] = []
+        self.requests: list[dict] = []
+        coordinator = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                coordinator.requests.append(
+                    {
+                        "method": self.command,
+                        "path": self.path,
+                        "headers": dict(self.headers),
+                        "json": json.loads(body) if body else None,
+                    }
+                )
+                status, headers, payload, delay = coordinator.replies.pop(0)
+                time.sleep(delay)
+                try:
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out on purpose and hung up
+
+            do_GET = do_POST = _serve
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+
+    def reply(self, status: int, body=None, *, headers=None, raw: bytes | None = None, delay=0.0):
+        """Script the next reply: a JSON object (or raw bytes) with a status."""
+        headers = dict(headers or {})
+        if raw is None:
+            raw = b"" if body is None else json.dumps(body).encode()
+            headers.setdefault("Content-Type", "application/json")
+        self.replies.append((status, headers, raw, delay))
+
+
+@pytest.fixture
+def coordinator():
+    server = Coordinator()
+    server.thread.start()
+    yield server
+    server.server.shutdown()
+    server.server.server_close()
+
+
+@pytest.fixture
+def client(coordinator):
+    c = CoordinatorClient(coordinator.url, "s3cret", timeout=2)
+    yield c
+    c.close()
+
+
+def error_body(code: str, message: str = "no") -> dict:
+    return {"error": {"code": code, "message": message, "details": {"x": 1}}, "trace_id": TRACE_ID}
+
+
+def test_every_call_sends_bearer_token_and_the_attempts_traceparent(client, coordinator):
+    coordinator.reply(200, {"lease_expires_at": "2030-01-01T00:00:00Z", "trace_id": TRACE_ID})
+    coordinator.reply(200, {"lease_expires_at": "2030-01-01T00:00:00Z", "trace_id": TRACE_ID})
+
+    client.heartbeat("t1", worker_id="w", attempt=2, trace_id=TRACE_ID)
+    client.heartbeat("t1", worker_id="w", attempt=2, trace_id=TRACE_ID)
+
+    spans = set()
+    for request in coordinator.requests:
+        assert request["headers"]["Authorization"] == "Bearer s3cret"
+        trace, span = TRACEPARENT.match(request["headers"]["traceparent"]).groups()
+        assert trace == TRACE_ID
+        spans.add(span)
+    assert len(spans) == 2, "each call gets a fresh span id"
+
+
+def test_claims_without_a_trace_id_get_a_fresh_one_per_poll(client, coordinator):
+    coordinator.reply(204)
+    coordinator.reply(204)
+
+    client.claim_tasks(worker_id="w", workloads=["csv_stats"], capacity=2)
+    client.claim_tasks(worker_id="w", workloads=["csv_stats"], capacity=2)
+
+    traces = {TRACEPARENT.match(r["headers"]["traceparent"]).group(1) for r in coordinator.requests}
+    assert len(traces) == 2
+
+
+def test_uuid_style_trace_ids_are_sent_as_w3c_hex():
+    header = traceparent("4BF92F35-77B3-4DA6-A3CE-929D0E0E4736")
+    assert TRACEPARENT.match(header).group(1) == TRACE_ID
+
+
+def test_claim_returns_tasks_and_sends_the_claim_body(client, coordinator):
+    coordinator.reply(200, {"tasks": [{"task_id": "t1"}], "trace_id": TRACE_ID})
+
+    tasks = client.claim_tasks(worker_id="w", workloads=["csv_stats"], capacity=3, wait_seconds=5)
+
+    assert tasks == [{"task_id": "t1"}]
+    request = coordinator.requests[0]
+    assert (request["method"], request["path"]) == ("POST", "/api/v1/tasks/claim")
+    assert request["json"] == {
+        "worker_id": "w",
+        "workloads": ["csv_stats"],
+        "capacity": 3,
+        "wait_seconds": 5,
+    }
+
+
+def test_claim_204_means_no_tasks(client, coordinator):
+    coordinator.reply(204)
+    assert client.claim_tasks(worker_id="w", workloads=["csv_stats"], capacity=1) == []
+
+
+def test_long_poll_claim_waits_longer_than_the_default_timeout(coordinator):
+    short = CoordinatorClient(coordinator.url, "s3cret", timeout=0.2)
+    coordinator.reply(204, delay=0.5)
+    assert short.claim_tasks(worker_id="w", workloads=["x"], capacity=1, wait_seconds=1) == []
+
+
+@pytest.mark.parametrize(
+    "code", ["lease_lost", "stale_attempt", "task_cancelled", "result_conflict"]
+)
+def test_409_on_a_task_call_is_lease_lost_with_its_code(client, coordinator, code):
+    coordinator.reply(409, error_body(code))
+
+    with pytest.raises(LeaseLost) as caught:
+        client.submit_result("t1", worker_id="w", attempt=1, result={"summary": {}, "metrics": {}})
+
+    assert caught.value.code == code
+    assert caught.value.trace_id == TRACE_ID
+
+
+def test_429_is_unavailable_with_retry_after(client, coordinator):
+    coordinator.reply(429, error_body("rate_limited"), headers={"Retry-After": "7"})
+
+    with pytest.raises(CoordinatorUnavailable) as caught:
+        client.heartbeat("t1", worker_id="w", attempt=1)
+
+    assert caught.value.retry_after == 7
+    assert caught.value.status == 429
+
+
+@pytest.mark.parametrize("status", [500, 502, 503])
+def test_5xx_is_unavailable(client, coordinator, status):
+    coordinator.reply(status, raw=b"<html>bad gateway</html>")
+
+    with pytest.raises(CoordinatorUnavailable) as caught:
+        client.report_failure(
+            "t1", worker_id="w", attempt=1, error_code="x", error_message="y", retryable=True
+        )
+
+    assert caught.value.status == status
+    assert caught.value.retry_after is None
+
+
+def test_other_4xx_is_rejected_with_status_code_message_and_trace_id(client, coordinator):
+    coordinator.reply(401, error_body("unauthenticated", "bad token"))
+
+    with pytest.raises(RequestRejected) as caught:
+        client.claim_tasks(worker_id="w", workloads=["csv_stats"], capacity=1)
+
+    error = caught.value
+    assert (error.status, error.code, error.message, error.trace_id) == (
+        401,
+        "unauthenticated",
+        "bad token",
+        TRACE_ID,
+    )
+    assert error.details == {"x": 1}
+
+
+def test_connection_refused_is_unavailable():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # Nothing listens on the port now.
+    client = CoordinatorClient(f"http://127.0.0.1:{port}", "s3cret", timeout=1)
+    with pytest.raises(CoordinatorUnavailable):
+        client.heartbeat("t1", worker_id="w", attempt=1)
+
+
+def test_timeout_is_unavailable(coordinator):
+    client = CoordinatorClient(coordinator.url, "s3cret", timeout=0.2)
+    coordinator.reply(200, {"trace_id": TRACE_ID}, delay=0.6)
+    with pytest.raises(CoordinatorUnavailable):
+        client.heartbeat("t1", worker_id="w", attempt=1)
+
+
+def test_heartbeat_sends_checkpoint_only_when_given(client, coordinator):
+    coordinator.reply(200, {"lease_expires_at": "x", "trace_id": TRACE_ID})
+    coordinator.reply(200, {"lease_expires_at": "x", "trace_id": TRACE_ID})
+
+    client.heartbeat("t1", worker_id="w", attempt=3)
+    client.heartbeat("t1", worker_id="w", attempt=3, checkpoint={"records_done": 5})
+
+    assert coordinator.requests[0]["json"] == {"worker_id": "w", "attempt": 3}
+    assert coordinator.requests[1]["json"]["checkpoint"] == {"records_done": 5}
+    assert coordinator.requests[1]["path"] == "/api/v1/tasks/t1/heartbeat"
+
+
+def test_input_streams_in_blocks_with_worker_and_attempt(client, coordinator):
+    data = bytes(range(256)) * 1000
+    coordinator.reply(200, raw=data, headers={"Content-Type": "application/octet-stream"})
+
+    with client.stream_input(
+        "/api/v1/tasks/t1/input", worker_id="w", attempt=4, trace_id=TRACE_ID, block_size=4096
+    ) as stream:
+        blocks = list(stream)
+
+    assert b"".join(blocks) == data
+    assert max(len(b) for b in blocks) <= 4096
+    assert coordinator.requests[0]["path"] == "/api/v1/tasks/t1/input?worker_id=w&attempt=4"
+
+
+def test_input_409_is_lease_lost(client, coordinator):
+    coordinator.reply(409, error_body("lease_lost"))
+    with pytest.raises(LeaseLost):
+        client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1)
+
+
+def test_input_uri_on_another_host_is_refused_so_the_token_stays_home(client):
+    with pytest.raises(ValueError):
+        client.stream_input("http://elsewhere.invalid/steal", worker_id="w", attempt=1)
+
+
+def test_coordinator_url_with_a_path_prefix_is_kept(coordinator):
+    client = CoordinatorClient(coordinator.url + "/chunkwise/", "s3cret")
+    coordinator.reply(204)
+    client.claim_tasks(worker_id="w", workloads=["x"], capacity=1)
+    assert coordinator.requests[0]["path"] == "/chunkwise/api/v1/tasks/claim"

@@ -1,0 +1,345 @@
+"""HTTP client for the coordinator: one session, a timeout on every call, status -> exception."""
+
+from __future__ import annotations
+
+import email.utils
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from urllib.parse import urljoin, urlsplit
+
+import requests
+
+DEFAULT_TIMEOUT = 10.0
+# A long-poll claim legitimately takes wait_seconds; the margin covers the round trip and a
+# coordinator that answers a little late, so a normal empty poll never looks like a timeout.
+CLAIM_TIMEOUT_MARGIN = 10.0
+INPUT_BLOCK_SIZE = 64 * 1024
+
+_TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+# Failures of the network or of the peer, as opposed to a malformed URL or request (bugs).
+_UNREACHABLE = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+)
+
+
+def new_trace_id() -> str:
+    """Return a fresh W3C trace id (32 lowercase hex digits)."""
+    return secrets.token_hex(16)
+
+
+def traceparent(trace_id: str | None) -> str:
+    """Return a W3C traceparent header for the trace, with a fresh span id."""
+    return f"00-{_normalise_trace_id(trace_id)}-{secrets.token_hex(8)}-01"
+
+
+def _normalise_trace_id(trace_id: str | None) -> str:
+    # The coordinator may hand out UUID-style ids; W3C wants 32 hex digits, never all zeros.
+    candidate = (trace_id or "").replace("-", "").lower()
+    if _TRACE_ID.match(candidate) and candidate != "0" * 32:
+        return candidate
+    return new_trace_id()
+
+
+class CoordinatorError(Exception):
+    """Base of everything the client raises about a call that did not succeed."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        details: dict | None = None,
+        trace_id: str | None = None,
+    ):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+        self.details = details or {}
+        self.trace_id = trace_id
+
+
+class CoordinatorUnavailable(CoordinatorError):
+    """Connection error, timeout, 5xx or 429: try again later (after `retry_after` if set)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs):
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
+class LeaseLost(CoordinatorError):
+    """A task call got 409: lease_lost, stale_attempt, task_cancelled or result_conflict."""
+
+
+class RequestRejected(CoordinatorError):
+    """Any other 4xx: the request itself is wrong or not allowed; retrying will not help."""
+
+
+class ByteStream:
+    """Blocks of a streamed response body; a broken connection becomes CoordinatorUnavailable."""
+
+    def __init__(self, response: requests.Response, block_size: int = INPUT_BLOCK_SIZE):
+        self._response = response
+        self._block_size = block_size
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for block in self._response.iter_content(self._block_size):
+                if block:
+                    yield block
+        except _UNREACHABLE as exc:
+            raise CoordinatorUnavailable(f"input stream broke: {exc}") from exc
+        finally:
+            self._response.close()
+
+    def close(self) -> None:
+        """Release the connection, read to the end or not."""
+        self._response.close()
+
+    def __enter__(self) -> ByteStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class CoordinatorClient:
+    """Calls the coordinator's HTTP API with a bearer token; one method per endpoint."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        session: requests.Session | None = None,
+    ):
+        self.base_url = base_url.rstrip("/") + "/"
+        self.timeout = timeout
+        self.session = session or requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {token}"
+        self.session.headers["Accept"] = "application/json"
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self.session.close()
+
+    # -- worker endpoints -------------------------------------------------------------------
+
+    def claim_tasks(
+        self,
+        *,
+        worker_id: str,
+        workloads: list[str],
+        capacity: int,
+        wait_seconds: float = 0,
+        trace_id: str | None = None,
+    ) -> list[dict]:
+        """Lease up to `capacity` tasks, waiting up to `wait_seconds` for one; [] if none."""
+        body = self._task_request(
+            "POST",
+            "/api/v1/tasks/claim",
+            json={
+                "worker_id": worker_id,
+                "workloads": list(workloads),
+                "capacity": capacity,
+                "wait_seconds": wait_seconds,
+            },
+            trace_id=trace_id,
+            timeout=wait_seconds + CLAIM_TIMEOUT_MARGIN,
+        )
+        if body is None:
+            return []
+        return list(body.get("tasks") or [])
+
+    def stream_input(
+        self,
+        input_uri: str,
+        *,
+        worker_id: str,
+        attempt: int,
+        trace_id: str | None = None,
+        block_size: int = INPUT_BLOCK_SIZE,
+    ) -> ByteStream:
+        """Open a task's input and return its bytes as a stream of blocks."""
+        response = self._task_request(
+            "GET",
+            input_uri,
+            params={"worker_id": worker_id, "attempt": attempt},
+            stream=True,
+            trace_id=trace_id,
+        )
+        return ByteStream(response, block_size)
+
+    def heartbeat(
+        self,
+        task_id: str,
+        *,
+        worker_id: str,
+        attempt: int,
+        checkpoint: dict | None = None,
+        trace_id: str | None = None,
+    ) -> dict:
+        """Renew the lease, sending the latest checkpoint if there is one."""
+        payload: dict = {"worker_id": worker_id, "attempt": attempt}
+        if checkpoint is not None:
+            payload["checkpoint"] = checkpoint
+        return self._task_request(
+            "POST", f"/api/v1/tasks/{task_id}/heartbeat", json=payload, trace_id=trace_id
+        )
+
+    def submit_result(
+        self,
+        task_id: str,
+        *,
+        worker_id: str,
+        attempt: int,
+        result: dict,
+        trace_id: str | None = None,
+    ) -> dict:
+        """Commit a result (summary + metrics, or a result manifest); safe to repeat."""
+        payload = {**result, "worker_id": worker_id, "attempt": attempt}
+        return self._task_request(
+            "POST", f"/api/v1/tasks/{task_id}/result", json=payload, trace_id=trace_id
+        )
+
+    def report_failure(
+        self,
+        task_id: str,
+        *,
+        worker_id: str,
+        attempt: int,
+        error_code: str,
+        error_message: str,
+        retryable: bool,
+        details: dict | None = None,
+        trace_id: str | None = None,
+    ) -> dict:
+        """Tell the coordinator this attempt failed and whether another attempt may succeed."""
+        payload = {
+            "worker_id": worker_id,
+            "attempt": attempt,
+            "error_code": error_code,
+            "error_message": error_message,
+            "retryable": retryable,
+            "details": details or {},
+        }
+        return self._task_request(
+            "POST", f"/api/v1/tasks/{task_id}/failure", json=payload, trace_id=trace_id
+        )
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _task_request(self, method: str, path: str, **kwargs):
+        # On task calls every 409 means "this attempt no longer owns the task".
+        try:
+            return self._request(method, path, **kwargs)
+        except RequestRejected as exc:
+            if exc.status != 409:
+                raise
+            raise LeaseLost(
+                exc.message, status=409, code=exc.code, details=exc.details, trace_id=exc.trace_id
+            ) from exc
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: dict | None = None,
+        params: dict | None = None,
+        stream: bool = False,
+        trace_id: str | None = None,
+        timeout: float | None = None,
+    ):
+        """Send one call; return the JSON body (None for 204), or the response when streaming."""
+        url = self._url(path)
+        try:
+            response = self.session.request(
+                method,
+                url,
+                json=json,
+                params=params,
+                stream=stream,
+                timeout=timeout if timeout is not None else self.timeout,
+                headers={"traceparent": traceparent(trace_id)},
+            )
+        except _UNREACHABLE as exc:
+            raise CoordinatorUnavailable(f"{method} {path}: {exc}") from exc
+
+        if response.status_code >= 400 or response.status_code == 204:
+            try:
+                _raise_for_status(method, path, response)
+            finally:
+                response.close()
+            return None
+        if stream:
+            return response
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise CoordinatorUnavailable(
+                f"{method} {path}: {response.status_code} with a body that is not JSON"
+            ) from exc
+
+    def _url(self, path: str) -> str:
+        url = urljoin(self.base_url, path.lstrip("/")) if not _is_absolute(path) else path
+        # The bearer token must never travel to a host the operator did not name.
+        if _origin(url) != _origin(self.base_url):
+            raise ValueError(f"refusing to call {url}: not on the coordinator {self.base_url}")
+        return url
+
+
+def _is_absolute(path: str) -> bool:
+    return bool(urlsplit(path).scheme)
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme, parts.netloc
+
+
+def _raise_for_status(method: str, path: str, response: requests.Response) -> None:
+    status = response.status_code
+    if status == 204:
+        return
+    error, trace_id = _error_body(response)
+    code = error.get("code")
+    message = error.get("message") or f"{method} {path}: HTTP {status}"
+    details = error.get("details") if isinstance(error.get("details"), dict) else {}
+    fields = {"status": status, "code": code, "details": details, "trace_id": trace_id}
+    if status == 429 or status >= 500:
+        raise CoordinatorUnavailable(
+            message, retry_after=_retry_after(response.headers.get("Retry-After")), **fields
+        )
+    raise RequestRejected(message, **fields)
+
+
+def _error_body(response: requests.Response) -> tuple[dict, str | None]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}, None
+    if not isinstance(body, dict):
+        return {}, None
+    error = body.get("error")
+    return (error if isinstance(error, dict) else {}), body.get("trace_id")
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Parse Retry-After: delay-seconds or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
