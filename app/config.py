@@ -1,0 +1,139 @@
+"""Settings loaded from the environment and validated once, at start."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ConfigError(ValueError):
+    """One or more environment variables have values Chunkwise cannot use."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the coordinator reads from its environment."""
+
+    database_url: str
+    db_pool_min: int = 2
+    db_pool_max: int = 10
+    db_statement_timeout_ms: int = 3000
+    lease_seconds: int = 30
+    heartbeat_seconds: int = 10
+    max_attempts: int = 3
+    max_leases_per_worker: int = 2
+    max_leases_total: int = 8
+    max_queued_chunks: int = 256
+    allowed_workloads: tuple[str, ...] = ("csv_stats",)
+    maintenance_seconds: float = 5.0
+    max_upload_bytes: int = 50 * 1024 * 1024
+    temp_dir: Path = REPO_ROOT / ".run" / "tmp"
+    archive_dir: Path = REPO_ROOT / ".run" / "archive"
+    migrations_dir: Path = REPO_ROOT / "sql"
+    log_level: str = "INFO"
+
+
+# env name -> (field, lower bound)
+_INTS = {
+    "CHUNKWISE_DB_POOL_MIN": ("db_pool_min", 1),
+    "CHUNKWISE_DB_POOL_MAX": ("db_pool_max", 1),
+    "CHUNKWISE_DB_STATEMENT_TIMEOUT_MS": ("db_statement_timeout_ms", 100),
+    "CHUNKWISE_LEASE_SECONDS": ("lease_seconds", 2),
+    "CHUNKWISE_HEARTBEAT_SECONDS": ("heartbeat_seconds", 1),
+    "CHUNKWISE_MAX_ATTEMPTS": ("max_attempts", 1),
+    "CHUNKWISE_MAX_LEASES_PER_WORKER": ("max_leases_per_worker", 1),
+    "CHUNKWISE_MAX_LEASES_TOTAL": ("max_leases_total", 1),
+    "CHUNKWISE_MAX_QUEUED_CHUNKS": ("max_queued_chunks", 1),
+    "CHUNKWISE_MAX_UPLOAD_BYTES": ("max_upload_bytes", 1),
+}
+_PATHS = {
+    "CHUNKWISE_TEMP_DIR": "temp_dir",
+    "CHUNKWISE_ARCHIVE_DIR": "archive_dir",
+    "CHUNKWISE_MIGRATIONS_DIR": "migrations_dir",
+}
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate the settings, naming every bad variable in one error."""
+    env = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    problems: list[str] = []
+
+    url = env.get("DATABASE_URL", "").strip()
+    if not url:
+        problems.append("DATABASE_URL is required (postgresql://user@host:port/dbname)")
+    elif not url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        problems.append("DATABASE_URL must start with postgresql://")
+    values["database_url"] = to_libpq_url(url)
+
+    for name, (field, minimum) in _INTS.items():
+        raw = env.get(name)
+        if raw is None or raw.strip() == "":
+            continue
+        try:
+            number = int(raw)
+        except ValueError:
+            problems.append(f"{name} must be a whole number, got {raw!r}")
+            continue
+        if number < minimum:
+            problems.append(f"{name} must be at least {minimum}, got {number}")
+        values[field] = number
+
+    raw = env.get("CHUNKWISE_MAINTENANCE_SECONDS")
+    if raw:
+        try:
+            values["maintenance_seconds"] = float(raw)
+            if values["maintenance_seconds"] <= 0:
+                raise ValueError
+        except ValueError:
+            problems.append(f"CHUNKWISE_MAINTENANCE_SECONDS must be a positive number, got {raw!r}")
+
+    raw = env.get("CHUNKWISE_ALLOWED_WORKLOADS", "")
+    extra = [w.strip() for w in raw.split(",") if w.strip()]
+    bad = [w for w in extra if not w.replace("_", "").replace("-", "").isalnum()]
+    if bad:
+        problems.append(f"CHUNKWISE_ALLOWED_WORKLOADS has names that are not identifiers: {bad}")
+    values["allowed_workloads"] = tuple(dict.fromkeys(["csv_stats", *extra]))
+
+    for name, field in _PATHS.items():
+        if env.get(name):
+            values[field] = Path(env[name]).expanduser().resolve()
+    if env.get("CHUNKWISE_LOG_LEVEL"):
+        values["log_level"] = env["CHUNKWISE_LOG_LEVEL"].upper()
+
+    settings = Settings(**values) if not problems else None
+    if settings is not None:
+        problems.extend(_cross_checks(settings))
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return settings
+
+
+def _cross_checks(s: Settings) -> list[str]:
+    problems = []
+    if s.db_pool_min > s.db_pool_max:
+        problems.append("CHUNKWISE_DB_POOL_MIN must not exceed CHUNKWISE_DB_POOL_MAX")
+    if s.heartbeat_seconds >= s.lease_seconds:
+        problems.append("CHUNKWISE_HEARTBEAT_SECONDS must be shorter than CHUNKWISE_LEASE_SECONDS")
+    if s.max_leases_per_worker > s.max_leases_total:
+        problems.append(
+            "CHUNKWISE_MAX_LEASES_PER_WORKER must not exceed CHUNKWISE_MAX_LEASES_TOTAL")
+    return problems
+
+
+def to_libpq_url(url: str) -> str:
+    """Accept the SQLAlchemy-style scheme yoyo uses and return the one libpq reads."""
+    for prefix in ("postgresql+psycopg://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql://" + url[len(prefix):]
+    return url
+
+
+def to_yoyo_url(url: str) -> str:
+    """Return the URL with yoyo's scheme for the psycopg 3 driver."""
+    return "postgresql+psycopg://" + to_libpq_url(url)[len("postgresql://"):]
+
