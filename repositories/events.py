@@ -1,0 +1,64 @@
+"""The outbox (events announced in the transaction of their change) and the audit log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from psycopg import Connection
+from psycopg.types.json import Jsonb
+
+from repositories import from_row
+
+
+@dataclass(frozen=True)
+class Event:
+    """One outbox row."""
+
+    id: int
+    job_id: UUID
+    owner_id: int
+    event: str
+    payload: dict
+    trace_id: str
+    created_at: datetime
+
+
+def publish(conn: Connection, *, job_id: UUID, owner_id: int, event: str, payload: dict,
+            trace_id: str) -> None:
+    """Write an event in the caller's transaction."""
+    conn.execute(
+        """
+        INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
+        VALUES (%(job)s, %(owner)s, %(event)s, %(payload)s, %(trace)s)
+        """,
+        {"job": job_id, "owner": owner_id, "event": event, "payload": Jsonb(payload),
+         "trace": trace_id},
+    )
+
+
+def list_events(conn: Connection, *, owner_id: int | None, after: int, limit: int) -> list[Event]:
+    """Events after an id, in order (only the owner's when owner_id is given)."""
+    rows = conn.execute(
+        """
+        SELECT * FROM outbox
+        WHERE id > %(after)s AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
+        ORDER BY id LIMIT %(limit)s
+        """,
+        {"after": after, "owner": owner_id, "limit": limit},
+    ).fetchall()
+    return [from_row(Event, r) for r in rows]
+
+
+def audit(conn: Connection, *, actor: str, action: str, target: str, trace_id: str,
+          details: dict | None = None) -> None:
+    """Record who did what to which target."""
+    conn.execute(
+        """
+        INSERT INTO audit_log (actor, action, target, trace_id, details)
+        VALUES (%(actor)s, %(action)s, %(target)s, %(trace)s, %(details)s)
+        """,
+        {"actor": actor, "action": action, "target": target, "trace": trace_id,
+         "details": Jsonb(details or {})},
+    )

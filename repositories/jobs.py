@@ -1,0 +1,211 @@
+"""Jobs: creation, locking, status transitions and listing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from psycopg import Connection
+from psycopg.types.json import Jsonb
+
+from repositories import from_row
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job row."""
+
+    id: UUID
+    owner_id: int
+    workload: str
+    input_uri: str
+    input_sha256: str | None
+    parameters: dict
+    labels: dict
+    priority: int
+    status: str
+    revision: int
+    chunks_total: int
+    result: dict | None
+    partial_result: dict | None
+    error: dict | None
+    merge_seconds: float | None
+    idempotency_key: str | None
+    request_sha256: str | None
+    trace_id: str
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What create_job inserts."""
+
+    id: UUID
+    owner_id: int
+    workload: str
+    input_uri: str
+    input_sha256: str | None
+    parameters: dict
+    labels: dict
+    priority: int
+    chunks_total: int
+    idempotency_key: str | None
+    request_sha256: str | None
+    trace_id: str
+
+
+@dataclass(frozen=True)
+class ChunkCounts:
+    """How many of a job's tasks are in each state."""
+
+    pending: int = 0
+    leased: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+
+def insert_job(conn: Connection, job: NewJob) -> Job:
+    """Insert a queued job."""
+    row = conn.execute(
+        """
+        INSERT INTO jobs (id, owner_id, workload, input_uri, input_sha256, parameters, labels,
+                          priority, chunks_total, idempotency_key, request_sha256, trace_id)
+        VALUES (%(id)s, %(owner_id)s, %(workload)s, %(input_uri)s, %(input_sha256)s,
+                %(parameters)s, %(labels)s, %(priority)s, %(chunks_total)s,
+                %(idempotency_key)s, %(request_sha256)s, %(trace_id)s)
+        RETURNING *
+        """,
+        {**job.__dict__, "parameters": Jsonb(job.parameters), "labels": Jsonb(job.labels)},
+    ).fetchone()
+    return from_row(Job, row)
+
+
+def find_by_idempotency_key(conn: Connection, owner_id: int, key: str) -> Job | None:
+    """Return the owner's job created with this key."""
+    row = conn.execute(
+        "SELECT * FROM jobs WHERE owner_id = %(owner)s AND idempotency_key = %(key)s",
+        {"owner": owner_id, "key": key},
+    ).fetchone()
+    return from_row(Job, row) if row else None
+
+
+_GET = """
+    SELECT * FROM jobs WHERE id = %(id)s AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
+"""
+_GET_FOR_UPDATE = """
+    SELECT * FROM jobs WHERE id = %(id)s AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
+    FOR UPDATE
+"""
+
+
+def get(conn: Connection, job_id: UUID, *, owner_id: int | None = None,
+        for_update: bool = False) -> Job | None:
+    """Return a job (only the owner's when owner_id is given), optionally locked."""
+    query = _GET_FOR_UPDATE if for_update else _GET
+    row = conn.execute(query, {"id": job_id, "owner": owner_id}).fetchone()
+    return from_row(Job, row) if row else None
+
+
+def chunk_counts(conn: Connection, job_ids: list[UUID]) -> dict[UUID, ChunkCounts]:
+    """Count each job's tasks by state."""
+    rows = conn.execute(
+        """
+        SELECT job_id, status, count(*) AS n FROM tasks WHERE job_id = ANY(%(ids)s)
+        GROUP BY job_id, status
+        """,
+        {"ids": job_ids},
+    ).fetchall()
+    by_job: dict[UUID, dict[str, int]] = {job_id: {} for job_id in job_ids}
+    for r in rows:
+        by_job[r["job_id"]][r["status"]] = r["n"]
+    return {job_id: ChunkCounts(**counts) for job_id, counts in by_job.items()}
+
+
+def list_jobs(conn: Connection, *, owner_id: int | None, status: str | None, limit: int,
+              before: tuple[datetime, UUID] | None, label: tuple[str, str] | None = None
+              ) -> list[Job]:
+    """List jobs newest first, after a keyset cursor, optionally filtered."""
+    rows = conn.execute(
+        """
+        SELECT * FROM jobs
+        WHERE (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
+          AND (%(status)s::text IS NULL OR status = %(status)s)
+          AND (%(label)s::jsonb IS NULL OR labels @> %(label)s::jsonb)
+          AND (%(before_at)s::timestamptz IS NULL
+               OR (created_at, id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
+        ORDER BY created_at DESC, id DESC
+        LIMIT %(limit)s
+        """,
+        {
+            "owner": owner_id,
+            "status": status,
+            "label": Jsonb({label[0]: label[1]}) if label else None,
+            "before_at": before[0] if before else None,
+            "before_id": before[1] if before else None,
+            "limit": limit,
+        },
+    ).fetchall()
+    return [from_row(Job, r) for r in rows]
+
+
+def mark_running(conn: Connection, job_ids: list[UUID]) -> None:
+    """Move queued jobs whose first chunk was just leased to running.
+
+    SKIP LOCKED: a job locked by a cancel or merge is left alone rather than risking a
+    deadlock with the task locks the claim holds; completion moves it on later anyway.
+    """
+    conn.execute(
+        """
+        UPDATE jobs SET status = 'running', started_at = COALESCE(started_at, now()),
+                        revision = revision + 1
+        WHERE id IN (SELECT id FROM jobs WHERE id = ANY(%(ids)s) AND status = 'queued'
+                     FOR UPDATE SKIP LOCKED)
+        """,
+        {"ids": job_ids},
+    )
+
+
+def set_status(conn: Connection, job_id: UUID, status: str, *, error: dict | None = None,
+               result: dict | None = None, partial_result: dict | None = None,
+               merge_seconds: float | None = None) -> Job:
+    """Move a (locked) job to a new status, bumping its revision."""
+    row = conn.execute(
+        """
+        UPDATE jobs SET status = %(status)s,
+            revision = revision + 1,
+            error = %(error)s,
+            result = %(result)s,
+            partial_result = %(partial)s,
+            merge_seconds = COALESCE(%(merge_seconds)s, merge_seconds),
+            started_at = CASE WHEN %(status)s = 'queued' THEN started_at
+                              ELSE COALESCE(started_at, now()) END,
+            completed_at = CASE WHEN %(status)s IN ('succeeded', 'failed', 'cancelled')
+                                THEN now() END
+        WHERE id = %(id)s
+        RETURNING *
+        """,
+        {
+            "id": job_id,
+            "status": status,
+            "error": Jsonb(error) if error is not None else None,
+            "result": Jsonb(result) if result is not None else None,
+            "partial": Jsonb(partial_result) if partial_result is not None else None,
+            "merge_seconds": merge_seconds,
+        },
+    ).fetchone()
+    return from_row(Job, row)
+
+
+def merging_job_ids(conn: Connection, limit: int = 20) -> list[UUID]:
+    """Jobs waiting for their merge (the maintenance loop's safety net)."""
+    rows = conn.execute(
+        "SELECT id FROM jobs WHERE status = 'merging' ORDER BY created_at LIMIT %(limit)s",
+        {"limit": limit},
+    ).fetchall()
+    return [r["id"] for r in rows]

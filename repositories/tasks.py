@@ -1,0 +1,360 @@
+"""Tasks (a job's chunks) and their attempts: leasing, fenced updates, expiry."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from psycopg import Connection
+from psycopg.types.json import Jsonb
+
+from repositories import from_row
+
+CLAIMABLE_CHANNEL = "chunkwise_claimable"
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task row."""
+
+    id: UUID
+    job_id: UUID
+    chunk_index: int
+    workload: str
+    priority: int
+    input_uri: str
+    input_sha256: str
+    parameters: dict
+    status: str
+    attempt: int
+    max_attempts: int
+    lost_retries: int
+    read_retries: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    heartbeat_at: datetime | None
+    checkpoint: dict | None
+    result_uri: str | None
+    result_sha256: str | None
+    metrics: dict | None
+    error_code: str | None
+    error_message: str | None
+    error_details: dict | None
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    version: int
+
+
+@dataclass(frozen=True)
+class NewTask:
+    """What insert_tasks writes for one chunk."""
+
+    id: UUID
+    job_id: UUID
+    chunk_index: int
+    workload: str
+    priority: int
+    input_uri: str
+    input_sha256: str
+    parameters: dict
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class ClaimedTask:
+    """A task just leased, with the attempt the claim opened."""
+
+    task: Task
+    attempt_id: UUID
+    trace_id: str
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One claim of a task."""
+
+    id: UUID
+    task_id: UUID
+    attempt: int
+    worker_id: str
+    trace_id: str
+    leased_at: datetime
+    finished_at: datetime | None
+    outcome: str | None
+    error_code: str | None
+    error_message: str | None
+
+
+@dataclass(frozen=True)
+class ExpiredLease:
+    """A lease the sweeper took back, and what became of the task."""
+
+    task: Task
+    worker_id: str
+
+
+def insert_tasks(conn: Connection, tasks: Sequence[NewTask]) -> None:
+    """Insert pending tasks."""
+    with conn.cursor() as cur:
+        cur.executemany(
+            """
+            INSERT INTO tasks (id, job_id, chunk_index, workload, priority, input_uri,
+                               input_sha256, parameters, max_attempts)
+            VALUES (%(id)s, %(job_id)s, %(chunk_index)s, %(workload)s, %(priority)s,
+                    %(input_uri)s, %(input_sha256)s, %(parameters)s, %(max_attempts)s)
+            """,
+            [{**t.__dict__, "parameters": Jsonb(t.parameters)} for t in tasks],
+        )
+
+
+def count_unfinished(conn: Connection) -> int:
+    """Count tasks that are pending or leased, across all jobs."""
+    row = conn.execute(
+        "SELECT count(*) AS n FROM tasks WHERE status IN ('pending', 'leased')"
+    ).fetchone()
+    return row["n"]
+
+
+def claim(conn: Connection, *, worker_id: str, workloads: Sequence[str], capacity: int,
+          max_per_worker: int, max_total: int, lease_seconds: int) -> list[ClaimedTask]:
+    """Lease up to `capacity` pending tasks within the lease caps, opening one attempt each.
+
+    The caller serialises claims (see services.tasks) so that the cap arithmetic here cannot
+    be raced; SKIP LOCKED keeps claims from waiting on rows another transaction is finishing.
+    """
+    rows = conn.execute(
+        """
+        WITH held AS (
+            SELECT count(*) FILTER (WHERE lease_owner = %(worker)s) AS mine, count(*) AS total
+            FROM tasks WHERE status = 'leased'
+        ), candidates AS (
+            SELECT t.id FROM tasks t
+            WHERE t.status = 'pending' AND t.workload = ANY(%(workloads)s)
+            ORDER BY t.priority DESC, t.created_at, t.job_id, t.chunk_index
+            LIMIT (SELECT GREATEST(0, LEAST(%(capacity)s, %(per_worker)s - mine,
+                                            %(total)s - total)) FROM held)
+            FOR UPDATE SKIP LOCKED
+        ), leased AS (
+            UPDATE tasks t SET status = 'leased', attempt = t.attempt + 1,
+                lease_owner = %(worker)s,
+                lease_expires_at = now() + make_interval(secs => %(lease)s),
+                heartbeat_at = now(),
+                started_at = COALESCE(t.started_at, now()),
+                version = t.version + 1
+            FROM candidates c WHERE t.id = c.id
+            RETURNING t.*
+        ), attempts AS (
+            INSERT INTO task_attempts (id, task_id, attempt, worker_id, trace_id)
+            SELECT gen_random_uuid(), l.id, l.attempt, %(worker)s,
+                   replace(gen_random_uuid()::text, '-', '')
+            FROM leased l
+            RETURNING id AS attempt_id, task_id, trace_id AS attempt_trace_id
+        )
+        SELECT l.*, a.attempt_id, a.attempt_trace_id
+        FROM leased l JOIN attempts a ON a.task_id = l.id
+        ORDER BY l.priority DESC, l.created_at, l.job_id, l.chunk_index
+        """,
+        {"worker": worker_id, "workloads": list(workloads), "capacity": capacity,
+         "per_worker": max_per_worker, "total": max_total, "lease": lease_seconds},
+    ).fetchall()
+    return [ClaimedTask(from_row(Task, r), r["attempt_id"], r["attempt_trace_id"]) for r in rows]
+
+
+def renew(conn: Connection, task_id: UUID, worker_id: str, attempt: int, lease_seconds: int,
+          checkpoint: dict | None) -> datetime | None:
+    """Extend the caller's current lease (storing a checkpoint); None when it is not theirs."""
+    row = conn.execute(
+        """
+        UPDATE tasks SET lease_expires_at = now() + make_interval(secs => %(lease)s),
+            heartbeat_at = now(),
+            checkpoint = COALESCE(%(checkpoint)s, checkpoint),
+            version = version + 1
+        WHERE id = %(id)s AND lease_owner = %(worker)s AND attempt = %(attempt)s
+          AND status = 'leased'
+        RETURNING lease_expires_at
+        """,
+        {"id": task_id, "worker": worker_id, "attempt": attempt, "lease": lease_seconds,
+         "checkpoint": Jsonb(checkpoint) if checkpoint is not None else None},
+    ).fetchone()
+    return row["lease_expires_at"] if row else None
+
+
+def get(conn: Connection, task_id: UUID) -> Task | None:
+    """Return a task."""
+    row = conn.execute("SELECT * FROM tasks WHERE id = %(id)s", {"id": task_id}).fetchone()
+    return from_row(Task, row) if row else None
+
+
+def complete(conn: Connection, task_id: UUID, worker_id: str, attempt: int, result_uri: str,
+             result_sha256: str, metrics: dict) -> Task | None:
+    """Complete the caller's current lease; None when it is not theirs."""
+    row = conn.execute(
+        """
+        UPDATE tasks SET status = 'completed', result_uri = %(uri)s, result_sha256 = %(sha)s,
+            metrics = %(metrics)s, lease_owner = NULL, lease_expires_at = NULL,
+            completed_at = now(),
+            error_code = NULL, error_message = NULL, error_details = NULL,
+            version = version + 1
+        WHERE id = %(id)s AND lease_owner = %(worker)s AND attempt = %(attempt)s
+          AND status = 'leased'
+        RETURNING *
+        """,
+        {"id": task_id, "worker": worker_id, "attempt": attempt, "uri": result_uri,
+         "sha": result_sha256, "metrics": Jsonb(metrics)},
+    ).fetchone()
+    return from_row(Task, row) if row else None
+
+
+def fail(conn: Connection, task_id: UUID, worker_id: str, attempt: int, *, error_code: str,
+         error_message: str, error_details: dict, retryable: bool, read_budget: int
+         ) -> Task | None:
+    """Record the caller's failure: back to pending while budgets remain, else failed."""
+    row = conn.execute(
+        """
+        WITH fenced AS (
+            SELECT id, (%(retryable)s AND attempt < max_attempts
+                        AND (%(code)s <> 'input_unavailable' OR read_retries < %(budget)s)
+                       ) AS retry
+            FROM tasks
+            WHERE id = %(id)s AND lease_owner = %(worker)s AND attempt = %(attempt)s
+              AND status = 'leased'
+            FOR UPDATE
+        )
+        UPDATE tasks t SET
+            status = CASE WHEN f.retry THEN 'pending' ELSE 'failed' END,
+            completed_at = CASE WHEN f.retry THEN NULL ELSE now() END,
+            read_retries = t.read_retries + (%(code)s = 'input_unavailable')::int,
+            lease_owner = NULL, lease_expires_at = NULL,
+            error_code = %(code)s, error_message = %(message)s, error_details = %(details)s,
+            version = t.version + 1
+        FROM fenced f WHERE t.id = f.id
+        RETURNING t.*
+        """,
+        {"id": task_id, "worker": worker_id, "attempt": attempt, "code": error_code,
+         "message": error_message, "details": Jsonb(error_details), "retryable": retryable,
+         "budget": read_budget},
+    ).fetchone()
+    return from_row(Task, row) if row else None
+
+
+def expire(conn: Connection, *, now: datetime | None, lost_budget: int, limit: int = 500
+           ) -> list[ExpiredLease]:
+    """Take back leases that ran out: pending while budgets remain, else failed (lease_expired)."""
+    rows = conn.execute(
+        """
+        WITH expired AS (
+            SELECT id, lease_owner,
+                   (attempt < max_attempts AND lost_retries < %(budget)s) AS retry
+            FROM tasks
+            WHERE status = 'leased' AND lease_expires_at < COALESCE(%(now)s, now())
+            ORDER BY lease_expires_at
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        )
+        UPDATE tasks t SET
+            status = CASE WHEN e.retry THEN 'pending' ELSE 'failed' END,
+            completed_at = CASE WHEN e.retry THEN NULL ELSE now() END,
+            lost_retries = t.lost_retries + 1,
+            lease_owner = NULL, lease_expires_at = NULL,
+            error_code = 'lease_expired',
+            error_message = 'the lease expired before the worker reported a result',
+            version = t.version + 1
+        FROM expired e WHERE t.id = e.id
+        RETURNING t.*, e.lease_owner AS expired_owner
+        """,
+        {"now": now, "budget": lost_budget, "limit": limit},
+    ).fetchall()
+    return [ExpiredLease(from_row(Task, r), r["expired_owner"]) for r in rows]
+
+
+def finish_attempt(conn: Connection, task_id: UUID, attempt: int, outcome: str,
+                   error_code: str | None = None, error_message: str | None = None) -> None:
+    """Close an attempt with its outcome (once)."""
+    conn.execute(
+        """
+        UPDATE task_attempts SET outcome = %(outcome)s, finished_at = now(),
+            error_code = %(code)s, error_message = %(message)s
+        WHERE task_id = %(id)s AND attempt = %(attempt)s AND outcome IS NULL
+        """,
+        {"id": task_id, "attempt": attempt, "outcome": outcome, "code": error_code,
+         "message": error_message},
+    )
+
+
+def attempts(conn: Connection, task_ids: Sequence[UUID]) -> list[Attempt]:
+    """Attempts of these tasks, oldest first."""
+    rows = conn.execute(
+        "SELECT * FROM task_attempts WHERE task_id = ANY(%(ids)s) ORDER BY task_id, attempt",
+        {"ids": list(task_ids)},
+    ).fetchall()
+    return [from_row(Attempt, r) for r in rows]
+
+
+def find_attempt(conn: Connection, task_id: UUID, attempt: int) -> Attempt | None:
+    """One attempt of a task."""
+    row = conn.execute(
+        "SELECT * FROM task_attempts WHERE task_id = %(id)s AND attempt = %(attempt)s",
+        {"id": task_id, "attempt": attempt},
+    ).fetchone()
+    return from_row(Attempt, row) if row else None
+
+
+def list_for_job(conn: Connection, job_id: UUID, *, status: str | None = None) -> list[Task]:
+    """A job's tasks in chunk order, optionally only those in one state."""
+    rows = conn.execute(
+        """
+        SELECT * FROM tasks
+        WHERE job_id = %(job)s AND (%(status)s::text IS NULL OR status = %(status)s)
+        ORDER BY chunk_index
+        """,
+        {"job": job_id, "status": status},
+    ).fetchall()
+    return [from_row(Task, r) for r in rows]
+
+
+def cancel_unfinished(conn: Connection, job_id: UUID, *, after_index: int = -1) -> int:
+    """Cancel a job's pending and leased tasks after a chunk index, closing their open attempts."""
+    row = conn.execute(
+        """
+        WITH cancelled AS (
+            UPDATE tasks SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL,
+                completed_at = now(), version = version + 1
+            WHERE job_id = %(job)s AND chunk_index > %(after)s
+              AND status IN ('pending', 'leased')
+            RETURNING id
+        ), closed AS (
+            UPDATE task_attempts SET outcome = 'cancelled', finished_at = now()
+            WHERE task_id IN (SELECT id FROM cancelled) AND outcome IS NULL
+        )
+        SELECT count(*) AS n FROM cancelled
+        """,
+        {"job": job_id, "after": after_index},
+    ).fetchone()
+    return row["n"]
+
+
+def requeue_unfinished(conn: Connection, job_id: UUID, max_attempts: int) -> int:
+    """Put a failed job's failed and cancelled tasks back to pending with fresh budgets.
+
+    The attempt counter keeps counting up: it is the fencing generation, so a retry must
+    never reuse a number an old worker might still hold.
+    """
+    cur = conn.execute(
+        """
+        UPDATE tasks SET status = 'pending', max_attempts = attempt + %(max)s,
+            lost_retries = 0, read_retries = 0, lease_owner = NULL, lease_expires_at = NULL,
+            completed_at = NULL, version = version + 1
+        WHERE job_id = %(job)s AND status IN ('failed', 'cancelled')
+        """,
+        {"job": job_id, "max": max_attempts},
+    )
+    return cur.rowcount
+
+
+def notify_claimable(conn: Connection) -> None:
+    """Wake long-polling claims once this transaction commits."""
+    conn.execute("SELECT pg_notify(%(channel)s, '')", {"channel": CLAIMABLE_CHANNEL})
+

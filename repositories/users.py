@@ -1,0 +1,84 @@
+"""Users and their API tokens (stored only as SHA-256 digests)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg import Connection
+
+from repositories import from_row
+
+
+@dataclass(frozen=True)
+class TokenOwner:
+    """Who a live token belongs to."""
+
+    token_id: int
+    kind: str
+    name: str
+    user_id: int | None
+    role: str | None
+    token_sha256: str
+
+
+def find_token_owner(conn: Connection, token_sha256: str) -> TokenOwner | None:
+    """Return the owner of an unrevoked token with this digest."""
+    row = conn.execute(
+        """
+        SELECT t.id AS token_id, t.kind, t.name, t.user_id, u.role, t.token_sha256
+        FROM api_tokens t LEFT JOIN users u ON u.id = t.user_id
+        WHERE t.token_sha256 = %(digest)s AND t.revoked_at IS NULL
+        """,
+        {"digest": token_sha256},
+    ).fetchone()
+    return from_row(TokenOwner, row) if row else None
+
+
+def upsert_user(conn: Connection, name: str, role: str) -> int:
+    """Create the user if missing (keeping an existing role) and return its id."""
+    row = conn.execute(
+        """
+        INSERT INTO users (name, role) VALUES (%(name)s, %(role)s)
+        ON CONFLICT ON CONSTRAINT users_name_key DO UPDATE SET name = EXCLUDED.name
+        RETURNING id
+        """,
+        {"name": name, "role": role},
+    ).fetchone()
+    return row["id"]
+
+
+def insert_user(conn: Connection, name: str, role: str) -> int | None:
+    """Create a user; None when the name is taken."""
+    row = conn.execute(
+        """
+        INSERT INTO users (name, role) VALUES (%(name)s, %(role)s)
+        ON CONFLICT ON CONSTRAINT users_name_key DO NOTHING
+        RETURNING id
+        """,
+        {"name": name, "role": role},
+    ).fetchone()
+    return row["id"] if row else None
+
+
+def insert_token(conn: Connection, token_sha256: str, kind: str, name: str,
+                 user_id: int | None) -> bool:
+    """Register a token digest; False when it is already registered."""
+    row = conn.execute(
+        """
+        INSERT INTO api_tokens (token_sha256, kind, name, user_id)
+        VALUES (%(digest)s, %(kind)s, %(name)s, %(user_id)s)
+        ON CONFLICT ON CONSTRAINT api_tokens_token_sha256_key DO NOTHING
+        RETURNING id
+        """,
+        {"digest": token_sha256, "kind": kind, "name": name, "user_id": user_id},
+    ).fetchone()
+    return row is not None
+
+
+def has_token(conn: Connection, kind: str, name: str) -> bool:
+    """Whether a live token of this kind and name exists."""
+    row = conn.execute(
+        "SELECT 1 FROM api_tokens WHERE kind = %(kind)s AND name = %(name)s AND revoked_at IS NULL",
+        {"kind": kind, "name": name},
+    ).fetchone()
+    return row is not None

@@ -1,0 +1,65 @@
+"""Workers as the coordinator has seen them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from psycopg import Connection
+
+from repositories import from_row
+
+
+@dataclass(frozen=True)
+class Worker:
+    """A worker row with the leases it holds now."""
+
+    id: str
+    first_seen_at: datetime
+    last_seen_at: datetime
+    capacity: int
+    workloads: list[str]
+    tasks_done: int
+    peak_rss_bytes: int | None
+    leases_held: int
+
+
+def touch(conn: Connection, worker_id: str, *, capacity: int | None = None,
+          workloads: Sequence[str] | None = None) -> None:
+    """Record that the worker was seen now (and what it said it can do)."""
+    conn.execute(
+        """
+        INSERT INTO workers (id, capacity, workloads)
+        VALUES (%(id)s, COALESCE(%(capacity)s, 1), COALESCE(%(workloads)s, '{}'::text[]))
+        ON CONFLICT (id) DO UPDATE SET last_seen_at = now(),
+            capacity = COALESCE(%(capacity)s, workers.capacity),
+            workloads = COALESCE(%(workloads)s, workers.workloads)
+        """,
+        {"id": worker_id, "capacity": capacity,
+         "workloads": list(workloads) if workloads is not None else None},
+    )
+
+
+def record_task_done(conn: Connection, worker_id: str, peak_rss_bytes: int | None) -> None:
+    """Count a completed task and keep the highest memory peak the worker reported."""
+    conn.execute(
+        """
+        UPDATE workers SET tasks_done = tasks_done + 1, last_seen_at = now(),
+            peak_rss_bytes = GREATEST(peak_rss_bytes, %(rss)s)
+        WHERE id = %(id)s
+        """,
+        {"id": worker_id, "rss": peak_rss_bytes},
+    )
+
+
+def list_workers(conn: Connection) -> list[Worker]:
+    """Every known worker, most recently seen first, with its current lease count."""
+    rows = conn.execute(
+        """
+        SELECT w.*, count(t.id) AS leases_held
+        FROM workers w LEFT JOIN tasks t ON t.lease_owner = w.id AND t.status = 'leased'
+        GROUP BY w.id ORDER BY w.last_seen_at DESC
+        """
+    ).fetchall()
+    return [from_row(Worker, r) for r in rows]

@@ -1,0 +1,197 @@
+"""csv_stats jobs: submit an uploaded CSV as chunks, accept chunk summaries, merge exactly once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from uuid import UUID
+
+from psycopg import Connection
+
+from repositories import csvjobs as summary_rows
+from repositories import events as event_rows
+from repositories import jobs as job_rows
+from repositories import tasks as task_rows
+from repositories.jobs import Job, NewJob
+from repositories.tasks import NewTask, Task
+from services import archive, csvstats
+from services import jobs as job_rules
+from services.auth import Principal
+from services.errors import Conflict, InvalidInput, PayloadTooLarge
+from services.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+WORKLOAD = "csv_stats"
+MAX_CHUNKS = 64
+
+
+@dataclass(frozen=True)
+class CsvJobRequest:
+    """The form fields of a CSV submission."""
+
+    column: str
+    delimiter: str = ","
+    chunks: int = 1
+    priority: int = 0
+    labels: dict | None = None
+
+
+def submit_csv_job(rt: Runtime, principal: Principal, upload: archive.Upload,
+                   request: CsvJobRequest, *, trace_id: str,
+                   idempotency_key: str | None = None) -> job_rules.JobView:
+    """Validate and split an uploaded CSV, then admit the job and its chunks in one transaction."""
+    try:
+        if upload.size > rt.limits.max_upload_bytes:
+            raise PayloadTooLarge(f"the file is larger than {rt.limits.max_upload_bytes} bytes",
+                                  details={"limit": rt.limits.max_upload_bytes})
+        if not 1 <= request.chunks <= MAX_CHUNKS:
+            raise InvalidInput.field("chunks", f"must be between 1 and {MAX_CHUNKS}")
+        labels = job_rules.validate_labels(request.labels)
+        try:
+            split = csvstats.split(upload.path.read_bytes(), request.column, request.delimiter,
+                                   request.chunks)
+        except csvstats.CsvFormatError as exc:
+            raise InvalidInput.field(exc.field, exc.message) from exc
+        job_id = uuid.uuid4()
+        new_job = NewJob(
+            id=job_id, owner_id=principal.user_id, workload=WORKLOAD,
+            input_uri=archive.input_uri(upload.sha256), input_sha256=upload.sha256,
+            parameters={"column": request.column, "delimiter": request.delimiter,
+                        "chunks": request.chunks, "column_index": split.column_index,
+                        "records": split.records},
+            labels=labels, priority=request.priority, chunks_total=len(split.plans),
+            idempotency_key=idempotency_key,
+            request_sha256=job_rules.request_digest(upload.sha256, request.column,
+                                                    request.delimiter, request.chunks,
+                                                    request.priority, labels),
+            trace_id=trace_id)
+        new_tasks = [_chunk_task(job_id, plan, split, request, rt.limits.max_attempts)
+                     for plan in split.plans]
+        return job_rules.admit(rt, principal, new_job, new_tasks,
+                               on_admitted=lambda: archive.store(rt.archive_dir, upload))
+    finally:
+        upload.path.unlink(missing_ok=True)
+
+
+def _chunk_task(job_id: UUID, plan: csvstats.ChunkPlan, split: csvstats.SplitResult,
+                request: CsvJobRequest, max_attempts: int) -> NewTask:
+    task_id = job_rules.task_id(job_id, plan.index)
+    return NewTask(
+        id=task_id, job_id=job_id, chunk_index=plan.index, workload=WORKLOAD,
+        priority=request.priority, input_uri=f"/api/v1/tasks/{task_id}/input",
+        input_sha256=plan.sha256,
+        parameters={"column": request.column, "column_index": split.column_index,
+                    "delimiter": request.delimiter, "record_start": plan.record_start,
+                    "record_end": plan.record_end, "first_line": plan.first_line,
+                    "byte_start": plan.byte_start, "byte_end": plan.byte_end},
+        max_attempts=max_attempts)
+
+
+def chunk_plan(task: Task) -> csvstats.ChunkPlan:
+    """Rebuild a chunk's plan from its task row."""
+    p = task.parameters
+    return csvstats.ChunkPlan(index=task.chunk_index, record_start=p["record_start"],
+                              record_end=p["record_end"], first_line=p["first_line"],
+                              byte_start=p["byte_start"], byte_end=p["byte_end"],
+                              sha256=task.input_sha256)
+
+
+def check_summary(task: Task, summary: dict | None) -> tuple[str, str]:
+    """Validate a worker's summary against the chunk's plan; return its result uri and digest."""
+    if summary is None:
+        raise InvalidInput.field("summary", "required for csv_stats results")
+    try:
+        parsed = csvstats.Summary.from_dict(summary)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InvalidInput.field("summary", f"malformed summary: {exc}") from exc
+    plan = chunk_plan(task)
+    if parsed.error is not None:
+        raise InvalidInput.field("summary", "a summary with an error is reported as a failure")
+    if parsed.digest != plan.sha256:
+        raise InvalidInput("the summary's digest does not match the chunk's bytes",
+                           code="digest_mismatch",
+                           details={"fields": {"summary.digest": ["does not match the chunk"]},
+                                    "expected": plan.sha256, "got": parsed.digest})
+    if parsed.records != plan.record_end - plan.record_start:
+        raise InvalidInput.field("summary.records",
+                                 f"expected {plan.record_end - plan.record_start} records")
+    canonical = json.dumps(parsed.to_dict(), sort_keys=True, separators=(",", ":"))
+    return (f"/api/v1/jobs/{task.job_id}/chunks/{task.id}",
+            hashlib.sha256(canonical.encode()).hexdigest())
+
+
+def accept_summary(conn: Connection, task: Task, summary: dict) -> None:
+    """Store the accepted summary of a just-completed chunk."""
+    parsed = csvstats.Summary.from_dict(summary)
+    if not summary_rows.insert_summary(conn, task_id=task.id, job_id=task.job_id,
+                                       chunk_index=task.chunk_index, attempt=task.attempt,
+                                       summary=parsed.to_dict()):
+        raise Conflict("a summary was already accepted for this chunk", code="result_conflict")
+
+
+def merge_job(rt: Runtime, job_id: UUID) -> Job | None:
+    """Merge a job's chunk summaries exactly once; a no-op unless the job is merging."""
+    started = time.monotonic()
+    with rt.pool.connection() as conn:
+        job = job_rows.get(conn, job_id, for_update=True)
+        if job is None or job.status != "merging":
+            return job
+        job = _merge_locked(conn, job, started)
+    logger.info("job merged", extra={"event": "job_merged", "job_id": str(job_id),
+                                     "status": job.status, "merge_seconds": job.merge_seconds})
+    return job
+
+
+def _merge_locked(conn: Connection, job: Job, started: float) -> Job:
+    tasks = task_rows.list_for_job(conn, job.id)
+    plans = [chunk_plan(t) for t in tasks]
+    summaries = [csvstats.Summary.from_dict(s.summary)
+                 for s in summary_rows.summaries(conn, job.id)]
+    bad = next((t for t in tasks if t.status == "failed" and t.error_code == "invalid_input"),
+               None)
+    if bad is not None:
+        # The failure carried the chunk's statistics up to the bad record, so the merge can
+        # tell whether the sequential loop would have overflowed before reaching it.
+        summaries = summaries[: bad.chunk_index]
+        summaries.append(csvstats.Summary.from_dict(bad.error_details["summary"]))
+    try:
+        totals = csvstats.merge(plans, summaries)
+    except csvstats.SumOverflow as exc:
+        error = {"code": "sum_overflow",
+                 "message": f"the int64 sum overflows within chunk {exc.chunk_index}",
+                 "details": {"chunk_index": exc.chunk_index}}
+        return job_rules.fail_job(conn, job, None, error)
+    except csvstats.InvalidInput as exc:
+        record = exc.record
+        error = {"code": "invalid_input", "message": record.message(),
+                 "details": {"chunk_index": exc.chunk_index, **record.to_dict()}}
+        return job_rules.fail_job(conn, job, None, error)
+    except csvstats.MergeError as exc:
+        error = {"code": "merge_failed", "message": str(exc),
+                 "details": {"chunk_index": exc.chunk_index}}
+        return job_rules.fail_job(conn, job, None, error)
+    job = job_rows.set_status(conn, job.id, "succeeded", result=totals.to_dict(),
+                              merge_seconds=time.monotonic() - started)
+    event_rows.publish(conn, job_id=job.id, owner_id=job.owner_id, event="job.succeeded",
+                       payload={"result": totals.to_dict()}, trace_id=job.trace_id)
+    return job
+
+
+def check_failure(task: Task, details: dict) -> None:
+    """An invalid_input failure must carry the chunk's statistics up to its bad record."""
+    try:
+        parsed = csvstats.Summary.from_dict(details["summary"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InvalidInput.field("details.summary",
+                                 f"invalid_input needs the partial summary: {exc}") from exc
+    if parsed.error is None:
+        raise InvalidInput.field("details.summary", "must carry the invalid record")
+    if parsed.digest != task.input_sha256:
+        raise InvalidInput("the summary's digest does not match the chunk's bytes",
+                           code="digest_mismatch",
+                           details={"fields": {"details.summary.digest": ["does not match"]}})

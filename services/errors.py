@@ -1,0 +1,79 @@
+"""The exceptions services raise; app/errors.py maps each to one HTTP status."""
+
+from __future__ import annotations
+
+
+class ChunkwiseError(Exception):
+    """Base of every business-rule failure; `code` is the stable machine-readable name."""
+
+    code = "error"
+
+    def __init__(self, message: str, *, code: str | None = None, details: dict | None = None):
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.details = details or {}
+
+
+class Unauthenticated(ChunkwiseError):
+    """No valid bearer token."""
+
+    code = "unauthenticated"
+
+
+class Forbidden(ChunkwiseError):
+    """The principal may not call this operation."""
+
+    code = "forbidden"
+
+
+class NotFound(ChunkwiseError):
+    """The thing does not exist, or the caller may not know that it does."""
+
+    code = "not_found"
+
+
+class InvalidInput(ChunkwiseError):
+    """Request values break a rule; `details["fields"]` names each bad field."""
+
+    code = "invalid_input"
+
+    @classmethod
+    def field(cls, name: str, message: str) -> InvalidInput:
+        """One bad field."""
+        return cls(f"{name}: {message}", details={"fields": {name: [message]}})
+
+
+class Conflict(ChunkwiseError):
+    """The request contradicts the current state (idempotency_conflict, not_failed, ...)."""
+
+    code = "conflict"
+
+
+class LeaseLost(Conflict):
+    """The caller does not hold the current lease: lease_lost, stale_attempt or task_cancelled."""
+
+    code = "lease_lost"
+
+
+class PayloadTooLarge(ChunkwiseError):
+    """The upload is larger than the configured limit."""
+
+    code = "payload_too_large"
+
+
+class QueueFull(ChunkwiseError):
+    """Admitting the job would exceed the queued-chunk limit."""
+
+    code = "queue_full"
+
+    def __init__(self, message: str, *, retry_after: int, details: dict | None = None):
+        super().__init__(message, details=details)
+        self.retry_after = retry_after
+
+
+class Unavailable(ChunkwiseError):
+    """The database is unreachable or too slow to answer in time."""
+
+    code = "unavailable"
