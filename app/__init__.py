@@ -1,0 +1,33 @@
+"""The Chunkwise coordinator: a Flask app factory."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from flask import Flask
+
+from app import auth, cli, errors, logs, runtime, tracing, uploads
+from app.blueprints import chunks, events, health, jobs, tasks
+from app.config import load_settings
+from app.migrations import migration_ids
+
+
+def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
+    """Build the coordinator from the environment (test_config overrides variables)."""
+    settings = load_settings({**os.environ, **(test_config or {})})
+    logs.configure(settings.log_level)
+    app = Flask(__name__)
+    app.config["CHUNKWISE_SETTINGS"] = settings
+    app.config["CHUNKWISE_MIGRATIONS"] = migration_ids(settings.migrations_dir)
+    runtime.init_app(app, settings)
+    tracing.init_app(app)
+    auth.init_app(app)
+    uploads.init_app(app, settings.temp_dir, settings.max_upload_bytes)
+    errors.init_app(app)
+    cli.init_app(app)
+    from app import openapi
+
+    for blueprint in (health.bp, jobs.bp, chunks.bp, tasks.bp, events.bp, openapi.bp):
+        app.register_blueprint(blueprint)
+    return app

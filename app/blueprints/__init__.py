@@ -1,0 +1,1 @@
+"""One blueprint per resource; views parse, call one service function, dump."""

@@ -1,0 +1,28 @@
+"""A job's chunks and their attempt history."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from flask import Blueprint
+
+from app import schemas
+from app.auth import current_principal
+from app.runtime import get_runtime
+from services import chunks
+
+bp = Blueprint("chunks", __name__, url_prefix="/api/v1/jobs/<uuid:job_id>/chunks")
+
+
+@bp.get("")
+def list_chunks(job_id: UUID):
+    """Every chunk of a job, in order."""
+    views = chunks.list_chunks(get_runtime(), current_principal(), job_id)
+    return schemas.ChunkListSchema().dump({"chunks": views})
+
+
+@bp.get("/<uuid:chunk_id>")
+def get_chunk(job_id: UUID, chunk_id: UUID):
+    """One chunk with each attempt's worker, outcome and trace id."""
+    view = chunks.get_chunk(get_runtime(), current_principal(), job_id, chunk_id)
+    return schemas.ChunkSchema().dump(view)

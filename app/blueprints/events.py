@@ -1,0 +1,21 @@
+"""The outbox as a feed: job and chunk events in commit order."""
+
+from __future__ import annotations
+
+from flask import Blueprint, request
+
+from app import schemas
+from app.auth import current_principal
+from app.runtime import get_runtime
+from services import jobs
+
+bp = Blueprint("events", __name__, url_prefix="/api/v1/events")
+
+
+@bp.get("")
+def list_events():
+    """Events after `after`, oldest first."""
+    query = schemas.EventQuerySchema().load(request.args.to_dict())
+    events = jobs.list_events(get_runtime(), current_principal(), **query)
+    next_after = events[-1].id if events else query["after"]
+    return schemas.EventListSchema().dump({"events": events, "next_after": next_after})

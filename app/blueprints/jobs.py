@@ -1,0 +1,95 @@
+"""Jobs: submit (a CSV upload or a task manifest), view, list, cancel, retry, results."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from flask import Blueprint, request
+
+from app import schemas
+from app.auth import current_principal
+from app.runtime import get_runtime
+from app.tracing import current_trace_id
+from app.uploads import uploaded
+from services import csvjobs, jobs
+from services.errors import InvalidInput
+
+bp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
+
+IDEMPOTENCY_KEY_MAX = 200
+
+
+@bp.post("")
+def create_job():
+    """Submit a CSV (multipart) or a manifest of tasks (JSON)."""
+    key = _idempotency_key()
+    if request.mimetype == "multipart/form-data":
+        view = _submit_csv(key)
+    else:
+        body = schemas.load_json(schemas.JobCreateSchema())
+        spec = jobs.JobSpec(**{**body, "tasks": [jobs.TaskSpec(**t) for t in body["tasks"]]})
+        view = jobs.create_job(get_runtime(), current_principal(), spec,
+                               trace_id=current_trace_id(), idempotency_key=key)
+    return _dump_job(view), 201 if view.created else 200, {"ETag": f'"{view.job.revision}"'}
+
+
+def _submit_csv(key: str | None) -> jobs.JobView:
+    form = schemas.CsvJobFormSchema().load(
+        {**request.form.to_dict(), "label": request.form.getlist("label")})
+    upload = uploaded("file")
+    if upload is None:
+        raise InvalidInput.field("file", "a CSV file part named 'file' is required")
+    labels = dict(item.split("=", 1) for item in form.pop("label"))
+    return csvjobs.submit_csv_job(get_runtime(), current_principal(), upload,
+                                  csvjobs.CsvJobRequest(**form, labels=labels),
+                                  trace_id=current_trace_id(), idempotency_key=key)
+
+
+def _idempotency_key() -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX:
+        raise InvalidInput.field("Idempotency-Key", f"must be 1 to {IDEMPOTENCY_KEY_MAX} chars")
+    return key
+
+
+def _dump_job(view: jobs.JobView) -> dict:
+    return schemas.JobSchema().dump(view)
+
+
+@bp.get("")
+def list_jobs():
+    """The caller's jobs, newest first."""
+    query = schemas.JobListQuerySchema().load(request.args.to_dict())
+    label = tuple(query.pop("label").split("=", 1)) if query.get("label") else None
+    views, cursor = jobs.list_jobs(get_runtime(), current_principal(), label=label, **query)
+    return schemas.JobListSchema().dump({"jobs": views, "next_cursor": cursor})
+
+
+@bp.get("/<uuid:job_id>")
+def get_job(job_id: UUID):
+    """A job's aggregate status; the ETag is its revision."""
+    view = jobs.get_job(get_runtime(), current_principal(), job_id)
+    return _dump_job(view), 200, {"ETag": f'"{view.job.revision}"'}
+
+
+@bp.get("/<uuid:job_id>/results")
+def list_results(job_id: UUID):
+    """Completed result manifests in chunk order."""
+    results = jobs.list_completed_results(get_runtime(), current_principal(), job_id)
+    return schemas.ResultListSchema().dump({"results": results})
+
+
+@bp.post("/<uuid:job_id>/cancel")
+def cancel_job(job_id: UUID):
+    """Cancel a job (a no-op for a cancelled one)."""
+    view = jobs.cancel_job(get_runtime(), current_principal(), job_id,
+                           trace_id=current_trace_id())
+    return _dump_job(view)
+
+
+@bp.post("/<uuid:job_id>/retry")
+def retry_job(job_id: UUID):
+    """Re-queue a recoverable failed job."""
+    view = jobs.retry_job(get_runtime(), current_principal(), job_id,
+                          trace_id=current_trace_id())
+    return _dump_job(view)

@@ -1,0 +1,75 @@
+"""The worker protocol: claim, read input, heartbeat, report a result or a failure."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from flask import Blueprint, Response, request
+
+from app import schemas
+from app.runtime import get_runtime
+from services import tasks
+
+bp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks")
+
+READ_BLOCK = 256 * 1024
+
+
+@bp.post("/claim")
+def claim():
+    """Lease up to `capacity` tasks, long-polling up to `wait_seconds`; 204 when none."""
+    body = schemas.load_json(schemas.ClaimSchema())
+    rt = get_runtime()
+    claimed = tasks.claim_tasks(rt, **body)
+    if not claimed:
+        return Response(status=204)
+    return schemas.ClaimResponseSchema().dump(
+        {"tasks": claimed, "heartbeat_seconds": rt.limits.heartbeat_seconds})
+
+
+@bp.get("/<uuid:task_id>/input")
+def read_input(task_id: UUID):
+    """Stream a chunk's bytes to the worker holding its current lease."""
+    query = schemas.LeaseSchema().load(request.args.to_dict())
+    where = tasks.task_input(get_runtime(), task_id, **query)
+
+    def stream():
+        with where.path.open("rb") as f:
+            f.seek(where.offset)
+            left = where.length
+            while left > 0:
+                block = f.read(min(READ_BLOCK, left))
+                if not block:
+                    return
+                left -= len(block)
+                yield block
+
+    return Response(stream(), mimetype="application/octet-stream",
+                    headers={"Content-Length": str(where.length)})
+
+
+@bp.post("/<uuid:task_id>/heartbeat")
+def heartbeat(task_id: UUID):
+    """Extend the lease; 409 when it is no longer this worker's."""
+    body = schemas.load_json(schemas.HeartbeatSchema())
+    expires = tasks.renew_lease(get_runtime(), task_id, **body)
+    return schemas.LeaseRenewedSchema().dump({"lease_expires_at": expires})
+
+
+@bp.post("/<uuid:task_id>/result")
+def result(task_id: UUID):
+    """Complete the task under the caller's attempt (idempotent for the same result)."""
+    body = schemas.load_json(schemas.ResultSchema())
+    worker_id, attempt = body.pop("worker_id"), body.pop("attempt")
+    task = tasks.complete_task(get_runtime(), task_id, worker_id, attempt,
+                               tasks.TaskResult(**body))
+    return schemas.TaskSchema().dump(task)
+
+
+@bp.post("/<uuid:task_id>/failure")
+def failure(task_id: UUID):
+    """Report a failure; retryable ones go back to the queue while budgets remain."""
+    body = schemas.load_json(schemas.FailureSchema())
+    worker_id, attempt = body.pop("worker_id"), body.pop("attempt")
+    task = tasks.fail_task(get_runtime(), task_id, worker_id, attempt, tasks.TaskFailure(**body))
+    return schemas.TaskSchema().dump(task)

@@ -1,0 +1,90 @@
+"""The one table from exceptions to HTTP statuses, and the JSON error body."""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+import psycopg_pool
+from flask import Flask, jsonify
+from marshmallow import ValidationError
+from werkzeug.exceptions import HTTPException
+
+from services.errors import (
+    ChunkwiseError,
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    QueueFull,
+    Unauthenticated,
+    Unavailable,
+)
+
+logger = logging.getLogger(__name__)
+
+STATUS: dict[type[ChunkwiseError], int] = {
+    Unauthenticated: 401,
+    Forbidden: 403,
+    NotFound: 404,
+    Conflict: 409,  # also LeaseLost: lease_lost, stale_attempt, task_cancelled
+    PayloadTooLarge: 413,
+    InvalidInput: 422,
+    QueueFull: 429,
+    Unavailable: 503,
+}
+RETRY_AFTER_UNAVAILABLE = 2
+
+
+def error_response(status: int, code: str, message: str, details: dict | None = None):
+    """Build the error body every failure uses."""
+    response = jsonify({"error": {"code": code, "message": message, "details": details or {}}})
+    response.status_code = status
+    return response
+
+
+def _status_of(exc: ChunkwiseError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+def init_app(app: Flask) -> None:
+    """Register the handlers."""
+
+    @app.errorhandler(ChunkwiseError)
+    def service_error(exc: ChunkwiseError):
+        response = error_response(_status_of(exc), exc.code, exc.message, exc.details)
+        if isinstance(exc, QueueFull):
+            response.headers["Retry-After"] = str(exc.retry_after)
+        if isinstance(exc, Unavailable):
+            response.headers["Retry-After"] = str(RETRY_AFTER_UNAVAILABLE)
+        return response
+
+    @app.errorhandler(ValidationError)
+    def validation_error(exc: ValidationError):
+        fields = exc.messages if isinstance(exc.messages, dict) else {"_body": exc.messages}
+        names = ", ".join(sorted(str(k) for k in fields))
+        return error_response(422, "invalid_input", f"invalid fields: {names}",
+                              {"fields": fields})
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException):
+        code = {400: "malformed_request", 413: "payload_too_large"}.get(
+            exc.code, (exc.name or "error").lower().replace(" ", "_"))
+        return error_response(exc.code or 500, code, exc.description or exc.name)
+
+    @app.errorhandler(psycopg_pool.PoolTimeout)
+    @app.errorhandler(psycopg.OperationalError)
+    def database_unavailable(exc: Exception):
+        # QueryCanceled (statement_timeout) is an OperationalError too.
+        logger.warning("database unavailable", extra={"event": "db_unavailable",
+                                                      "error": str(exc)[:500]})
+        return service_error(Unavailable("the database is unavailable or too slow; retry shortly"))
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception):
+        logger.exception("unhandled error", extra={"event": "internal_error"})
+        return error_response(500, "internal_error", "internal error; the trace id finds the log")

@@ -1,0 +1,82 @@
+"""Stream uploaded files to a spool in CHUNKWISE_TEMP_DIR, hashing them on the way in."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import uuid
+from pathlib import Path
+
+from flask import Flask, Request, current_app, g, request
+
+from services.archive import Upload
+
+
+class HashingSpool(io.RawIOBase):
+    """A write-only temp file that computes its SHA-256 and size as bytes arrive."""
+
+    def __init__(self, directory: Path):
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / f"upload-{uuid.uuid4().hex}"
+        self._file = self.path.open("wb")
+        self._sha = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
+    def write(self, data) -> int:
+        self._sha.update(data)
+        self.size += len(data)
+        return self._file.write(data)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        # werkzeug rewinds a finished file part; nothing reads it back through this object.
+        return 0
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+    def finish(self) -> Upload:
+        """Close the spool and describe what it holds."""
+        self.close()
+        return Upload(path=self.path, sha256=self._sha.hexdigest(), size=self.size)
+
+
+class SpoolingRequest(Request):
+    """A request whose file parts go to hashing spools instead of memory or /tmp."""
+
+    def _get_file_stream(self, total_content_length, content_type, filename=None,
+                         content_length=None):
+        spool = HashingSpool(current_app.config["CHUNKWISE_TEMP_DIR"])
+        g.setdefault("spools", []).append(spool)
+        return spool
+
+
+def uploaded(field: str) -> Upload | None:
+    """The spooled upload of a file field, or None when the form has no such file."""
+    storage = request.files.get(field)
+    if storage is None or not isinstance(storage.stream, HashingSpool):
+        return None
+    return storage.stream.finish()
+
+
+def init_app(app: Flask, temp_dir: Path, max_upload_bytes: int) -> None:
+    """Install the spooling request class and remove spools no service took over."""
+    app.request_class = SpoolingRequest
+    app.config["CHUNKWISE_TEMP_DIR"] = temp_dir
+    # Room for the other form fields; the file itself is checked against the exact limit.
+    app.config["MAX_CONTENT_LENGTH"] = max_upload_bytes + 1024 * 1024
+
+    @app.teardown_request
+    def remove_spools(exc: BaseException | None) -> None:
+        for spool in g.pop("spools", []):
+            spool.close()
+            spool.path.unlink(missing_ok=True)

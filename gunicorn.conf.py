@@ -1,0 +1,34 @@
+"""Gunicorn settings for the coordinator: threaded workers with room for long polls."""
+
+import os
+
+wsgi_app = "app:create_app()"
+bind = os.environ.get("CHUNKWISE_BIND", "127.0.0.1:8000")
+workers = int(os.environ.get("CHUNKWISE_WEB_WORKERS", "2"))
+worker_class = "gthread"
+# A waiting claim holds a thread (never a pooled connection) for up to 30 s, so each
+# process keeps plenty of threads for user requests beside the long polls.
+threads = int(os.environ.get("CHUNKWISE_WEB_THREADS", "32"))
+timeout = 60
+graceful_timeout = 30
+keepalive = 5
+# One pool per process: create_app runs in each worker, never before the fork.
+preload_app = False
+accesslog = None
+
+
+def post_worker_init(worker):
+    """Start this process's maintenance loop."""
+    from app.maintenance import start
+
+    app = worker.wsgi
+    start(app, app.config["CHUNKWISE_SETTINGS"].maintenance_seconds)
+
+
+def worker_exit(server, worker):
+    """Close the pool and the listener on a graceful stop."""
+    from app.runtime import close
+
+    app = getattr(worker, "wsgi", None)
+    if app is not None and "chunkwise.runtime" in getattr(app, "extensions", {}):
+        close(app.extensions["chunkwise.runtime"])
