@@ -1,0 +1,271 @@
+"""Workload handlers: csv_stats built in, others found via the chunkwise.handlers entry points."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from services import csvstats
+from worker_cli.client import CoordinatorUnavailable, RequestRejected
+
+ENTRY_POINT_GROUP = "chunkwise.handlers"
+
+logger = logging.getLogger(__name__)
+
+
+class ChunkStopped(Exception):
+    """The worker told this chunk to stop (lease lost, job cancelled, shutdown)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class InputUnavailable(Exception):
+    """The chunk's input could not be read, or its bytes do not match input_sha256."""
+
+    def __init__(self, message: str, *, details: dict | None = None):
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+
+
+class InvalidInput(Exception):
+    """The input was read correctly but is not valid for the workload; retrying cannot help."""
+
+    def __init__(self, message: str, *, details: dict | None = None):
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+
+
+class UnknownWorkload(LookupError):
+    """No built-in handler and no entry point in chunkwise.handlers has this name."""
+
+
+@dataclass(frozen=True)
+class ClaimedTask:
+    """One leased attempt at one chunk, as the claim response described it."""
+
+    task_id: str
+    job_id: str
+    chunk_index: int
+    attempt: int
+    attempt_id: str
+    trace_id: str
+    workload: str
+    input_uri: str
+    input_sha256: str | None
+    heartbeat_seconds: float
+    lease_expires_at: str | None = None
+    parameters: dict = field(default_factory=dict)
+    checkpoint: dict | None = None
+
+    @classmethod
+    def from_payload(cls, payload: dict) -> ClaimedTask:
+        """Build from one element of the claim response's `tasks`."""
+        return cls(
+            task_id=payload["task_id"],
+            job_id=payload.get("job_id"),
+            chunk_index=payload.get("chunk_index"),
+            attempt=payload["attempt"],
+            attempt_id=payload.get("attempt_id"),
+            trace_id=payload.get("trace_id"),
+            workload=payload["workload"],
+            input_uri=payload.get("input_uri"),
+            input_sha256=payload.get("input_sha256"),
+            heartbeat_seconds=float(payload.get("heartbeat_seconds") or 10),
+            lease_expires_at=payload.get("lease_expires_at"),
+            parameters=dict(payload.get("parameters") or {}),
+            checkpoint=payload.get("checkpoint"),
+        )
+
+    def log_fields(self) -> dict:
+        """The ids every log line about this attempt carries."""
+        return {
+            "trace_id": self.trace_id,
+            "job_id": self.job_id,
+            "task_id": self.task_id,
+            "attempt_id": self.attempt_id,
+            "attempt": self.attempt,
+        }
+
+
+class TaskContext:
+    """A running chunk's link to the worker: its verified input, its checkpoints, its stop flag."""
+
+    def __init__(self, task: ClaimedTask, *, open_input: Callable[[], Iterable[bytes]]):
+        self.task = task
+        self.bytes_read = 0
+        self._open_input = open_input
+        self._lock = threading.Lock()
+        self._stop_reason: str | None = None
+        self._checkpoint: dict | None = None
+        self._checkpoint_seq = 0
+        self._sent_seq = 0
+        self._blocks: Iterator[bytes] | None = None
+        self._stream: Iterable[bytes] | None = None
+        self._verified = False
+
+    # -- input ------------------------------------------------------------------------------
+
+    def read_input(self) -> Iterator[bytes]:
+        """Stream the input; at its end raise InputUnavailable if the SHA-256 does not match."""
+        if self._blocks is not None:
+            raise RuntimeError("the input of a chunk can be read only once")
+        self._blocks = self._verified_blocks()
+        return self._blocks
+
+    def finish_input(self) -> None:
+        """Read whatever the handler left unread, so no result stands on unverified bytes."""
+        if self._blocks is None:
+            return
+        for _ in self._blocks:
+            pass
+        if not self._verified:
+            raise InputUnavailable("input was not read to its end")
+
+    def close_input(self) -> None:
+        """Release the input connection, if one is open."""
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            close()
+
+    def _verified_blocks(self) -> Iterator[bytes]:
+        digest = hashlib.sha256()
+        try:
+            self.raise_if_stopped()
+            self._stream = self._open_input()
+            for block in self._stream:
+                # Checked per block too, so a cancelled chunk stops between checkpoints.
+                self.raise_if_stopped()
+                digest.update(block)
+                self.bytes_read += len(block)
+                yield block
+        except (CoordinatorUnavailable, RequestRejected) as exc:
+            raise InputUnavailable(
+                f"could not read input: {exc}",
+                details={"status": exc.status, "code": exc.code},
+            ) from exc
+        finally:
+            self.close_input()
+        expected = (self.task.input_sha256 or "").lower()
+        actual = digest.hexdigest()
+        if expected and actual != expected:
+            raise InputUnavailable(
+                "input digest mismatch",
+                details={
+                    "expected_sha256": expected,
+                    "actual_sha256": actual,
+                    "bytes": self.bytes_read,
+                },
+            )
+        self._verified = True
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def save_checkpoint(self, checkpoint: dict) -> None:
+        """Keep the checkpoint for the next heartbeat; raise ChunkStopped if told to stop."""
+        with self._lock:
+            self._checkpoint = checkpoint
+            self._checkpoint_seq += 1
+        self.raise_if_stopped()
+
+    def unsent_checkpoint(self) -> tuple[int, dict] | None:
+        """Return (sequence, checkpoint) if one was saved since the last one sent."""
+        with self._lock:
+            if self._checkpoint_seq == self._sent_seq or self._checkpoint is None:
+                return None
+            return self._checkpoint_seq, self._checkpoint
+
+    def checkpoint_sent(self, seq: int) -> None:
+        """Record that the checkpoint with this sequence number reached the coordinator."""
+        with self._lock:
+            self._sent_seq = max(self._sent_seq, seq)
+
+    # -- stopping ---------------------------------------------------------------------------
+
+    def stop(self, reason: str) -> None:
+        """Ask the handler to stop at its next block or checkpoint."""
+        with self._lock:
+            if self._stop_reason is None:
+                self._stop_reason = reason
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the chunk was told to stop, or None."""
+        return self._stop_reason
+
+    def raise_if_stopped(self) -> None:
+        """Raise ChunkStopped if the worker told this chunk to stop."""
+        reason = self._stop_reason
+        if reason is not None:
+            raise ChunkStopped(reason)
+
+
+Handler = Callable[[ClaimedTask, TaskContext], dict]
+
+
+def summarise_csv(task: ClaimedTask, context: TaskContext) -> dict:
+    """Summarise one CSV chunk's column, resuming from the claim's checkpoint if it has one."""
+    params = task.parameters
+    resume = _resume_point(task.checkpoint)
+    summary = csvstats.summarise(
+        context.read_input(),
+        column_index=int(params["column_index"]),
+        column=params["column"],
+        delimiter=params["delimiter"],
+        record_start=int(params["record_start"]),
+        first_line=int(params["first_line"]),
+        checkpoint=resume,
+        on_checkpoint=lambda checkpoint: context.save_checkpoint(checkpoint.to_dict()),
+    )
+    if summary.error is not None:
+        # The coordinator decides the job's first error across chunks, so it needs the
+        # stats of the records before the bad one as well as the bad record itself.
+        raise InvalidInput(
+            summary.error.message(),
+            details={**summary.error.to_dict(), "summary": summary.to_dict()},
+        )
+    return {"summary": summary.to_dict(), "metrics": {"records": summary.records}}
+
+
+def _resume_point(checkpoint: dict | None) -> csvstats.Checkpoint | None:
+    if not checkpoint:
+        return None
+    try:
+        return csvstats.Checkpoint.from_dict(checkpoint)
+    except (ValueError, TypeError, KeyError):
+        # A checkpoint only saves time: starting over beats failing the chunk for it.
+        logger.warning(
+            "ignoring a malformed checkpoint; starting the chunk from its first record",
+            exc_info=True,
+            extra={"event": "checkpoint_ignored"},
+        )
+        return None
+
+
+BUILTIN_HANDLERS: dict[str, Handler] = {"csv_stats": summarise_csv}
+
+
+def find_handler(workload: str) -> Handler:
+    """Return the handler for a workload: built in, else the chunkwise.handlers entry point."""
+    # Built-ins win, so an installed package cannot silently replace csv_stats.
+    if workload in BUILTIN_HANDLERS:
+        return BUILTIN_HANDLERS[workload]
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry_point.name == workload:
+            handler = entry_point.load()
+            if not callable(handler):
+                raise UnknownWorkload(f"{entry_point.value} is not callable")
+            return handler
+    raise UnknownWorkload(f"no handler for workload {workload!r}")
+
+
+def load_handlers(workloads: Iterable[str]) -> dict[str, Handler]:
+    """Look up every workload up front, so a missing plugin fails at start, not per task."""
+    return {workload: find_handler(workload) for workload in workloads}
