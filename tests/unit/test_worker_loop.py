@@ -1,0 +1,703 @@
+"""The worker loop with a fake coordinator client and an injected clock: no network, no sleeps."""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import threading
+import time
+
+import pytest
+
+from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected
+from worker_cli.handlers import ClaimedTask, InvalidInput
+from worker_cli.worker import Backoff, Fault, Worker, WorkerConfig
+
+WAIT = 5.0  # real seconds a test may wait for a chunk thread before it counts as hung
+
+
+class FakeClock:
+    """A monotonic clock that moves only when slept on or set."""
+
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+        self.sleeps: list[float] = []
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.sleeps.append(seconds)
+            self.now += seconds
+
+
+class FakeClient:
+    """Scripted coordinator: each list holds replies (a value, or an exception to raise)."""
+
+    def __init__(self, clock: FakeClock, *, claims=(), inputs=None):
+        self.clock = clock
+        self.claim_replies = list(claims)
+        self.inputs = dict(inputs or {})
+        self.heartbeat_replies: list = []
+        self.result_replies: list = []
+        self.failure_replies: list = []
+        self.claims: list[dict] = []
+        self.heartbeats: list[dict] = []
+        self.input_reads: list[dict] = []
+        self.results: list[dict] = []
+        self.failures: list[dict] = []
+        self.claim_seconds = 0.0
+
+    def claim_tasks(self, **kwargs):
+        self.claims.append({**kwargs, "at": self.clock.now})
+        self.clock.now += self.claim_seconds
+        reply = self.claim_replies.pop(0) if self.claim_replies else []
+        if isinstance(reply, Exception):
+            raise reply
+        if callable(reply):
+            return reply(**kwargs)
+        return reply
+
+    def stream_input(self, input_uri, **kwargs):
+        self.input_reads.append({"input_uri": input_uri, **kwargs})
+        data = self.inputs[input_uri]
+        if isinstance(data, Exception):
+            raise data
+        return [data[i : i + 7] for i in range(0, len(data), 7)]
+
+    def heartbeat(self, task_id, **kwargs):
+        self.heartbeats.append({"task_id": task_id, "at": self.clock.now, **kwargs})
+        return _reply(self.heartbeat_replies, {"lease_expires_at": "2030-01-01T00:00:00Z"})
+
+    def submit_result(self, task_id, **kwargs):
+        self.results.append({"task_id": task_id, "at": self.clock.now, **kwargs})
+        return _reply(self.result_replies, {"status": "completed"})
+
+    def report_failure(self, task_id, **kwargs):
+        self.failures.append({"task_id": task_id, **kwargs})
+        return _reply(self.failure_replies, {"status": "pending"})
+
+
+def _reply(replies: list, default):
+    reply = replies.pop(0) if replies else default
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def task_payload(
+    task_id="t1",
+    *,
+    data=b"a,b\n1,2\n",
+    attempt=1,
+    heartbeat_seconds=10.0,
+    workload="fake",
+    sha256=None,
+    checkpoint=None,
+    lease_expires_at=None,
+):
+    return {
+        "task_id": task_id,
+        "job_id": "j1",
+        "chunk_index": 0,
+        "attempt": attempt,
+        "attempt_id": f"{task_id}-a{attempt}",
+        "trace_id": hashlib.md5(f"{task_id}{attempt}".encode()).hexdigest(),
+        "workload": workload,
+        "input_uri": f"/api/v1/tasks/{task_id}/input",
+        "input_sha256": sha256 or hashlib.sha256(data).hexdigest(),
+        "parameters": {},
+        "checkpoint": checkpoint,
+        "lease_expires_at": lease_expires_at,
+        "heartbeat_seconds": heartbeat_seconds,
+    }
+
+
+def read_all(task, context) -> dict:
+    data = b"".join(context.read_input())
+    return {"summary": {"length": len(data)}, "metrics": {"records": data.count(b"\n")}}
+
+
+class Gate:
+    """A handler that reads its input, then computes until released (or told to stop)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self.stopped = threading.Event()
+        self.checkpoints = 0
+
+    def __call__(self, task, context) -> dict:
+        body = read_all(task, context)
+        self.started.set()
+        try:
+            while not self.release.wait(0.005):
+                self.checkpoints += 1
+                context.save_checkpoint({"records_done": self.checkpoints})
+        except BaseException:
+            self.stopped.set()
+            raise
+        return body
+
+
+def make_worker(client, clock, handler=read_all, **config) -> Worker:
+    config.setdefault("workloads", ("fake",))
+    config.setdefault("worker_id", "w1")
+    return Worker(
+        client,
+        WorkerConfig(**config),
+        clock=clock,
+        sleep=clock.sleep,
+        handlers={"fake": handler},
+        rng=lambda: 0.5,
+        hard_exit=lambda status: (_ for _ in ()).throw(HardExit(status)),
+    )
+
+
+class HardExit(Exception):
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
+def setup(*payloads_per_claim, handler=read_all, **config):
+    clock = FakeClock()
+    inputs = {}
+    claims = []
+    for payloads in payloads_per_claim:
+        if isinstance(payloads, list):
+            for p in payloads:
+                inputs[p["input_uri"]] = p.pop("_data", b"a,b\n1,2\n")
+        claims.append(payloads)
+    client = FakeClient(clock, claims=claims, inputs=inputs)
+    return clock, client, make_worker(client, clock, handler, **config)
+
+
+def with_data(payload: dict, data: bytes) -> dict:
+    return {**payload, "_data": data}
+
+
+# -- claiming -----------------------------------------------------------------------------
+
+
+def test_claims_up_to_free_capacity_and_not_while_all_slots_are_busy():
+    gate = Gate()
+    clock, client, worker = setup(
+        [task_payload("t1"), task_payload("t2")], handler=gate, capacity=2
+    )
+
+    worker.run_once()
+    worker.run_once()  # both slots busy: must wait, not claim
+
+    assert [c["capacity"] for c in client.claims] == [2]
+    assert worker.in_flight == 2
+    gate.release.set()
+    assert worker.wait_until_idle(WAIT)
+
+
+def test_claims_only_the_slots_that_freed_up():
+    gate = Gate()
+    clock, client, worker = setup(
+        [task_payload("t1"), task_payload("t2")], handler=gate, capacity=3
+    )
+
+    worker.run_once()
+    worker.run_once()
+
+    assert [c["capacity"] for c in client.claims] == [3, 1]
+    gate.release.set()
+    assert worker.wait_until_idle(WAIT)
+
+
+def test_empty_long_poll_claims_do_not_spin():
+    clock, client, worker = setup(capacity=1, wait_seconds=10)
+
+    for _ in range(5):
+        worker.run_once()
+
+    claim_times = [c["at"] for c in client.claims]
+    assert len(claim_times) == 5
+    gaps = [b - a for a, b in zip(claim_times, claim_times[1:], strict=False)]
+    assert all(gap >= worker.config.idle_poll_seconds for gap in gaps)
+    assert all(c["wait_seconds"] == 10 for c in client.claims)
+
+
+def test_a_claim_that_waited_its_long_poll_is_followed_at_once():
+    clock, client, worker = setup(capacity=1, wait_seconds=10)
+    client.claim_seconds = 10  # the coordinator held the poll open
+
+    worker.run_once()
+
+    assert clock.sleeps == []
+
+
+def test_claims_use_a_fresh_trace_id_per_poll():
+    clock, client, worker = setup(capacity=1)
+    for _ in range(3):
+        worker.run_once()
+    assert len({c["trace_id"] for c in client.claims}) == 3
+
+
+# -- backoff ------------------------------------------------------------------------------
+
+
+def test_backoff_grows_to_its_cap():
+    backoff = Backoff(1.0, 10.0, rng=lambda: 1.0)
+    assert [backoff.next_delay() for _ in range(6)] == [1, 2, 4, 8, 10, 10]
+
+
+def test_backoff_is_jittered_within_half_to_full_delay():
+    backoff = Backoff(1.0, 30.0)
+    delays = []
+    for _ in range(200):
+        backoff.reset()
+        backoff.next_delay()
+        backoff.next_delay()
+        delays.append(backoff.next_delay())  # third failure: ceiling 4
+    assert all(2.0 <= d <= 4.0 for d in delays)
+    assert len(set(delays)) > 100
+
+
+def test_backoff_honours_retry_after_up_to_the_cap():
+    backoff = Backoff(1.0, 30.0, rng=lambda: 0.0)
+    assert backoff.next_delay(retry_after=7) == 7
+    assert backoff.next_delay(retry_after=300) == 30
+
+
+def test_claim_backoff_grows_on_unavailable_and_resets_on_success():
+    down = CoordinatorUnavailable("connection refused")
+    clock, client, worker = setup(
+        down,
+        down,
+        down,
+        [],
+        down,
+        down,
+        capacity=1,
+        claim_backoff_base=1.0,
+        claim_backoff_cap=3.0,
+        idle_poll_seconds=0,
+    )
+
+    for _ in range(6):
+        worker.run_once()
+
+    times = [c["at"] for c in client.claims]
+    gaps = [round(b - a, 3) for a, b in zip(times, times[1:], strict=False)]
+    # rng 0.5 gives 3/4 of each ceiling (1, 2, then 4 capped to 3); the empty but successful
+    # claim resets the delay to the base.
+    assert gaps == [0.75, 1.5, 2.25, 0, 0.75]
+
+
+def test_claim_backoff_on_5xx_and_429():
+    clock, client, worker = setup(
+        CoordinatorUnavailable("busy", status=503),
+        CoordinatorUnavailable("slow down", status=429, retry_after=12),
+        capacity=1,
+    )
+    worker.run_once()
+    worker.run_once()
+    assert sum(clock.sleeps) == pytest.approx(0.75 + 12)
+
+
+def test_rejected_claim_stops_the_worker_with_status_1():
+    clock, client, worker = setup(RequestRejected("bad token", status=401), capacity=1)
+    assert worker.run() == 1
+    assert len(client.claims) == 1
+
+
+# -- heartbeats ---------------------------------------------------------------------------
+
+
+def test_heartbeats_every_heartbeat_seconds_during_a_long_chunk():
+    gate = Gate()
+    clock, client, worker = setup(
+        [task_payload("t1", heartbeat_seconds=10)], handler=gate, capacity=1
+    )
+    start = clock.now
+    worker.run_once()
+    assert gate.started.wait(WAIT)
+
+    for second in range(1, 61):
+        clock.now = start + second
+        worker.send_due_heartbeats()
+
+    assert [b["at"] - start for b in client.heartbeats] == [10, 20, 30, 40, 50, 60]
+    assert all(b["attempt"] == 1 and b["worker_id"] == "w1" for b in client.heartbeats)
+    gate.release.set()
+    assert worker.wait_until_idle(WAIT)
+    assert len(client.results) == 1
+
+
+def test_heartbeat_carries_only_a_checkpoint_newer_than_the_last_one_sent():
+    clock = FakeClock()
+    client = FakeClient(clock)
+    worker, context = dispatch_waiting(clock, client)
+    start = clock.now
+    context.save_checkpoint({"records_done": 100})
+    clock.now = start + 10
+    worker.send_due_heartbeats()
+    clock.now = start + 20
+    worker.send_due_heartbeats()
+    context.save_checkpoint({"records_done": 200})
+    clock.now = start + 30
+    worker.send_due_heartbeats()
+
+    assert [b["checkpoint"] for b in client.heartbeats] == [
+        {"records_done": 100},
+        None,
+        {"records_done": 200},
+    ]
+    worker.release.set()
+    assert worker.wait_until_idle(WAIT)
+
+
+def dispatch_waiting(clock, client):
+    """Start a chunk whose handler waits, so the test drives its checkpoints itself."""
+    release = threading.Event()
+    worker = make_worker(client, clock, lambda task, context: release.wait(WAIT) and {}, capacity=1)
+    worker.release = release
+    payload = task_payload("t9")
+    client.inputs[payload["input_uri"]] = b""
+    chunk = worker.dispatch(ClaimedTask.from_payload(payload))
+    client.heartbeats.clear()
+    return worker, chunk.context
+
+
+def test_failed_heartbeat_is_retried_soon_and_resends_its_checkpoint():
+    clock = FakeClock()
+    client = FakeClient(clock)
+    worker, context = dispatch_waiting(clock, client)
+    context.save_checkpoint({"records_done": 5})
+    client.heartbeat_replies = [CoordinatorUnavailable("down")]
+    start = clock.now
+
+    for second in (10, 11, 12, 13, 21, 22):
+        clock.now = start + second
+        worker.send_due_heartbeats()
+
+    # Failed at 10, retried 2 s later, then back on the 10 s cadence from the success.
+    assert [b["at"] - start for b in client.heartbeats] == [10, 12, 22]
+    assert [b["checkpoint"] for b in client.heartbeats] == [{"records_done": 5}] * 2 + [None]
+    worker.release.set()
+    assert worker.wait_until_idle(WAIT)
+
+
+def test_409_heartbeat_stops_the_computation_and_submits_nothing():
+    gate = Gate()
+    clock, client, worker = setup([task_payload("t1")], handler=gate, capacity=1)
+    worker.run_once()
+    assert gate.started.wait(WAIT)
+    client.heartbeat_replies = [LeaseLost("cancelled", status=409, code="task_cancelled")]
+
+    worker.send_due_heartbeats(clock.now + 10)
+
+    assert gate.stopped.wait(WAIT), "the handler should be stopped at its next checkpoint"
+    assert worker.wait_until_idle(WAIT)
+    assert client.results == [] and client.failures == []
+    worker.send_due_heartbeats(clock.now + 100)
+    assert len(client.heartbeats) == 1
+
+
+def test_heartbeats_result_and_input_use_the_attempts_trace_id():
+    clock, client, worker = setup([task_payload("t1")], capacity=1)
+    payload_trace = task_payload("t1")["trace_id"]
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+
+    assert client.input_reads[0]["trace_id"] == payload_trace
+    assert client.results[0]["trace_id"] == payload_trace
+    assert client.input_reads[0]["attempt"] == 1
+
+
+# -- results ------------------------------------------------------------------------------
+
+
+def test_result_carries_attempt_summary_and_metrics():
+    clock, client, worker = setup([task_payload("t1", attempt=3)], capacity=1)
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+
+    [result] = client.results
+    assert result["attempt"] == 3 and result["worker_id"] == "w1"
+    assert result["result"]["summary"] == {"length": 8}
+    metrics = result["result"]["metrics"]
+    assert set(metrics) >= {"elapsed_seconds", "records", "bytes", "peak_rss_bytes"}
+    assert metrics["records"] == 2 and metrics["bytes"] == 8
+    assert metrics["peak_rss_bytes"] > 1024 * 1024
+
+
+def test_result_submission_is_retried_with_backoff_on_5xx():
+    clock, client, worker = setup([task_payload("t1")], capacity=1)
+    client.result_replies = [
+        CoordinatorUnavailable("down"),
+        CoordinatorUnavailable("busy", status=503),
+        CoordinatorUnavailable("slow", status=429),
+    ]
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+
+    assert len(client.results) == 4
+    gaps = [b["at"] - a["at"] for a, b in zip(client.results, client.results[1:], strict=False)]
+    assert gaps == sorted(gaps) and gaps[0] < gaps[-1]
+
+
+def test_result_submission_gives_up_once_the_lease_must_have_expired():
+    clock, client, worker = setup([task_payload("t1", heartbeat_seconds=10)], capacity=1)
+    client.result_replies = [CoordinatorUnavailable("down")] * 1000
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+
+    # No lease_expires_at in the payload: the lease is taken as 3 heartbeats (30 s).
+    assert 3 < len(client.results) < 20
+    assert client.results[-1]["at"] - client.results[0]["at"] <= 30
+    assert client.failures == []
+
+
+def test_result_409_drops_the_chunk_and_the_worker_carries_on():
+    clock, client, worker = setup([task_payload("t1")], [task_payload("t2")], capacity=1)
+    client.result_replies = [LeaseLost("gone", status=409, code="stale_attempt")]
+
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+
+    assert [r["task_id"] for r in client.results] == ["t1", "t2"]
+    assert client.failures == []
+
+
+def test_rejected_result_is_reported_as_a_retryable_worker_error():
+    clock, client, worker = setup([task_payload("t1")], capacity=1)
+    client.result_replies = [
+        RequestRejected("summary does not match", status=400, code="invalid_input")
+    ]
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+
+    [failure] = client.failures
+    assert failure["error_code"] == "worker_error" and failure["retryable"] is True
+
+
+# -- error classes ------------------------------------------------------------------------
+
+
+def test_digest_mismatch_is_a_retryable_input_unavailable():
+    payload = task_payload("t1", sha256="0" * 64)
+    clock, client, worker = setup([payload], capacity=1)
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+
+    [failure] = client.failures
+    assert failure["error_code"] == "input_unavailable" and failure["retryable"] is True
+    assert failure["details"]["expected_sha256"] == "0" * 64
+    assert client.results == []
+
+
+def test_unreadable_input_is_a_retryable_input_unavailable():
+    payload = task_payload("t1")
+    clock, client, worker = setup([payload], capacity=1)
+    client.inputs[payload["input_uri"]] = CoordinatorUnavailable("read timed out")
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+
+    [failure] = client.failures
+    assert failure["error_code"] == "input_unavailable" and failure["retryable"] is True
+
+
+def test_input_409_drops_the_chunk_without_a_failure_report():
+    payload = task_payload("t1")
+    clock, client, worker = setup([payload], capacity=1)
+    client.inputs[payload["input_uri"]] = LeaseLost("not yours", status=409, code="lease_lost")
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+    assert client.failures == [] and client.results == []
+
+
+def test_invalid_input_is_not_retryable_and_keeps_its_details():
+    def reject(task, context):
+        list(context.read_input())
+        raise InvalidInput("line 3: not a number", details={"record": 2, "line": 3})
+
+    clock, client, worker = setup([task_payload("t1")], handler=reject, capacity=1)
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+
+    [failure] = client.failures
+    assert failure["error_code"] == "invalid_input" and failure["retryable"] is False
+    assert failure["error_message"] == "line 3: not a number"
+    assert failure["details"] == {"record": 2, "line": 3}
+
+
+def test_invalid_input_on_corrupted_bytes_is_reported_as_input_unavailable():
+    def reject_early(task, context):
+        next(iter(context.read_input()))  # stops reading at the first bad record
+        raise InvalidInput("bad record", details={"record": 0, "line": 1})
+
+    clock, client, worker = setup(
+        [task_payload("t1", sha256="1" * 64)], handler=reject_early, capacity=1
+    )
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+
+    [failure] = client.failures
+    assert failure["error_code"] == "input_unavailable"
+
+
+def test_handler_crash_is_a_retryable_worker_error():
+    def crash(task, context):
+        raise ZeroDivisionError("division by zero")
+
+    clock, client, worker = setup([task_payload("t1")], handler=crash, capacity=1)
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+
+    [failure] = client.failures
+    assert failure["error_code"] == "worker_error" and failure["retryable"] is True
+    assert failure["error_message"] == "ZeroDivisionError: division by zero"
+    assert "ZeroDivisionError" in failure["details"]["traceback"]
+
+
+def test_unknown_workload_is_a_worker_error():
+    clock, client, worker = setup([task_payload("t1", workload="other")], capacity=1)
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+    assert client.failures[0]["error_code"] == "worker_error"
+
+
+# -- stopping -----------------------------------------------------------------------------
+
+
+def run_in_thread(worker: Worker) -> tuple[threading.Thread, list]:
+    status: list = []
+    thread = threading.Thread(target=lambda: status.append(worker.run()), daemon=True)
+    thread.start()
+    return thread, status
+
+
+def test_warm_shutdown_stops_claiming_finishes_in_flight_and_exits_0():
+    gate = Gate()
+    clock, client, worker = setup(
+        [task_payload("t1")], [task_payload("t2")], handler=gate, capacity=1
+    )
+    thread, status = run_in_thread(worker)
+    assert gate.started.wait(WAIT)
+
+    worker.handle_signal(signal.SIGTERM)
+    gate.release.set()
+    thread.join(WAIT)
+
+    assert status == [0]
+    assert len(client.claims) == 1, "t2 was there to claim, but the worker was stopping"
+    assert [r["task_id"] for r in client.results] == ["t1"]
+
+
+def test_warm_shutdown_abandons_chunks_still_running_after_the_grace_period():
+    gate = Gate()
+    clock, client, worker = setup([task_payload("t1")], handler=gate, capacity=1, grace_seconds=30)
+    worker.run_once()
+    assert gate.started.wait(WAIT)
+
+    worker.handle_signal(signal.SIGTERM)
+    assert worker.run_once() is True
+    clock.now += 31
+    assert worker.run_once() is False
+
+    assert gate.stopped.wait(WAIT)
+    assert worker.wait_until_idle(WAIT)
+    assert client.results == [] and client.failures == []
+
+
+def test_second_sigterm_exits_at_once_with_a_nonzero_status():
+    gate = Gate()
+    clock, client, worker = setup([task_payload("t1")], handler=gate, capacity=1)
+    worker.run_once()
+
+    worker.handle_signal(signal.SIGTERM)
+    with pytest.raises(HardExit) as exited:
+        worker.handle_signal(signal.SIGTERM)
+
+    assert exited.value.status == 128 + signal.SIGTERM
+    gate.release.set()
+    worker.wait_until_idle(WAIT)
+
+
+def test_sigint_exits_at_once():
+    clock, client, worker = setup(capacity=1)
+    with pytest.raises(HardExit) as exited:
+        worker.handle_signal(signal.SIGINT)
+    assert exited.value.status == 128 + signal.SIGINT
+
+
+def test_burst_exits_when_the_queue_is_empty_and_nothing_is_in_flight():
+    clock, client, worker = setup([task_payload("t1"), task_payload("t2")], capacity=2, burst=True)
+    assert worker.run() == 0
+    assert sorted(r["task_id"] for r in client.results) == ["t1", "t2"]
+    assert all(c["wait_seconds"] == 0 for c in client.claims)
+
+
+def test_burst_keeps_going_while_chunks_are_in_flight():
+    gate = Gate()
+    clock, client, worker = setup(
+        [task_payload("t1")], [], [task_payload("t2")], handler=gate, capacity=2, burst=True
+    )
+    worker.run_once()
+    assert worker.run_once() is True  # empty, but t1 is still running
+    gate.release.set()
+    assert worker.wait_until_idle(WAIT)
+    assert worker.run_once() is True  # t2 claimed
+    assert worker.wait_until_idle(WAIT)
+    assert worker.run_once() is False  # empty and idle: burst ends
+
+
+def test_max_tasks_stops_claiming_after_n_chunks_and_exits_when_done():
+    def as_asked(capacity, **kwargs):
+        return [task_payload(f"t{time.perf_counter_ns()}-{i}") for i in range(capacity)]
+
+    clock, client, worker = setup(capacity=2, max_tasks=3)
+    client.claim_replies = [as_asked] * 10
+    client.stream_input = lambda uri, **kw: [b"a,b\n1,2\n"]
+
+    assert worker.run() == 0
+
+    assert len(client.results) == 3
+    assert sum(c["capacity"] for c in client.claims) == 3
+
+
+# -- faults -------------------------------------------------------------------------------
+
+
+def test_crash_fault_exits_17_after_compute_and_before_submit():
+    clock, client, worker = setup(
+        [task_payload("t1")], capacity=1, fault=Fault.parse("crash-after-compute")
+    )
+    exits = []
+    worker._hard_exit = lambda status: (
+        exits.append(status) or (_ for _ in ()).throw(HardExit(status))
+    )
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+    assert exits == [17]
+    assert client.results == []
+
+
+def test_pause_fault_stops_heartbeats_then_submits_and_is_fenced_off():
+    clock, client, worker = setup(
+        [task_payload("t1")], capacity=1, fault=Fault.parse("pause-after-compute=45")
+    )
+    client.result_replies = [LeaseLost("expired", status=409, code="lease_lost")]
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+
+    assert 45 in clock.sleeps
+    assert client.heartbeats == []
+    assert len(client.results) == 1 and client.failures == []
+
+
+def test_fault_spec_is_parsed_strictly():
+    assert Fault.parse("pause-after-compute=2.5") == Fault("pause-after-compute", 2.5)
+    for bad in ("crash", "pause-after-compute", "pause-after-compute=x", "crash-after-compute=1"):
+        with pytest.raises(ValueError):
+            Fault.parse(bad)
