@@ -1,0 +1,44 @@
+"""The CSV workload's pure core: split a file into chunks, summarise each, merge the summaries.
+
+Standard library only, and no I/O beyond the bytes it is given. Decisions the spec left open:
+an empty line is a record whose value is empty; a lone CR outside quotes ends a record, as it
+does for csv.reader; values may be padded with spaces and tabs; a quote anywhere but around a
+whole field (or doubled inside one) makes split reject the file.
+"""
+
+from services.csvstats.errors import CsvFormatError, InvalidInput, MergeError, SumOverflow
+from services.csvstats.merging import merge, partial_totals
+from services.csvstats.model import (
+    INT64_MAX,
+    INT64_MIN,
+    Checkpoint,
+    ChunkPlan,
+    InvalidRecord,
+    SplitResult,
+    Summary,
+    Totals,
+)
+from services.csvstats.planning import split, validate_delimiter
+from services.csvstats.sequential import sequential_totals
+from services.csvstats.summarising import summarise
+
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "Checkpoint",
+    "ChunkPlan",
+    "CsvFormatError",
+    "InvalidInput",
+    "InvalidRecord",
+    "MergeError",
+    "SplitResult",
+    "SumOverflow",
+    "Summary",
+    "Totals",
+    "merge",
+    "partial_totals",
+    "sequential_totals",
+    "split",
+    "summarise",
+    "validate_delimiter",
+]

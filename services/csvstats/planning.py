@@ -1,0 +1,168 @@
+"""Check a submitted CSV file and plan its chunks of whole records."""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+from dataclasses import dataclass
+
+from services.csvstats.errors import CsvFormatError
+from services.csvstats.model import ChunkPlan, SplitResult
+from services.csvstats.syntax import (
+    QUOTE,
+    first_misplaced_quote,
+    mask_quoted,
+    offset_after_lines,
+    quotes_well_placed,
+    record_fields,
+    terminator_view,
+)
+
+MAX_CHUNKS = 64
+_UTF8_STEP = 1 << 20
+# Hides line breaks inside quotes, so that only terminators are left as CR or LF.
+_HIDE_LINE_BREAKS = bytes.maketrans(b"\r\n", b"\x00\x00")
+
+
+def validate_delimiter(delimiter: str) -> None:
+    """Raise CsvFormatError unless delimiter is one character other than a quote, CR or LF."""
+    if not isinstance(delimiter, str) or len(delimiter) != 1:
+        raise CsvFormatError("delimiter", "must be exactly one character")
+    if delimiter in '"\r\n':
+        raise CsvFormatError("delimiter", "cannot be a quote, CR or LF")
+
+
+def validate_chunks(chunks: int) -> None:
+    """Raise CsvFormatError unless chunks is an integer from 1 to MAX_CHUNKS."""
+    if not isinstance(chunks, int) or isinstance(chunks, bool) or not 1 <= chunks <= MAX_CHUNKS:
+        raise CsvFormatError("chunks", f"must be an integer from 1 to {MAX_CHUNKS}")
+
+
+@dataclass(frozen=True)
+class FileLayout:
+    """Where a checked file's header and records are.
+
+    terminators and lines are as long as the file: in the first each record terminator ends
+    with LF and nothing else is LF; in the second each physical line break ends with LF.
+    """
+
+    header: tuple[str, ...]
+    body_start: int
+    records: int
+    terminators: bytes
+    lines: bytes
+
+
+def scan_file(data: bytes, delimiter: str) -> FileLayout:
+    """Check the file is UTF-8 with well-placed quotes and a header; find its records."""
+    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    if start == len(data):
+        raise CsvFormatError("file", "is empty: its first record must be the header")
+    lines = _line_view(data)
+    _check_utf8(data, start, lines)
+    if data.find(QUOTE, start) < 0:
+        masked = data
+    else:
+        separators = (delimiter.encode(), b"\r", b"\n")
+        pieces = data[start:].split(QUOTE)
+        if not quotes_well_placed(pieces, separators):
+            line = _line_at(lines, start + first_misplaced_quote(pieces, separators))
+            raise CsvFormatError(
+                "file", f"line {line}: misplaced quote (RFC 4180 allows quotes only around"
+                " a whole field, and doubled inside one)")
+        masked = data[:start] + mask_quoted(pieces, _HIDE_LINE_BREAKS)
+    terminators = terminator_view(masked)
+    newline = terminators.find(b"\n", start)
+    body_start = len(data) if newline < 0 else newline + 1
+    header = _read_header(data, start, newline, delimiter)
+    records = terminators.count(b"\n", body_start)
+    if body_start < len(data) and not terminators.endswith(b"\n"):
+        records += 1  # the final newline is optional
+    return FileLayout(header, body_start, records, terminators, lines)
+
+
+def find_column(header: tuple[str, ...], column: str) -> int:
+    """Return the index of the one header field named column, else raise CsvFormatError."""
+    if not isinstance(column, str) or not column:
+        raise CsvFormatError("column", "must be a non-empty header name")
+    found = [i for i, name in enumerate(header) if name == column]
+    if not found:
+        names = ", ".join(map(repr, header[:20])) + (", ..." if len(header) > 20 else "")
+        raise CsvFormatError("column", f"{column!r} is not in the header ({names})")
+    if len(found) > 1:
+        positions = ", ".join(str(i + 1) for i in found)
+        raise CsvFormatError("column", f"{column!r} is ambiguous: header fields {positions}")
+    return found[0]
+
+
+def split(data: bytes, column: str, delimiter: str = ",", chunks: int = 1) -> SplitResult:
+    """Check a CSV file and plan up to `chunks` chunks of equally many records."""
+    validate_delimiter(delimiter)
+    validate_chunks(chunks)
+    data = bytes(data)
+    layout = scan_file(data, delimiter)
+    column_index = find_column(layout.header, column)
+    size = max(1, -(-layout.records // chunks))
+    count = max(1, -(-layout.records // size))
+    view = memoryview(data)
+    plans = []
+    byte_start = layout.body_start
+    first_line = 1 + layout.lines.count(b"\n", 0, byte_start)
+    for index in range(count):
+        record_start = index * size
+        last = index == count - 1
+        byte_end = len(data) if last else offset_after_lines(layout.terminators, byte_start, size)
+        plans.append(ChunkPlan(
+            index=index, record_start=record_start,
+            record_end=min(layout.records, record_start + size), first_line=first_line,
+            byte_start=byte_start, byte_end=byte_end,
+            sha256=hashlib.sha256(view[byte_start:byte_end]).hexdigest()))
+        first_line += layout.lines.count(b"\n", byte_start, byte_end)
+        byte_start = byte_end
+    return SplitResult(header=layout.header, column_index=column_index,
+                       records=layout.records, plans=tuple(plans))
+
+
+def _line_view(data: bytes) -> bytes:
+    crs = data.count(b"\r")
+    if crs == 0 or crs == data.count(b"\r\n"):
+        return data  # every line break already ends with LF
+    return data.replace(b"\r\n", b"\x00\n").replace(b"\r", b"\n")
+
+
+def _line_at(lines: bytes, offset: int) -> int:
+    return 1 + lines.count(b"\n", 0, offset)
+
+
+def _check_utf8(data: bytes, start: int, lines: bytes) -> None:
+    if data.isascii():
+        return
+    pos = start
+    while pos < len(data):
+        end = min(pos + _UTF8_STEP, len(data))
+        # Never cut a character: back off over continuation bytes (0b10xxxxxx).
+        while end < len(data) and end > pos + 4 and 0x80 <= data[end] < 0xC0:
+            end -= 1
+        try:
+            str(data[pos:end], "utf-8")
+        except UnicodeDecodeError as exc:
+            offset = pos + exc.start
+            raise CsvFormatError(
+                "file", f"is not UTF-8: byte {offset} (line {_line_at(lines, offset)})"
+                f" is {data[offset:offset + 1]!r}") from None
+        pos = end
+
+
+def _read_header(data: bytes, start: int, newline: int, delimiter: str) -> tuple[str, ...]:
+    if newline < 0:
+        end = len(data)
+        if data.count(QUOTE, start) % 2:
+            raise CsvFormatError("file", "the header has an unterminated quote")
+    elif data[newline] == 0x0A and newline > start and data[newline - 1] == 0x0D:
+        end = newline - 1
+    else:
+        end = newline
+    text = data[start:end].decode("utf-8")
+    if not text:
+        raise CsvFormatError("file", "the header (line 1) is empty")
+    return tuple(record_fields(text, delimiter))

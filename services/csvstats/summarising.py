@@ -1,0 +1,253 @@
+"""Summarise one chunk's column from a stream of byte blocks, with checkpoints to resume from.
+
+Each batch of whole records first tries a fast path of whole-buffer operations (for records
+that all have the same number of fields); anything it declines, and every error, goes to a
+careful record-by-record reader, so both give the same answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from itertools import accumulate, repeat
+
+from services.csvstats.model import INT64_MAX, INT64_MIN, Checkpoint, InvalidRecord, Summary
+from services.csvstats.planning import validate_delimiter
+from services.csvstats.syntax import (
+    BLANKS,
+    QUOTE,
+    BadValue,
+    excerpt,
+    first_misplaced_quote,
+    iter_records,
+    last_record_end,
+    line_breaks,
+    mask_quoted,
+    quotes_well_placed,
+    read_integer,
+    record_fields,
+    too_few_fields,
+)
+
+_BATCH_BYTES = 1 << 20
+_BLANK_BYTES = BLANKS.encode()
+_DIGITS_AND_SIGNS = b"0123456789+-"
+
+
+def summarise(blocks: Iterable[bytes], *, column_index: int, column: str, delimiter: str = ",",
+              record_start: int = 0, first_line: int = 2, checkpoint: Checkpoint | None = None,
+              on_checkpoint: Callable[[Checkpoint], None] | None = None,
+              checkpoint_every: int = 50_000) -> Summary:
+    """Summarise the column of one chunk's records, given as byte blocks of any sizes."""
+    validate_delimiter(delimiter)
+    if not isinstance(column_index, int) or column_index < 0:
+        raise ValueError("column_index must be a non-negative integer")
+    if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        raise ValueError("checkpoint_every must be a positive integer")
+    if checkpoint is not None:
+        checkpoint.check()
+    chunk = _ChunkSummariser(column_index, column, delimiter, record_start, first_line,
+                             checkpoint, on_checkpoint, checkpoint_every)
+    hasher = hashlib.sha256()
+    pending = bytearray()
+    threshold = _BATCH_BYTES
+    for block in blocks:
+        hasher.update(block)
+        if chunk.error is not None:
+            continue  # the digest still covers every byte
+        view = memoryview(block)
+        for offset in range(0, len(view), _BATCH_BYTES):
+            pending += view[offset:offset + _BATCH_BYTES]
+            if len(pending) < threshold:
+                continue
+            cut = last_record_end(pending)
+            if cut == 0:
+                threshold = 2 * len(pending)  # one record is longer than a batch
+                continue
+            chunk.read(bytes(pending[:cut]))
+            del pending[:cut]
+            threshold = _BATCH_BYTES
+            if chunk.error is not None:
+                break
+    if chunk.error is None:
+        chunk.read(bytes(pending))
+        chunk.finish()
+    return chunk.summary(hasher.hexdigest())
+
+
+class _ChunkSummariser:
+    """Running statistics of a chunk, fed batches of whole records in order."""
+
+    def __init__(self, column_index: int, column: str, delimiter: str, record_start: int,
+                 first_line: int, checkpoint: Checkpoint | None,
+                 on_checkpoint: Callable[[Checkpoint], None] | None, every: int):
+        self.column_index = column_index
+        self.column = column
+        self.delimiter = delimiter
+        self.record_start = record_start
+        self.on_checkpoint = on_checkpoint
+        self.every = every
+        self.records = 0  # records read so far, skipped ones included
+        self.line = first_line  # the physical line on which the next record starts
+        self.error: InvalidRecord | None = None
+        self.skip = checkpoint.records_done if checkpoint else 0
+        partial = checkpoint.partial if checkpoint else None
+        self.count = partial.count if partial else 0
+        self.total = partial.sum if partial else 0
+        self.minimum = partial.min if partial else None
+        self.maximum = partial.max if partial else None
+        self.low = partial.min_prefix if partial else 0
+        self.high = partial.max_prefix if partial else 0
+        # The fast path splits bytes on the delimiter, so it needs a one-byte one.
+        self.fast = delimiter.isascii()
+        if self.fast:
+            byte = delimiter.encode()
+            mask = b"\x01" if byte == b"\x00" else b"\x00"
+            self.separators = (byte, b"\r", b"\n")
+            self.hide_in_quotes = bytes.maketrans(byte + b"\r\n", mask * 3)
+            self.not_structure = bytes(sorted(set(range(256)) - {byte[0], 0x0A}))
+            self.delimiter_byte = byte
+
+    def read(self, batch: bytes) -> None:
+        """Add a batch of whole records (the last batch may end in an unfinished one)."""
+        values = self._fast_values(batch) if batch and self.fast else None
+        if values is None:
+            if batch:
+                self._read_carefully(batch, self.records)
+            return
+        at_start = self.records
+        i = min(len(values), max(0, self.skip - self.records))
+        self.records += i
+        while i < len(values):
+            j = min(len(values), i + self.every - self.records % self.every)
+            if not self._add_values(values[i:j]):
+                self.records = at_start
+                self._read_carefully(batch, at_start + i)
+                return
+            self.records += j - i
+            i = j
+            if self.records % self.every == 0:
+                self._checkpoint()
+        self.line += line_breaks(batch)
+
+    def finish(self) -> None:
+        """Raise ValueError if a resumed checkpoint claimed more records than the chunk has."""
+        if self.records < self.skip:
+            raise ValueError(f"the checkpoint is at record {self.skip} of a chunk of "
+                             f"{self.records} records")
+
+    def summary(self, digest: str) -> Summary:
+        """Return the statistics so far as a Summary over the given digest."""
+        return Summary(records=self.records, count=self.count, sum=self.total,
+                       min=self.minimum, max=self.maximum, min_prefix=self.low,
+                       max_prefix=self.high, digest=digest, error=self.error)
+
+    def _checkpoint(self) -> None:
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(Checkpoint(self.records, self.summary("")))
+
+    def _fast_values(self, batch: bytes) -> list[bytes] | None:
+        """Return each record's raw column bytes, or None if the careful path must decide."""
+        if not batch.isascii():
+            try:
+                str(batch, "utf-8")
+            except UnicodeDecodeError:
+                return None
+        if QUOTE in batch:
+            pieces = batch.split(QUOTE)
+            if len(pieces) % 2 == 0 or not quotes_well_placed(pieces, self.separators):
+                return None
+            batch = mask_quoted(pieces, self.hide_in_quotes)
+        if b"\r" in batch:
+            batch = batch.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if batch.endswith(b"\n"):
+            batch = batch[:-1]
+        # Only when every record has the same number of fields is a flat split exact.
+        skeleton = batch.translate(None, self.not_structure)
+        width = skeleton.find(b"\n")
+        width = len(skeleton) if width < 0 else width
+        row = self.delimiter_byte * width
+        if width < self.column_index or skeleton != (row + b"\n") * skeleton.count(b"\n") + row:
+            return None
+        fields = batch.replace(b"\n", self.delimiter_byte).split(self.delimiter_byte)
+        return fields[self.column_index::width + 1]
+
+    def _add_values(self, values: list[bytes]) -> bool:
+        """Add a run of records' values; False (adding nothing) if any needs a closer look."""
+        present = list(filter(None, map(bytes.strip, values, repeat(_BLANK_BYTES))))
+        if present and b"".join(present).translate(None, _DIGITS_AND_SIGNS):
+            # Quoted values still carry their quotes here; anything else is for the careful path.
+            unquoted = [v[1:-1] if v.startswith(QUOTE) else v for v in present]
+            present = list(filter(None, map(bytes.strip, unquoted, repeat(_BLANK_BYTES))))
+            if present and b"".join(present).translate(None, _DIGITS_AND_SIGNS):
+                return False
+        if not present:
+            return True
+        try:
+            numbers = list(map(int, present))  # only digits and signs are left to int()
+        except ValueError:
+            return False
+        low, high = min(numbers), max(numbers)
+        if low < INT64_MIN or high > INT64_MAX:
+            return False
+        prefixes = list(accumulate(numbers, initial=self.total))
+        self.low = min(self.low, min(prefixes))
+        self.high = max(self.high, max(prefixes))
+        self.total = prefixes[-1]
+        self.count += len(numbers)
+        self.minimum = low if self.minimum is None else min(self.minimum, low)
+        self.maximum = high if self.maximum is None else max(self.maximum, high)
+        return True
+
+    def _read_carefully(self, batch: bytes, done: int) -> None:
+        """Read batch record by record, skipping those before `done` (already counted)."""
+        index, line = self.records, self.line
+        skip_below = max(done, self.skip)
+        for start, content_end, end in iter_records(batch):
+            if index >= skip_below:
+                problem = self._read_record(batch[start:content_end])
+                if problem is not None:
+                    reason, shown = problem
+                    self.error = InvalidRecord(record=self.record_start + index + 1, line=line,
+                                               column=self.column, reason=reason, excerpt=shown)
+                    self.records, self.line = index, line
+                    return
+                self.records = index + 1
+                if self.records % self.every == 0:
+                    self._checkpoint()
+            index += 1
+            line += line_breaks(batch, start, end)
+        self.records, self.line = index, line
+
+    def _read_record(self, raw: bytes) -> tuple[str, str] | None:
+        """Add one record's value; return (reason, excerpt) if the record is invalid."""
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return "invalid UTF-8", excerpt(raw[exc.start:exc.end])
+        if '"' in text:
+            pieces = text.split('"')
+            if first_misplaced_quote(pieces, (self.delimiter,)) is not None:
+                return "misplaced quote", excerpt(text)
+            if len(pieces) % 2 == 0:
+                return "unterminated quote", ""
+        if not text:
+            return None  # an empty line is a record whose value is empty
+        fields = record_fields(text, self.delimiter)
+        if len(fields) <= self.column_index:
+            return too_few_fields(len(fields), self.column_index), ""
+        try:
+            value = read_integer(fields[self.column_index])
+        except BadValue as exc:
+            return str(exc), excerpt(fields[self.column_index])
+        if value is not None:
+            self._add_value(value)
+        return None
+
+    def _add_value(self, value: int) -> None:
+        self.count += 1
+        self.total += value
+        self.low = min(self.low, self.total)
+        self.high = max(self.high, self.total)
+        self.minimum = value if self.minimum is None else min(self.minimum, value)
+        self.maximum = value if self.maximum is None else max(self.maximum, value)
