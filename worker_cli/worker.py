@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import logging
 import math
 import os
@@ -49,10 +50,15 @@ TICK_SECONDS = 0.5
 HEARTBEAT_RETRY_SECONDS = 2.0
 
 
+# The suffix starts at random and counts up: random keeps containers apart (every worker may be
+# pid 1 under the same hostname), counting keeps two workers of one process apart for certain.
+_worker_suffixes = itertools.count(secrets.randbelow(1 << 24))
+
+
 def default_worker_id() -> str:
     """Return `<hostname>-<pid>-<6 random hex>`: readable, and never shared by two workers."""
-    # The random part covers containers, where every worker may be pid 1 on its own hostname.
-    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+    suffix = next(_worker_suffixes) % (1 << 24)
+    return f"{socket.gethostname()}-{os.getpid()}-{suffix:06x}"
 
 
 def peak_rss_bytes() -> int:
