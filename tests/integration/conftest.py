@@ -1,0 +1,113 @@
+"""Fixtures for the integration tests: manifest jobs and worker calls over the real API."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+import pytest
+
+from services import auth
+
+WORKER = "worker-a"
+OTHER_WORKER = "worker-b"
+
+
+def sha256_of(text: str) -> str:
+    """The 64-hex digest a manifest names for an input or a result."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def manifest(chunks: int | list[int] = 1, **job: object) -> dict:
+    """A manifest job body for the `echo` workload; a list of ints names the chunk indexes."""
+    indexes = chunks if isinstance(chunks, list) else None
+    count = len(chunks) if indexes is not None else chunks
+    tasks = []
+    for n in range(count):
+        task = {"input_uri": f"s3://in/{n}", "input_sha256": sha256_of(f"in-{n}"),
+                "parameters": {"n": n}}
+        if indexes is not None:
+            task["chunk_index"] = indexes[n]
+        tasks.append(task)
+    return {"workload": "echo", "input_uri": "s3://in/", "parameters": {}, "tasks": tasks, **job}
+
+
+def result_body(claimed: dict, worker_id: str = WORKER, tag: str = "out") -> dict:
+    """A result manifest for a claimed task under its own attempt."""
+    uri = f"s3://out/{claimed['task_id']}/{tag}"
+    return {"worker_id": worker_id, "attempt": claimed["attempt"], "result_uri": uri,
+            "result_sha256": sha256_of(uri), "metrics": {"rows": 1}}
+
+
+@pytest.fixture
+def user(rt, tokens) -> auth.Principal:
+    """The seeded compute_user as a principal, for calling services directly."""
+    return auth.authenticate(rt.pool, tokens["user"])
+
+
+@pytest.fixture
+def submit(client, headers) -> Callable[..., dict]:
+    """POST a manifest job as the user (or `as_`) and return the created job."""
+
+    def submit_job(body: dict, as_: str = "user") -> dict:
+        response = client.post("/api/v1/jobs", json=body, headers=headers[as_])
+        assert response.status_code == 201, response.get_json()
+        return response.get_json()
+
+    return submit_job
+
+
+@pytest.fixture
+def claim(client, headers) -> Callable[..., list[dict]]:
+    """POST /api/v1/tasks/claim as a worker and return the leased tasks ([] on 204)."""
+
+    def claim_tasks(worker_id: str = WORKER, capacity: int = 1, **extra: object) -> list[dict]:
+        body = {"worker_id": worker_id, "workloads": ["echo"], "capacity": capacity, **extra}
+        response = client.post("/api/v1/tasks/claim", json=body, headers=headers["worker"])
+        assert response.status_code in (200, 204), response.get_json()
+        return [] if response.status_code == 204 else response.get_json()["tasks"]
+
+    return claim_tasks
+
+
+@pytest.fixture
+def task_call(client, headers) -> Callable[..., object]:
+    """POST to /api/v1/tasks/{id}/{heartbeat|result|failure} as a worker; returns the response."""
+
+    def call(task_id: str, action: str, body: dict):
+        return client.post(f"/api/v1/tasks/{task_id}/{action}", json=body,
+                           headers=headers["worker"])
+
+    return call
+
+
+@pytest.fixture
+def complete(task_call) -> Callable[..., dict]:
+    """Report a result for a claimed task and return the task as the API shows it."""
+
+    def complete_task(claimed: dict, worker_id: str = WORKER) -> dict:
+        response = task_call(claimed["task_id"], "result", result_body(claimed, worker_id))
+        assert response.status_code == 200, response.get_json()
+        return response.get_json()
+
+    return complete_task
+
+
+@pytest.fixture
+def task_row(db) -> Callable[[str], dict]:
+    """The tasks row as PostgreSQL holds it."""
+
+    def row(task_id: str) -> dict:
+        return db.execute("SELECT * FROM tasks WHERE id = %s", (task_id,)).fetchone()
+
+    return row
+
+
+@pytest.fixture
+def job_row(db) -> Callable[[str], dict]:
+    """The jobs row as PostgreSQL holds it."""
+
+    def row(job_id: str) -> dict:
+        return db.execute("SELECT * FROM jobs WHERE id = %s", (job_id,)).fetchone()
+
+    return row

@@ -1,0 +1,107 @@
+"""The yoyo migrations against a real server, and /readyz telling a behind schema apart."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from app import create_app, migrations
+from app.runtime import close
+
+QUEUE_TABLES = {"users", "api_tokens", "jobs", "tasks", "task_attempts", "workers", "outbox",
+                "audit_log"}
+LATEST = "0002.csv_jobs"
+LATEST_TABLES = {"chunk_summaries"}
+
+
+def public_tables(url: str) -> set[str]:
+    """Names of the ordinary tables in the public schema (yoyo's bookkeeping excluded)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables"
+            " WHERE table_schema = 'public' AND table_type = 'BASE TABLE'").fetchall()
+    return {name for (name,) in rows if not name.startswith("_yoyo") and name != "yoyo_lock"}
+
+
+def test_the_latest_migration_is_the_one_these_tests_roll_back():
+    assert migrations.migration_ids()[-1] == LATEST
+
+
+def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(
+        empty_database_url):
+    assert public_tables(empty_database_url) == set()
+
+    migrations.apply(empty_database_url)
+    assert public_tables(empty_database_url) == QUEUE_TABLES | LATEST_TABLES
+
+    migrations.rollback_latest(empty_database_url)
+    assert public_tables(empty_database_url) == QUEUE_TABLES
+
+    migrations.apply(empty_database_url)
+    assert public_tables(empty_database_url) == QUEUE_TABLES | LATEST_TABLES
+
+
+def test_rolling_back_every_migration_leaves_no_table(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    migrations.rollback_latest(empty_database_url)
+    migrations.rollback_latest(empty_database_url)
+
+    assert public_tables(empty_database_url) == set()
+
+
+def test_applying_at_head_changes_nothing(database_url):
+    before = public_tables(database_url)
+
+    migrations.apply(database_url)
+
+    assert public_tables(database_url) == before == QUEUE_TABLES | LATEST_TABLES
+
+
+@pytest.fixture
+def rolled_back_app(app_config, database_url):
+    """A coordinator started on a database whose latest migration was rolled back."""
+    migrations.rollback_latest(database_url)
+    flask_app = create_app(app_config)
+    yield flask_app
+    close(flask_app.extensions["chunkwise.runtime"])
+
+
+def test_readyz_is_503_naming_the_missing_migration_when_the_schema_is_behind(
+        rolled_back_app, database_url):
+    client = rolled_back_app.test_client()
+
+    response = client.get("/readyz")
+
+    assert response.status_code == 503
+    body = response.get_json()
+    assert body["error"]["code"] == "schema_behind"
+    assert body["error"]["details"]["missing_migrations"] == [LATEST]
+    assert LATEST in body["error"]["message"]
+    assert response.headers["Retry-After"]
+
+
+def test_readyz_turns_200_once_the_missing_migration_is_applied(rolled_back_app, database_url):
+    client = rolled_back_app.test_client()
+    assert client.get("/readyz").status_code == 503
+
+    migrations.apply(database_url)
+    response = client.get("/readyz")
+
+    assert response.status_code == 200
+    assert response.get_json()["status"] == "ready"
+    assert response.get_json()["missing_migrations"] == []
+
+
+def test_readyz_is_200_on_a_current_schema(client):
+    response = client.get("/readyz")
+
+    assert response.status_code == 200
+    assert response.get_json()["missing_migrations"] == []
+
+
+def test_healthz_answers_without_a_token(client):
+    response = client.get("/healthz")
+
+    assert response.status_code == 200
+    assert response.get_json()["status"] == "ok"
