@@ -13,10 +13,10 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m bench.stack demo
+	$(BIN)/python -m bench.demo demo
 
 run stack: $(STAMP)
-	$(BIN)/python -m bench.stack run
+	$(BIN)/python -m bench.demo run
 
 test: $(STAMP)
 	$(BIN)/pytest tests

@@ -1,0 +1,156 @@
+"""The local stack as real processes: PostgreSQL, migrations, gunicorn, workers.
+
+bench/demo.py (make demo, make run), bench/report.py (make report) and the e2e tests all
+drive this one LocalStack class.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+from app import migrations
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    """A TCP port on loopback nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Tokens:
+    """The seeded local credentials."""
+
+    user: str = field(default_factory=lambda: "cwu_" + secrets.token_urlsafe(32))
+    operator: str = field(default_factory=lambda: "cwu_" + secrets.token_urlsafe(32))
+    worker: str = field(default_factory=lambda: "cww_" + secrets.token_urlsafe(32))
+
+
+@dataclass
+class LocalStack:
+    """Coordinator and workers as subprocesses over one database; logs under run_dir/logs."""
+
+    database_url: str
+    run_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    tokens: Tokens = field(default_factory=Tokens)
+    port: int = field(default_factory=free_port)
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        """The coordinator's base URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def logs(self) -> Path:
+        """Where each process writes its JSON log lines."""
+        return self.run_dir / "logs"
+
+    def base_env(self) -> dict[str, str]:
+        """The environment every process of the stack shares."""
+        return {
+            **os.environ,
+            "DATABASE_URL": self.database_url,
+            "CHUNKWISE_TEMP_DIR": str(self.run_dir / "tmp"),
+            "CHUNKWISE_ARCHIVE_DIR": str(self.run_dir / "archive"),
+            "CHUNKWISE_BIND": f"127.0.0.1:{self.port}",
+            "CHUNKWISE_URL": self.url,
+            "CHUNKWISE_SEED_USER_TOKEN": self.tokens.user,
+            "CHUNKWISE_SEED_OPERATOR_TOKEN": self.tokens.operator,
+            "CHUNKWISE_SEED_WORKER_TOKEN": self.tokens.worker,
+            "CHUNKWISE_WORKER_TOKEN": self.tokens.worker,
+            "PROMETHEUS_MULTIPROC_DIR": str(self.run_dir / "prometheus"),
+            **self.env,
+        }
+
+    def prepare(self) -> None:
+        """Apply migrations and seed the tokens (the compose migrate and seed services)."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        migrations.apply(self.database_url)
+        subprocess.run([str(BIN / "flask"), "--app", "app", "seed-local"], cwd=REPO,
+                       env=self.base_env(), check=True, stdout=subprocess.DEVNULL)
+
+    def start_coordinator(self, name: str = "coordinator", timeout: float = 30.0) -> None:
+        """Start gunicorn and wait until /readyz answers 200."""
+        prom = self.run_dir / "prometheus"
+        prom.mkdir(parents=True, exist_ok=True)
+        for stale in prom.glob("*.db"):
+            stale.unlink()
+        self._spawn(name, [str(BIN / "gunicorn"), "-c", str(REPO / "gunicorn.conf.py")])
+        self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Poll /readyz until it answers 200."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"the coordinator at {self.url} was not ready in {timeout} s")
+
+    def start_worker(self, name: str, *args: str) -> subprocess.Popen:
+        """Start a chunkwise-worker with a readable worker id."""
+        return self._spawn(name, [str(BIN / "chunkwise-worker"), "--coordinator", self.url,
+                                  "--worker-id", name, *args])
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = (self.logs / f"{name}.log").open("ab")
+        process = subprocess.Popen(argv, cwd=REPO, env=self.base_env(), stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes[name] = process
+        return process
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Signal a process's whole group (gunicorn's workers die with their arbiter)."""
+        process = self.processes[name]
+        if process.poll() is None:
+            os.killpg(process.pid, sig)
+        process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """Stop everything this stack started: SIGTERM, then SIGKILL after a grace period."""
+        for process in self.processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+    def api(self, token: str | None = None) -> requests.Session:
+        """A requests session authenticated as the user (or the given token)."""
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {token or self.tokens.user}"
+        return session
+
+
+def database_url(run_dir: Path) -> str:
+    """DATABASE_URL when set, else an embedded server under run_dir/pg (stopped at exit)."""
+    if os.environ.get("DATABASE_URL"):
+        return os.environ["DATABASE_URL"]
+    from bench import embedded_pg
+
+    return embedded_pg.start(run_dir / "pg", keep=True)
+
