@@ -16,6 +16,10 @@ ENTRY_POINT_GROUP = "chunkwise.handlers"
 
 logger = logging.getLogger(__name__)
 
+# Records between checkpoints: often enough that a retried chunk loses little work, rarely
+# enough that the checkpoints (sent on heartbeats) stay a small share of the traffic.
+CHECKPOINT_EVERY = 50_000
+
 
 class ChunkStopped(Exception):
     """The worker told this chunk to stop (lease lost, job cancelled, shutdown)."""
@@ -223,6 +227,7 @@ def summarise_csv(task: ClaimedTask, context: TaskContext) -> dict:
         first_line=int(params["first_line"]),
         checkpoint=resume,
         on_checkpoint=lambda checkpoint: context.save_checkpoint(checkpoint.to_dict()),
+        checkpoint_every=CHECKPOINT_EVERY,
     )
     if summary.error is not None:
         # The coordinator decides the job's first error across chunks, so it needs the
