@@ -51,9 +51,10 @@ def run_sample(stack: LocalStack, records: int, chunks: int) -> int:
         time.sleep(0.2)
         job = api.get(f"{stack.url}/api/v1/jobs/{job['id']}", timeout=10).json()
         show_progress(job, time.monotonic() - started)
+    elapsed = time.monotonic() - started
     print()
     control = csvstats.sequential_totals(data, "value")
-    say(f"status:    {job['status']} in {time.monotonic() - started:.2f} s")
+    say(f"status:    {job['status']} in {elapsed:.2f} s from upload to merged result")
     if job["status"] != "succeeded":
         say(f"error:     {job['error']}")
         return 1

@@ -99,10 +99,10 @@ class LocalStack:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if requests.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                if requests.get(f"{self.url}/readyz", timeout=5).status_code == 200:
                     return
-            except requests.ConnectionError:
-                pass
+            except requests.RequestException:
+                pass  # not listening yet, or the workers are still booting
             time.sleep(0.1)
         raise TimeoutError(f"the coordinator at {self.url} was not ready in {timeout} s")
 
