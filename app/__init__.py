@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from flask import Flask
 
-from app import auth, cli, errors, logs, runtime, tracing, uploads
-from app.blueprints import chunks, events, health, jobs, tasks
+from app import auth, cli, errors, logs, openapi, runtime, tracing, uploads
+from app.blueprints import chunks, events, health, jobs, queue, tasks
 from app.config import load_settings
 from app.migrations import migration_ids
 
@@ -26,8 +26,7 @@ def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
     uploads.init_app(app, settings.temp_dir, settings.max_upload_bytes)
     errors.init_app(app)
     cli.init_app(app)
-    from app import openapi
-
-    for blueprint in (health.bp, jobs.bp, chunks.bp, tasks.bp, events.bp, openapi.bp):
+    for blueprint in (health.bp, jobs.bp, chunks.bp, tasks.bp, events.bp, queue.bp,
+                      openapi.bp):
         app.register_blueprint(blueprint)
     return app

@@ -26,6 +26,8 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "chunks.list_chunks": (None, schemas.ChunkListSchema, (401, 404)),
     "chunks.get_chunk": (None, schemas.ChunkSchema, (401, 404)),
     "events.list_events": (schemas.EventQuerySchema, schemas.EventListSchema, (401, 422)),
+    "queue.queue_status": (None, schemas.QueueSchema, (401, 403)),
+    "queue.list_workers": (None, schemas.WorkerListSchema, (401, 403)),
     "tasks.claim": (schemas.ClaimSchema, schemas.ClaimResponseSchema, (204, 401, 403, 422)),
     "tasks.read_input": (schemas.LeaseSchema, None, (401, 403, 409)),
     "tasks.heartbeat": (schemas.HeartbeatSchema, schemas.LeaseRenewedSchema, (401, 403, 409)),

@@ -333,6 +333,48 @@ class HealthSchema(Schema):
     missing_migrations = fields.List(fields.Str())
 
 
+class StateCountSchema(Schema):
+    """Chunks of one workload in one state."""
+
+    workload = fields.Str()
+    state = fields.Str()
+    count = fields.Int()
+
+
+class QueueSchema(Schema):
+    """The queue at a glance (dumped from services.queue.QueueView)."""
+
+    chunks = fields.List(fields.Nested(StateCountSchema), attribute="figures.chunks")
+    jobs_by_status = fields.Dict(attribute="figures.jobs_by_status")
+    oldest_pending_seconds = fields.Float(attribute="figures.oldest_pending_seconds",
+                                          allow_none=True)
+    active_leases = fields.Int(attribute="figures.active_leases")
+    oldest_lease_seconds = fields.Float(attribute="figures.oldest_lease_seconds",
+                                        allow_none=True)
+    max_leases_total = fields.Int(attribute="limits.max_leases_total")
+    max_leases_per_worker = fields.Int(attribute="limits.max_leases_per_worker")
+    max_queued_chunks = fields.Int(attribute="limits.max_queued_chunks")
+
+
+class WorkerSchema(Schema):
+    """A worker as the coordinator has seen it."""
+
+    worker_id = fields.Str(attribute="id")
+    first_seen_at = fields.DateTime()
+    last_seen_at = fields.DateTime()
+    capacity = fields.Int()
+    workloads = fields.List(fields.Str())
+    leases_held = fields.Int()
+    tasks_done = fields.Int()
+    peak_rss_bytes = fields.Int(allow_none=True)
+
+
+class WorkerListSchema(Schema):
+    """Every known worker."""
+
+    workers = fields.List(fields.Nested(WorkerSchema))
+
+
 def load_json(schema: Schema) -> dict:
     """Parse the request's JSON object with a schema (400 when it is not JSON at all)."""
     body = request.get_json(silent=True)

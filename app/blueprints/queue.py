@@ -1,0 +1,23 @@
+"""Operator views: the queue and the workers."""
+
+from __future__ import annotations
+
+from flask import Blueprint
+
+from app import schemas
+from app.runtime import get_runtime
+from services import queue
+
+bp = Blueprint("queue", __name__, url_prefix="/api/v1")
+
+
+@bp.get("/queue")
+def queue_status():
+    """Chunks by state and workload, oldest pending age, active leases against the caps."""
+    return schemas.QueueSchema().dump(queue.queue_status(get_runtime()))
+
+
+@bp.get("/workers")
+def list_workers():
+    """Each worker's last heartbeat, leases held, chunks done and peak memory."""
+    return schemas.WorkerListSchema().dump({"workers": queue.list_workers(get_runtime())})

@@ -1,0 +1,31 @@
+"""Operator views of the queue and its workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from repositories import queue as queue_rows
+from repositories import workers as worker_rows
+from repositories.queue import QueueFigures
+from repositories.workers import Worker
+from services.runtime import Limits, Runtime
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """The queue's figures beside the limits they are held to."""
+
+    figures: QueueFigures
+    limits: Limits
+
+
+def queue_status(rt: Runtime) -> QueueView:
+    """Chunks by state and workload, oldest pending age, active leases against the caps."""
+    with rt.pool.connection() as conn:
+        return QueueView(queue_rows.figures(conn), rt.limits)
+
+
+def list_workers(rt: Runtime) -> list[Worker]:
+    """Every worker seen: last heartbeat, leases held, chunks done, peak memory."""
+    with rt.pool.connection() as conn:
+        return worker_rows.list_workers(conn)
