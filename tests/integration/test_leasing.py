@@ -1,0 +1,317 @@
+"""Leasing against the real database: concurrent claims, caps, expiry, order, long-polling."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from services import jobs, tasks
+from services.jobs import JobSpec, TaskSpec
+from services.wakeups import Wakeups
+from tests.integration.conftest import OTHER_WORKER, WORKER, manifest, sha256_of
+
+TASKS = 500
+JOBS = 10
+WORKERS = 8
+PER_WORKER_CAP = 2  # the defaults of max_leases_per_worker and max_leases_total
+TOTAL_CAP = 8
+DEADLINE_SECONDS = 20
+
+
+@pytest.fixture
+def app_config(app_config):
+    """Room in the queue for one job of TASKS chunks; the lease caps stay at their defaults."""
+    return {**app_config, "CHUNKWISE_MAX_QUEUED_CHUNKS": str(TASKS * 2)}
+
+
+def later(minutes: int = 5) -> datetime:
+    """A moment after every lease granted now has run out."""
+    return datetime.now(UTC) + timedelta(minutes=minutes)
+
+
+def echo_spec(chunks: int, **job: object) -> JobSpec:
+    """A manifest job of `chunks` echo tasks, for calling services directly."""
+    return JobSpec(workload="echo", input_uri="s3://in/", parameters={},
+                   tasks=[TaskSpec(input_uri=f"s3://in/{n}", input_sha256=sha256_of(str(n)),
+                                   parameters={}) for n in range(chunks)], **job)
+
+
+# --- concurrency and caps ---------------------------------------------------------------------
+
+def test_concurrent_workers_lease_each_task_once_lose_none_and_respect_the_caps(
+        rt, user, db):
+    assert (rt.limits.max_leases_per_worker, rt.limits.max_leases_total) == (
+        PER_WORKER_CAP, TOTAL_CAP)
+    # Several jobs: completing a chunk re-reads its whole job, which is not what this measures.
+    created = [jobs.create_job(rt, user, echo_spec(TASKS // JOBS), trace_id=uuid.uuid4().hex)
+               for _ in range(JOBS)]
+    leases: dict[str, list[tuple[uuid.UUID, int]]] = {f"w{n}": [] for n in range(WORKERS)}
+    problems: list[str] = []
+    largest_claim = Counter()
+    completed = Counter()
+    lock = threading.Lock()
+    stop = threading.Event()
+    deadline = time.monotonic() + DEADLINE_SECONDS
+
+    def work(worker_id: str) -> None:
+        try:
+            while not stop.is_set() and time.monotonic() < deadline:
+                # Asking for more than the per-worker cap makes the cap, not capacity, the limit.
+                claimed = tasks.claim_tasks(rt, worker_id, ["echo"], capacity=PER_WORKER_CAP + 1)
+                largest_claim[worker_id] = max(largest_claim[worker_id], len(claimed))
+                if not claimed:
+                    time.sleep(0.005)
+                    continue
+                for c in claimed:
+                    leases[worker_id].append((c.task.id, c.task.attempt))
+                    uri = f"s3://out/{c.task.id}"
+                    tasks.complete_task(rt, c.task.id, worker_id, c.task.attempt,
+                                        tasks.TaskResult(uri, sha256_of(uri), {}))
+                    with lock:
+                        completed["all"] += 1
+                        if completed["all"] >= TASKS:
+                            stop.set()
+        except Exception as exc:  # any failure in a worker thread is a finding
+            problems.append(f"{worker_id}: {exc!r}")
+            stop.set()
+
+    samples: list[dict] = []
+
+    def sample() -> None:
+        with rt.pool.connection() as conn:
+            while not stop.is_set() and time.monotonic() < deadline:
+                # One statement, one snapshot: both numbers describe the same instant.
+                samples.append(conn.execute(
+                    """
+                    SELECT COALESCE(sum(n), 0)::int AS leased, COALESCE(max(n), 0) AS busiest
+                    FROM (SELECT count(*) AS n FROM tasks WHERE status = 'leased'
+                          GROUP BY lease_owner) held
+                    """).fetchone())
+                conn.commit()
+                time.sleep(0.002)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in leases]
+    threads.append(threading.Thread(target=sample))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(DEADLINE_SECONDS + 5)
+
+    assert problems == []
+    assert completed["all"] == TASKS, "the workers ran out of time: some task was lost"
+    # Caps, as each claim saw them and as the table showed them while the claims ran.
+    assert max(largest_claim.values()) <= PER_WORKER_CAP
+    assert samples, "the sampler never ran"
+    assert max(s["leased"] for s in samples) <= TOTAL_CAP
+    # ...and the claims really overlapped: several workers held leases at once.
+    assert max(s["leased"] for s in samples) > PER_WORKER_CAP
+    assert max(s["busiest"] for s in samples) <= PER_WORKER_CAP
+    # Every (task, attempt) went to exactly one worker, and every task exactly once.
+    handed_out = Counter(lease for held in leases.values() for lease in held)
+    assert set(handed_out.values()) == {1}
+    assert len(handed_out) == TASKS
+    assert {task_id for task_id, _ in handed_out} == {
+        r["id"] for r in db.execute("SELECT id FROM tasks").fetchall()}
+    # The attempt history agrees: one row per (task, attempt), opened for the worker told.
+    claimed_by = {lease: worker for worker, held in leases.items() for lease in held}
+    history = db.execute("SELECT task_id, attempt, worker_id, outcome FROM task_attempts"
+                         ).fetchall()
+    assert len(history) == TASKS
+    assert db.execute("SELECT task_id, attempt FROM task_attempts GROUP BY task_id, attempt"
+                      " HAVING count(*) > 1").fetchall() == []
+    for row in history:
+        assert claimed_by[(row["task_id"], row["attempt"])] == row["worker_id"]
+        assert row["outcome"] == "completed"
+    statuses = db.execute("SELECT status, count(*) AS n FROM tasks GROUP BY status").fetchall()
+    assert statuses == [{"status": "completed", "n": TASKS}]
+    assert db.execute("SELECT sum(tasks_done) AS n FROM workers").fetchone()["n"] == TASKS
+    assert db.execute("SELECT status, count(*) AS n FROM jobs GROUP BY status").fetchall() == [
+        {"status": "succeeded", "n": len(created)}]
+
+
+def test_a_worker_at_its_cap_gets_nothing_until_it_finishes_a_task(submit, claim, complete):
+    submit(manifest(5))
+
+    first = claim(WORKER, capacity=5)
+    assert len(first) == PER_WORKER_CAP
+    assert claim(WORKER, capacity=5) == []
+    assert len(claim(OTHER_WORKER, capacity=5)) == PER_WORKER_CAP
+
+    complete(first[0])
+
+    assert len(claim(WORKER, capacity=5)) == 1
+
+
+def test_claims_stop_at_the_total_cap_across_workers(submit, claim, db):
+    submit(manifest(TOTAL_CAP + 4))
+
+    leased = [t for n in range(TOTAL_CAP) for t in claim(f"w{n}", capacity=PER_WORKER_CAP)]
+
+    assert len(leased) == TOTAL_CAP
+    assert claim("one-more", capacity=PER_WORKER_CAP) == []
+    assert db.execute("SELECT count(*) AS n FROM tasks WHERE status = 'leased'"
+                      ).fetchone()["n"] == TOTAL_CAP
+
+
+# --- lease expiry -----------------------------------------------------------------------------
+
+def test_an_expired_lease_returns_the_task_to_pending_for_another_worker(
+        rt, submit, claim, task_row, db):
+    submit(manifest(1))
+    [first] = claim(WORKER)
+
+    expired = tasks.expire_leases(rt, now=later())
+
+    assert [(e.task.id, e.worker_id, e.task.status) for e in expired] == [
+        (uuid.UUID(first["task_id"]), WORKER, "pending")]
+    row = task_row(first["task_id"])
+    assert (row["status"], row["lease_owner"], row["lease_expires_at"]) == ("pending", None, None)
+    assert (row["attempt"], row["lost_retries"], row["error_code"]) == (1, 1, "lease_expired")
+    attempt = db.execute("SELECT outcome, error_code FROM task_attempts WHERE task_id = %s",
+                         (first["task_id"],)).fetchone()
+    assert attempt == {"outcome": "lease_expired", "error_code": "lease_expired"}
+    [again] = claim(OTHER_WORKER)
+    assert (again["task_id"], again["attempt"]) == (first["task_id"], 2)
+
+
+def test_a_lease_that_has_not_run_out_is_not_expired(rt, submit, claim, task_row):
+    submit(manifest(1))
+    [leased] = claim(WORKER)
+
+    assert tasks.expire_leases(rt) == []
+    assert task_row(leased["task_id"])["status"] == "leased"
+
+
+def test_the_second_lost_lease_fails_the_task_and_the_job_with_lease_expired(
+        rt, submit, claim, task_row, job_row):
+    assert tasks.LOST_RETRY_BUDGET == 1
+    job = submit(manifest(3, max_attempts=5))
+    [first] = claim(WORKER)
+    tasks.expire_leases(rt, now=later())
+    [second] = claim(OTHER_WORKER)
+    assert second["task_id"] == first["task_id"]
+
+    [expired] = tasks.expire_leases(rt, now=later())
+
+    assert expired.task.status == "failed"
+    row = task_row(first["task_id"])
+    assert (row["status"], row["error_code"], row["lost_retries"]) == ("failed", "lease_expired", 2)
+    failed_job = job_row(job["id"])
+    assert failed_job["status"] == "failed"
+    assert failed_job["error"]["code"] == "attempts_exhausted"
+    assert failed_job["error"]["details"]["error_code"] == "lease_expired"
+    assert failed_job["error"]["details"]["task_id"] == first["task_id"]
+    others = [task_row(str(jobs.task_id(uuid.UUID(job["id"]), n)))["status"] for n in (1, 2)]
+    assert others == ["cancelled", "cancelled"]
+
+
+def test_a_lease_lost_on_the_last_attempt_fails_the_task_at_once(rt, submit, claim, task_row):
+    submit(manifest(1, max_attempts=1))
+    [leased] = claim(WORKER)
+
+    [expired] = tasks.expire_leases(rt, now=later())
+
+    assert expired.task.status == "failed"
+    assert task_row(leased["task_id"])["error_code"] == "lease_expired"
+
+
+def test_the_old_holder_of_an_expired_lease_is_fenced_off(rt, submit, claim, task_call, task_row):
+    submit(manifest(1))
+    [first] = claim(WORKER)
+    tasks.expire_leases(rt, now=later())
+    [second] = claim(OTHER_WORKER)
+    before = task_row(first["task_id"])
+
+    response = task_call(first["task_id"], "heartbeat",
+                         {"worker_id": WORKER, "attempt": first["attempt"]})
+
+    assert response.status_code == 409
+    assert response.get_json()["error"]["code"] == "stale_attempt"
+    assert task_row(first["task_id"]) == before
+    assert before["lease_owner"] == OTHER_WORKER and before["attempt"] == second["attempt"]
+
+
+# --- claim order ------------------------------------------------------------------------------
+
+def claim_all_in_order(claim, complete, count: int) -> list[tuple[str, int]]:
+    """Claim and complete one task at a time, recording (job_id, chunk_index) in claim order."""
+    order = []
+    for _ in range(count):
+        [leased] = claim(WORKER)
+        order.append((leased["job_id"], leased["chunk_index"]))
+        complete(leased)
+    assert claim(WORKER) == []
+    return order
+
+
+def test_a_later_high_priority_job_is_leased_before_an_earlier_low_priority_one(
+        submit, claim, complete):
+    low = submit(manifest(3, priority=10))
+    high = submit(manifest([2, 0, 1], priority=200))
+
+    order = claim_all_in_order(claim, complete, 6)
+
+    assert order == [(high["id"], 0), (high["id"], 1), (high["id"], 2),
+                     (low["id"], 0), (low["id"], 1), (low["id"], 2)]
+
+
+def test_tasks_of_one_job_are_leased_in_chunk_order_whatever_the_manifest_order(
+        submit, claim, complete):
+    job = submit(manifest([7, 3, 9, 0, 5]))
+
+    order = claim_all_in_order(claim, complete, 5)
+
+    assert order == [(job["id"], n) for n in (0, 3, 5, 7, 9)]
+
+
+def test_jobs_of_equal_priority_are_leased_oldest_first(submit, claim, complete):
+    first = submit(manifest(2))
+    second = submit(manifest(2))
+
+    order = claim_all_in_order(claim, complete, 4)
+
+    assert order == [(first["id"], 0), (first["id"], 1), (second["id"], 0), (second["id"], 1)]
+
+
+# --- long-polling -----------------------------------------------------------------------------
+
+def test_a_long_poll_claim_wakes_promptly_when_another_coordinator_creates_a_job(
+        rt, user, client, headers):
+    # A second coordinator on the same database: its only way to wake us is NOTIFY.
+    elsewhere = replace(rt, wakeups=Wakeups(None))
+    created_at: list[float] = []
+
+    def create_soon() -> None:
+        time.sleep(0.2)
+        jobs.create_job(elsewhere, user, echo_spec(1), trace_id=uuid.uuid4().hex)
+        created_at.append(time.monotonic())
+
+    creator = threading.Thread(target=create_soon)
+    started = time.monotonic()
+    creator.start()
+    response = client.post("/api/v1/tasks/claim", headers=headers["worker"], json={
+        "worker_id": WORKER, "workloads": ["echo"], "wait_seconds": 5})
+    answered = time.monotonic()
+    creator.join()
+
+    assert response.status_code == 200
+    assert len(response.get_json()["tasks"]) == 1
+    assert answered - started < 1.5
+    # The claim's own re-check runs once a second; a NOTIFY wakes it well before that.
+    assert answered - created_at[0] < 0.5
+
+
+def test_a_long_poll_claim_on_an_empty_queue_answers_204_after_wait_seconds(client, headers):
+    started = time.monotonic()
+    response = client.post("/api/v1/tasks/claim", headers=headers["worker"], json={
+        "worker_id": WORKER, "workloads": ["echo"], "wait_seconds": 2})
+    elapsed = time.monotonic() - started
+
+    assert response.status_code == 204
+    assert 1.9 <= elapsed < 3.0
