@@ -57,11 +57,25 @@ _PATHS = {
 }
 
 
+# Read elsewhere (gunicorn.conf.py, flask seed-local, the worker and the CLI), so they may
+# share the coordinator's environment without being mistaken for typos.
+_OTHERS = (
+    "CHUNKWISE_BIND", "CHUNKWISE_WEB_WORKERS", "CHUNKWISE_WEB_THREADS",
+    "CHUNKWISE_SEED_USER_TOKEN", "CHUNKWISE_SEED_OPERATOR_TOKEN", "CHUNKWISE_SEED_WORKER_TOKEN",
+    "CHUNKWISE_URL", "CHUNKWISE_TOKEN", "CHUNKWISE_WORKER_TOKEN",
+)
+KNOWN_VARIABLES = frozenset({
+    *_INTS, *_PATHS, *_OTHERS, "CHUNKWISE_MAINTENANCE_SECONDS", "CHUNKWISE_ALLOWED_WORKLOADS",
+    "CHUNKWISE_LOG_LEVEL",
+})
+
+
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Read and validate the settings, naming every bad variable in one error."""
     env = os.environ if environ is None else environ
     values: dict[str, object] = {}
-    problems: list[str] = []
+    problems = [f"{name} is not a Chunkwise setting (a typo?)" for name in sorted(env)
+                if name.startswith("CHUNKWISE_") and name not in KNOWN_VARIABLES]
 
     url = env.get("DATABASE_URL", "").strip()
     if not url:

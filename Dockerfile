@@ -1,0 +1,25 @@
+# One image for every service of compose.yaml: coordinator, migrate, seed and the workers.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+WORKDIR /srv/chunkwise
+
+COPY setup.cfg pyproject.toml README.md ./
+COPY app app
+COPY services services
+COPY repositories repositories
+COPY worker_cli worker_cli
+COPY sql sql
+COPY gunicorn.conf.py ./
+RUN pip install . && useradd --system --uid 10001 chunkwise \
+    && mkdir -p /var/lib/chunkwise/archive /var/lib/chunkwise/tmp /var/lib/chunkwise/prometheus \
+    && chown -R chunkwise /var/lib/chunkwise
+
+ENV CHUNKWISE_ARCHIVE_DIR=/var/lib/chunkwise/archive \
+    CHUNKWISE_TEMP_DIR=/var/lib/chunkwise/tmp \
+    CHUNKWISE_MIGRATIONS_DIR=/srv/chunkwise/sql \
+    PROMETHEUS_MULTIPROC_DIR=/var/lib/chunkwise/prometheus \
+    CHUNKWISE_BIND=0.0.0.0:8000
+USER chunkwise
+EXPOSE 8000
+CMD ["gunicorn", "-c", "/srv/chunkwise/gunicorn.conf.py"]

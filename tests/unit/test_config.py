@@ -1,0 +1,57 @@
+"""Settings are read from the environment and every bad value is named at start."""
+
+import pytest
+
+from app.config import ConfigError, load_settings, to_libpq_url, to_yoyo_url
+
+URL = "postgresql://postgres@127.0.0.1:5432/chunkwise"
+
+
+def test_defaults_match_the_documented_values():
+    s = load_settings({"DATABASE_URL": URL})
+    assert (s.lease_seconds, s.heartbeat_seconds, s.max_attempts) == (30, 10, 3)
+    assert (s.max_leases_per_worker, s.max_leases_total, s.max_queued_chunks) == (2, 8, 256)
+    assert s.db_statement_timeout_ms == 3000
+    assert s.maintenance_seconds == 5.0
+    assert s.allowed_workloads == ("csv_stats",)
+
+
+def test_csv_stats_is_always_allowed_beside_extra_workloads():
+    s = load_settings({"DATABASE_URL": URL, "CHUNKWISE_ALLOWED_WORKLOADS": "render, echo,"})
+    assert s.allowed_workloads == ("csv_stats", "render", "echo")
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({}, "DATABASE_URL is required"),
+        ({"DATABASE_URL": "mysql://x"}, "DATABASE_URL must start with postgresql://"),
+        ({"DATABASE_URL": URL, "CHUNKWISE_LEASE_SECONDS": "soon"}, "CHUNKWISE_LEASE_SECONDS"),
+        ({"DATABASE_URL": URL, "CHUNKWISE_MAX_ATTEMPTS": "0"}, "CHUNKWISE_MAX_ATTEMPTS"),
+        ({"DATABASE_URL": URL, "CHUNKWISE_HEARTBEAT_SECONDS": "30"}, "shorter than"),
+        ({"DATABASE_URL": URL, "CHUNKWISE_DB_POOL_MIN": "9", "CHUNKWISE_DB_POOL_MAX": "3"},
+         "CHUNKWISE_DB_POOL_MIN must not exceed"),
+        ({"DATABASE_URL": URL, "CHUNKWISE_MAINTENANCE_SECONDS": "-1"},
+         "CHUNKWISE_MAINTENANCE_SECONDS"),
+        ({"DATABASE_URL": URL, "CHUNKWISE_LEASE_SECOND": "30"}, "CHUNKWISE_LEASE_SECOND is not"),
+    ],
+    ids=["missing-url", "wrong-scheme", "not-a-number", "below-minimum", "heartbeat-vs-lease",
+         "pool-bounds", "negative-interval", "typo"],
+)
+def test_bad_values_are_named_in_the_error(env, named):
+    with pytest.raises(ConfigError, match=named):
+        load_settings(env)
+
+
+def test_every_bad_value_is_reported_at_once():
+    with pytest.raises(ConfigError) as error:
+        load_settings({"DATABASE_URL": URL, "CHUNKWISE_LEASE_SECONDS": "x",
+                       "CHUNKWISE_MAX_ATTEMPTS": "y"})
+    assert "CHUNKWISE_LEASE_SECONDS" in str(error.value)
+    assert "CHUNKWISE_MAX_ATTEMPTS" in str(error.value)
+
+
+def test_yoyo_and_libpq_schemes_convert_both_ways():
+    assert to_yoyo_url(URL) == "postgresql+psycopg://postgres@127.0.0.1:5432/chunkwise"
+    assert to_libpq_url("postgresql+psycopg://u@h/db") == "postgresql://u@h/db"
+    assert to_libpq_url("postgres://u@h/db") == "postgresql://u@h/db"
