@@ -1,0 +1,328 @@
+"""Manifest jobs end to end: atomic admission, status, results, cancel, retry and events."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import psycopg
+import pytest
+
+from repositories.jobs import NewJob
+from repositories.tasks import NewTask
+from services import jobs
+from tests.integration.conftest import OTHER_WORKER, WORKER, manifest, result_body, sha256_of
+
+TABLES_A_JOB_WRITES = ("jobs", "tasks", "outbox", "audit_log")
+
+
+def row_counts(db) -> dict[str, int]:
+    """How many rows each table a job creation writes holds."""
+    return {t: db.execute(f"SELECT count(*) AS n FROM {t}").fetchone()["n"]  # noqa: S608
+            for t in TABLES_A_JOB_WRITES}
+
+
+def new_job(chunks: int) -> NewJob:
+    """A job row as create_job would build it."""
+    return NewJob(id=uuid.uuid4(), owner_id=0, workload="echo", input_uri="s3://in/",
+                  input_sha256=None, parameters={}, labels={}, priority=0, chunks_total=chunks,
+                  idempotency_key=None, request_sha256=None, trace_id=uuid.uuid4().hex)
+
+
+def new_task(job: NewJob, chunk_index: int, task_id: uuid.UUID | None = None) -> NewTask:
+    """A task row of `job`."""
+    return NewTask(id=task_id or jobs.task_id(job.id, chunk_index), job_id=job.id,
+                   chunk_index=chunk_index, workload="echo", priority=0,
+                   input_uri=f"s3://in/{chunk_index}", input_sha256=sha256_of(str(chunk_index)),
+                   parameters={}, max_attempts=3)
+
+
+# --- admission --------------------------------------------------------------------------------
+
+def duplicate_chunk_index(job: NewJob) -> list[NewTask]:
+    return [new_task(job, 0), new_task(job, 1), new_task(job, 1, task_id=uuid.uuid4())]
+
+
+def negative_chunk_index(job: NewJob) -> list[NewTask]:
+    return [new_task(job, 0), new_task(job, -1)]
+
+
+def duplicate_task_id(job: NewJob) -> list[NewTask]:
+    same = uuid.uuid4()
+    return [new_task(job, 0, task_id=same), new_task(job, 1, task_id=same)]
+
+
+def task_of_a_missing_job(job: NewJob) -> list[NewTask]:
+    return [new_task(job, 0), new_task(new_job(1), 1)]
+
+
+@pytest.mark.parametrize("bad_tasks", [duplicate_chunk_index, negative_chunk_index,
+                                       duplicate_task_id, task_of_a_missing_job])
+def test_a_job_whose_task_insert_fails_leaves_no_job_no_task_and_no_event(
+        bad_tasks, rt, user, db):
+    job = new_job(3)
+    job = NewJob(**{**job.__dict__, "owner_id": user.user_id})
+    before = row_counts(db)
+
+    with pytest.raises(psycopg.IntegrityError):
+        jobs.admit(rt, user, job, bad_tasks(job))
+
+    assert row_counts(db) == before == dict.fromkeys(TABLES_A_JOB_WRITES, 0)
+
+
+def test_the_queue_still_admits_jobs_after_a_failed_admission(rt, user, db, submit):
+    job = NewJob(**{**new_job(2).__dict__, "owner_id": user.user_id})
+    with pytest.raises(psycopg.IntegrityError):
+        jobs.admit(rt, user, job, duplicate_chunk_index(job))
+
+    created = submit(manifest(2))
+
+    assert row_counts(db)["jobs"] == 1
+    assert created["chunks_total"] == 2
+
+
+def test_a_manifest_with_repeated_chunk_indexes_is_422_and_stores_nothing(client, headers, db):
+    response = client.post("/api/v1/jobs", json=manifest([0, 1, 1]), headers=headers["user"])
+
+    assert response.status_code == 422
+    assert "tasks" in response.get_json()["error"]["details"]["fields"]
+    assert row_counts(db) == dict.fromkeys(TABLES_A_JOB_WRITES, 0)
+
+
+def test_an_idempotent_resubmission_returns_the_original_job(client, headers, db):
+    key = {"Idempotency-Key": "job-1", **headers["user"]}
+
+    first = client.post("/api/v1/jobs", json=manifest(2), headers=key)
+    again = client.post("/api/v1/jobs", json=manifest(2), headers=key)
+    changed = client.post("/api/v1/jobs", json=manifest(3), headers=key)
+
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.get_json()["id"] == first.get_json()["id"]
+    assert changed.status_code == 409
+    assert changed.get_json()["error"]["code"] == "idempotency_conflict"
+    assert row_counts(db)["jobs"] == 1
+
+
+# --- aggregate status -------------------------------------------------------------------------
+
+JOB_FIELDS = {"id", "workload", "status", "revision", "priority", "chunks_total",
+              "chunks_by_state", "chunks_completed", "progress", "error", "created_at",
+              "started_at", "completed_at"}
+
+
+def test_a_manifest_job_goes_queued_running_succeeded_with_its_aggregate_status(
+        submit, claim, complete, client, headers):
+    created = submit(manifest(2, priority=7))
+
+    def view() -> dict:
+        response = client.get(f"/api/v1/jobs/{created['id']}", headers=headers["user"])
+        assert response.status_code == 200
+        assert response.headers["ETag"] == f'"{response.get_json()["revision"]}"'
+        return response.get_json()
+
+    queued = view()
+    assert set(queued) >= JOB_FIELDS
+    assert queued == {**created, "trace_id": queued["trace_id"]}
+    assert (queued["status"], queued["workload"], queued["priority"]) == ("queued", "echo", 7)
+    assert (queued["chunks_total"], queued["chunks_completed"], queued["progress"]) == (2, 0, 0)
+    assert queued["chunks_by_state"] == {"pending": 2, "leased": 0, "completed": 0,
+                                         "failed": 0, "cancelled": 0}
+    assert (queued["error"], queued["started_at"], queued["completed_at"]) == (None, None, None)
+
+    [first] = claim(WORKER)
+    running = view()
+    assert running["status"] == "running"
+    assert running["started_at"] is not None and running["completed_at"] is None
+    assert running["chunks_by_state"]["leased"] == 1
+    assert running["revision"] > queued["revision"]
+
+    complete(first)
+    halfway = view()
+    assert halfway["status"] == "running"
+    assert halfway["chunks_completed"] == 1
+    assert halfway["progress"] == pytest.approx(1 / 3)
+
+    [second] = claim(WORKER)
+    complete(second)
+    done = view()
+    assert done["status"] == "succeeded"
+    assert (done["chunks_completed"], done["progress"]) == (2, 1.0)
+    assert done["chunks_by_state"]["completed"] == 2
+    assert done["completed_at"] is not None and done["error"] is None
+    assert done["revision"] > halfway["revision"]
+
+
+def test_the_job_list_shows_the_callers_jobs_newest_first(submit, client, headers):
+    older = submit(manifest(1))
+    newer = submit(manifest(1))
+    submit(manifest(1), as_="other")
+
+    listed = client.get("/api/v1/jobs", headers=headers["user"]).get_json()
+
+    assert [j["id"] for j in listed["jobs"]] == [newer["id"], older["id"]]
+
+
+def test_the_job_list_filters_by_label(submit, client, headers):
+    tagged = submit(manifest(1, labels={"team": "render"}))
+    submit(manifest(1, labels={"team": "audio"}))
+
+    response = client.get("/api/v1/jobs?label=team=render", headers=headers["user"])
+
+    assert response.status_code == 200
+    assert [j["id"] for j in response.get_json()["jobs"]] == [tagged["id"]]
+    assert response.get_json()["jobs"][0]["labels"] == {"team": "render"}
+
+
+# --- results ----------------------------------------------------------------------------------
+
+def test_results_come_back_in_chunk_order_whatever_the_order_of_completion(
+        rt, user, submit, claim, task_call, client, headers):
+    shuffle = random.Random(20240601)
+    indexes = shuffle.sample(range(100), 8)
+    job = submit(manifest(indexes))
+    # Four workers at the per-worker cap hold all eight at once, so any completion order works.
+    leased = [(w, t) for w in ("w1", "w2", "w3", "w4") for t in claim(w, capacity=2)]
+    assert len(leased) == 8
+    shuffle.shuffle(leased)
+    for worker, task in leased:
+        assert task_call(task["task_id"], "result", result_body(task, worker)).status_code == 200
+
+    response = client.get(f"/api/v1/jobs/{job['id']}/results", headers=headers["user"])
+
+    assert response.status_code == 200
+    results = response.get_json()["results"]
+    assert [r["chunk_index"] for r in results] == sorted(indexes)
+    by_task = {t["task_id"]: result_body(t, w) for w, t in leased}
+    for r in results:
+        assert r["result_uri"] == by_task[r["task_id"]]["result_uri"]
+        assert r["result_sha256"] == by_task[r["task_id"]]["result_sha256"]
+        assert r["attempt"] == 1
+    service_order = jobs.list_completed_results(rt, user, uuid.UUID(job["id"]))
+    assert [t.chunk_index for t in service_order] == sorted(indexes)
+
+
+def test_results_list_only_the_completed_chunks(submit, claim, complete, client, headers):
+    job = submit(manifest([5, 1, 3]))
+    [first, _still_running] = claim(WORKER, capacity=2)
+    complete(first)
+
+    results = client.get(f"/api/v1/jobs/{job['id']}/results",
+                         headers=headers["user"]).get_json()["results"]
+
+    assert [r["chunk_index"] for r in results] == [1]
+
+
+# --- cancel and retry -------------------------------------------------------------------------
+
+def test_cancelling_a_job_cancels_its_tasks_and_fences_off_the_running_one(
+        submit, claim, task_call, client, headers, db):
+    job = submit(manifest(3))
+    [running] = claim(WORKER)
+
+    response = client.post(f"/api/v1/jobs/{job['id']}/cancel", headers=headers["user"])
+
+    assert response.status_code == 200
+    assert response.get_json()["status"] == "cancelled"
+    assert response.get_json()["chunks_by_state"]["cancelled"] == 3
+    statuses = db.execute("SELECT status FROM tasks WHERE job_id = %s", (job["id"],)).fetchall()
+    assert {r["status"] for r in statuses} == {"cancelled"}
+    heartbeat = task_call(running["task_id"], "heartbeat",
+                          {"worker_id": WORKER, "attempt": running["attempt"]})
+    assert heartbeat.status_code == 409
+    assert heartbeat.get_json()["error"]["code"] == "task_cancelled"
+    result = task_call(running["task_id"], "result", result_body(running))
+    assert result.status_code == 409
+    assert result.get_json()["error"]["code"] == "task_cancelled"
+    assert claim(OTHER_WORKER) == []
+
+
+def test_cancelling_a_cancelled_job_again_is_a_200_no_op(submit, client, headers, db):
+    job = submit(manifest(2))
+    first = client.post(f"/api/v1/jobs/{job['id']}/cancel", headers=headers["user"])
+
+    again = client.post(f"/api/v1/jobs/{job['id']}/cancel", headers=headers["user"])
+
+    assert again.status_code == 200
+    assert again.get_json()["status"] == "cancelled"
+    assert again.get_json()["revision"] == first.get_json()["revision"]
+    events = db.execute("SELECT count(*) AS n FROM outbox WHERE event = 'job.cancelled'"
+                        ).fetchone()["n"]
+    assert events == 1
+
+
+def test_cancelling_a_succeeded_job_is_409(submit, claim, complete, client, headers):
+    job = submit(manifest(1))
+    complete(claim(WORKER)[0])
+
+    response = client.post(f"/api/v1/jobs/{job['id']}/cancel", headers=headers["user"])
+
+    assert response.status_code == 409
+    assert response.get_json()["error"]["code"] == "not_cancellable"
+    status = client.get(f"/api/v1/jobs/{job['id']}", headers=headers["user"]).get_json()
+    assert status["status"] == "succeeded"
+
+
+def test_retrying_a_failed_job_requeues_its_chunks_under_a_new_attempt(
+        submit, claim, task_call, complete, client, headers):
+    job = submit(manifest(2))
+    [doomed] = claim(WORKER)
+    task_call(doomed["task_id"], "failure", {"worker_id": WORKER, "attempt": 1,
+                                             "error_code": "oom", "retryable": False})
+
+    response = client.post(f"/api/v1/jobs/{job['id']}/retry", headers=headers["user"])
+
+    assert response.status_code == 200
+    assert response.get_json()["status"] == "running"
+    again = claim(WORKER, capacity=2)
+    assert {(t["chunk_index"], t["attempt"]) for t in again} == {(0, 2), (1, 1)}
+    for task in again:
+        complete(task)
+    status = client.get(f"/api/v1/jobs/{job['id']}", headers=headers["user"]).get_json()
+    assert status["status"] == "succeeded"
+
+
+def test_retrying_a_job_that_has_not_failed_is_409(submit, client, headers):
+    job = submit(manifest(1))
+
+    response = client.post(f"/api/v1/jobs/{job['id']}/retry", headers=headers["user"])
+
+    assert response.status_code == 409
+    assert response.get_json()["error"]["code"] == "not_failed"
+
+
+# --- events -----------------------------------------------------------------------------------
+
+def test_the_event_feed_tells_the_owner_its_jobs_story_in_order(
+        submit, claim, complete, client, headers):
+    job = submit(manifest(2))
+    for task in claim(WORKER, capacity=2):
+        complete(task)
+    submit(manifest(1), as_="other")
+
+    feed = client.get("/api/v1/events?after=0", headers=headers["user"]).get_json()
+
+    mine = [(e["event"], e["job_id"]) for e in feed["events"]]
+    assert mine == [("job.created", job["id"]), ("chunk.completed", job["id"]),
+                    ("chunk.completed", job["id"]), ("job.succeeded", job["id"])]
+    ids = [e["id"] for e in feed["events"]]
+    assert ids == sorted(ids) and feed["next_after"] == ids[-1]
+    assert client.get(f"/api/v1/events?after={ids[-1]}",
+                      headers=headers["user"]).get_json()["events"] == []
+
+
+def test_the_event_feed_hides_other_users_events(submit, client, headers):
+    submit(manifest(1))
+
+    feed = client.get("/api/v1/events?after=0", headers=headers["other"]).get_json()
+
+    assert feed["events"] == []
+
+
+def test_an_operator_sees_every_users_events(submit, client, headers):
+    mine = submit(manifest(1))
+    theirs = submit(manifest(1), as_="other")
+
+    feed = client.get("/api/v1/events?after=0", headers=headers["operator"]).get_json()
+
+    assert [(e["event"], e["job_id"]) for e in feed["events"]] == [
+        ("job.created", mine["id"]), ("job.created", theirs["id"])]
