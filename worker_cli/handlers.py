@@ -143,7 +143,10 @@ class TaskContext:
         digest = hashlib.sha256()
         try:
             self.raise_if_stopped()
-            self._stream = self._open_input()
+            try:
+                self._stream = self._open_input()
+            except ValueError as exc:  # an input_uri the coordinator does not serve
+                raise InputUnavailable(str(exc)) from exc
             for block in self._stream:
                 # Checked per block too, so a cancelled chunk stops between checkpoints.
                 self.raise_if_stopped()

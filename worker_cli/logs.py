@@ -50,9 +50,9 @@ def configure_logging(
 ) -> logging.Handler:
     """Send JSON lines to stderr, each stamped with worker_id and the current scope's ids."""
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(
-        JsonFormatter(FORMAT, rename_fields={"asctime": "time", "levelname": "level"})
-    )
+    # The same keys as the coordinator's lines, so one query reads both.
+    renames = {"asctime": "time", "levelname": "level", "name": "logger"}
+    handler.setFormatter(JsonFormatter(FORMAT, rename_fields=renames))
     # On the handler, not a logger, so records from every module (urllib3 too) get the fields.
     handler.addFilter(ContextFields(worker_id=worker_id))
     root = logging.getLogger()

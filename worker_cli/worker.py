@@ -48,6 +48,7 @@ CRASH_EXIT_STATUS = 17
 # Longest single wait of the loop and heartbeat threads, so a stop or a new lease is noticed soon.
 TICK_SECONDS = 0.5
 HEARTBEAT_RETRY_SECONDS = 2.0
+MAX_ERROR_MESSAGE = 4000
 
 
 # The suffix starts at random and counts up: random keeps containers apart (every worker may be
@@ -363,7 +364,7 @@ class Worker:
                     trace_id=trace_id,
                 )
                 continue
-            self.dispatch(task)
+            self.dispatch(task, claim_trace_id=trace_id)
         return True
 
     def _drain_once(self) -> bool:
@@ -448,7 +449,7 @@ class Worker:
 
     # -- one chunk --------------------------------------------------------------------------
 
-    def dispatch(self, task: ClaimedTask) -> RunningChunk:
+    def dispatch(self, task: ClaimedTask, *, claim_trace_id: str | None = None) -> RunningChunk:
         """Take a claimed task into a slot, schedule its heartbeats and start its thread."""
         now = self._clock()
         context = TaskContext(task, open_input=lambda: self._open_input(task))
@@ -470,6 +471,7 @@ class Worker:
                 workload=task.workload,
                 chunk_index=task.chunk_index,
                 resumed_from=(task.checkpoint or {}).get("records_done"),
+                claim_trace_id=claim_trace_id,
             )
         chunk.thread = threading.Thread(
             target=self._chunk_thread, args=(chunk,), name=f"chunk-{task.task_id}", daemon=True
@@ -637,6 +639,10 @@ class Worker:
         exc_info: bool = False,
     ) -> None:
         task = chunk.task
+        # The coordinator refuses longer messages; the details keep the whole story.
+        message = (
+            message if len(message) <= MAX_ERROR_MESSAGE else message[: MAX_ERROR_MESSAGE - 1] + "…"
+        )
         self._log(
             logging.ERROR if exc_info else logging.WARNING,
             "failed",

@@ -701,3 +701,22 @@ def test_fault_spec_is_parsed_strictly():
     for bad in ("crash", "pause-after-compute", "pause-after-compute=x", "crash-after-compute=1"):
         with pytest.raises(ValueError):
             Fault.parse(bad)
+
+
+def test_input_uri_the_coordinator_does_not_serve_is_input_unavailable():
+    payload = task_payload("t1")
+    clock, client, worker = setup([payload], capacity=1)
+    client.inputs[payload["input_uri"]] = ValueError("refusing to call s3://elsewhere")
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+    assert client.failures[0]["error_code"] == "input_unavailable"
+
+
+def test_failure_messages_are_cut_to_what_the_coordinator_accepts():
+    def crash(task, context):
+        raise RuntimeError("x" * 10_000)
+
+    clock, client, worker = setup([task_payload("t1")], handler=crash, capacity=1)
+    worker.run_once()
+    assert worker.wait_until_idle(WAIT)
+    assert len(client.failures[0]["error_message"]) == 4000
