@@ -25,6 +25,13 @@ def post_worker_init(worker):
     start(app, app.config["CHUNKWISE_SETTINGS"].maintenance_seconds)
 
 
+def child_exit(server, worker):
+    """Let the multiprocess metrics forget a dead worker's live gauges."""
+    from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
+
+    GunicornInternalPrometheusMetrics.mark_process_dead_on_child_exit(worker.pid)
+
+
 def worker_exit(server, worker):
     """Close the pool and the listener on a graceful stop."""
     from app.runtime import close

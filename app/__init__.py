@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from flask import Flask
 
-from app import auth, cli, errors, logs, openapi, runtime, tracing, uploads
+from app import auth, cli, errors, logs, metrics, openapi, runtime, tracing, uploads
 from app.blueprints import chunks, events, health, jobs, queue, tasks
 from app.config import load_settings
 from app.migrations import migration_ids
@@ -20,7 +20,8 @@ def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
     app = Flask(__name__)
     app.config["CHUNKWISE_SETTINGS"] = settings
     app.config["CHUNKWISE_MIGRATIONS"] = migration_ids(settings.migrations_dir)
-    runtime.init_app(app, settings)
+    rt = runtime.init_app(app, settings)
+    metrics.init_app(app, rt)
     tracing.init_app(app)
     auth.init_app(app)
     uploads.init_app(app, settings.temp_dir, settings.max_upload_bytes)

@@ -6,15 +6,17 @@ import logging
 
 import psycopg
 import psycopg_pool
-from flask import Flask, jsonify
+from flask import Flask, jsonify, request
 from marshmallow import ValidationError
 from werkzeug.exceptions import HTTPException
 
+from services import metrics
 from services.errors import (
     ChunkwiseError,
     Conflict,
     Forbidden,
     InvalidInput,
+    LeaseLost,
     NotFound,
     PayloadTooLarge,
     QueueFull,
@@ -57,7 +59,10 @@ def init_app(app: Flask) -> None:
     @app.errorhandler(ChunkwiseError)
     def service_error(exc: ChunkwiseError):
         response = error_response(_status_of(exc), exc.code, exc.message, exc.details)
+        if isinstance(exc, LeaseLost):
+            metrics.FENCED_WRITES.labels(request.endpoint or "", exc.code).inc()
         if isinstance(exc, QueueFull):
+            metrics.ADMISSION_REJECTIONS.inc()
             response.headers["Retry-After"] = str(exc.retry_after)
         if isinstance(exc, Unavailable):
             response.headers["Retry-After"] = str(RETRY_AFTER_UNAVAILABLE)

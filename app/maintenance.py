@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import logging
+import resource
 import threading
 
 from flask import Flask
 
-from services import maintenance
+from services import maintenance, metrics
 from services.runtime import Runtime
 
 logger = logging.getLogger(__name__)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def start(app: Flask, interval: float) -> threading.Thread:
@@ -21,6 +27,7 @@ def start(app: Flask, interval: float) -> threading.Thread:
         stop = threading.Event()
         while not stop.wait(interval):
             try:
+                metrics.COORDINATOR_PEAK_RSS.set(peak_rss_bytes())
                 maintenance.run_pass(runtime)
             except Exception:
                 # The next pass retries; a database outage must not kill the thread.

@@ -17,6 +17,15 @@ class StateCount:
 
 
 @dataclass(frozen=True)
+class JobProgress:
+    """How far an unfinished job is."""
+
+    status: str
+    chunks_completed: int
+    chunks_total: int
+
+
+@dataclass(frozen=True)
 class QueueFigures:
     """A snapshot of the queue."""
 
@@ -26,7 +35,9 @@ class QueueFigures:
     active_leases: int
     oldest_lease_seconds: float | None
     lease_expiries_total: int
-    retries_by_class: dict[str, int]
+    retries_by_code: dict[str, int]
+    failed_chunks_by_code: dict[str, int]
+    unfinished_jobs: list[JobProgress]
 
 
 def figures(conn: Connection) -> QueueFigures:
@@ -46,9 +57,21 @@ def figures(conn: Connection) -> QueueFigures:
               FROM tasks t JOIN task_attempts a ON a.task_id = t.id AND a.attempt = t.attempt
               WHERE t.status = 'leased') AS oldest_lease,
           (SELECT count(*) FROM task_attempts WHERE outcome = 'lease_expired') AS expiries,
+          -- A retry is a failed attempt that a later attempt of the same task followed.
           (SELECT coalesce(json_object_agg(error_code, n), '{}') FROM (
-              SELECT error_code, count(*) AS n FROM task_attempts
-              WHERE outcome IN ('retried', 'lease_expired') GROUP BY error_code) r) AS retries
+              SELECT a.error_code, count(*) AS n FROM task_attempts a
+              WHERE a.outcome IN ('retried', 'lease_expired')
+                AND EXISTS (SELECT 1 FROM task_attempts b
+                            WHERE b.task_id = a.task_id AND b.attempt > a.attempt)
+              GROUP BY a.error_code) r) AS retries,
+          (SELECT coalesce(json_object_agg(error_code, n), '{}') FROM (
+              SELECT error_code, count(*) AS n FROM tasks WHERE status = 'failed'
+              GROUP BY error_code) f) AS failed,
+          (SELECT coalesce(json_agg(p), '[]') FROM (
+              SELECT j.status, j.chunks_total,
+                     (SELECT count(*) FROM tasks t
+                      WHERE t.job_id = j.id AND t.status = 'completed') AS chunks_completed
+              FROM jobs j WHERE j.status IN ('queued', 'running', 'merging')) p) AS unfinished
         """
     ).fetchone()
     return QueueFigures(
@@ -58,7 +81,9 @@ def figures(conn: Connection) -> QueueFigures:
         active_leases=row["active_leases"],
         oldest_lease_seconds=_float(row["oldest_lease"]),
         lease_expiries_total=row["expiries"],
-        retries_by_class=row["retries"],
+        retries_by_code=row["retries"],
+        failed_chunks_by_code=row["failed"],
+        unfinished_jobs=[JobProgress(**p) for p in row["unfinished"]],
     )
 
 

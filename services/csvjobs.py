@@ -18,7 +18,7 @@ from repositories import jobs as job_rows
 from repositories import tasks as task_rows
 from repositories.jobs import Job, NewJob
 from repositories.tasks import NewTask, Task
-from services import archive, csvstats
+from services import archive, csvstats, metrics
 from services import jobs as job_rules
 from services.auth import Principal
 from services.errors import Conflict, InvalidInput, PayloadTooLarge
@@ -142,6 +142,8 @@ def merge_job(rt: Runtime, job_id: UUID) -> Job | None:
         if job is None or job.status != "merging":
             return job
         job = _merge_locked(conn, job, started)
+    metrics.MERGE_SECONDS.observe(time.monotonic() - started)
+    metrics.MERGES.labels(job.status if job.status == "succeeded" else job.error["code"]).inc()
     logger.info("job merged", extra={"event": "job_merged", "job_id": str(job_id),
                                      "status": job.status, "merge_seconds": job.merge_seconds})
     return job

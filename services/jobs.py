@@ -70,14 +70,19 @@ class JobView:
 
 
 def progress(job: Job, counts: ChunkCounts) -> float:
+    """The job's progress in [0, 1]."""
+    return progress_of(job.status, counts.completed, job.chunks_total)
+
+
+def progress_of(status: str, chunks_completed: int, chunks_total: int) -> float:
     """Completed chunks over chunks plus one final step: only success reaches 1.
 
     Completed chunks are never un-completed (a lost lease or a retry re-runs only the
     others), so this never decreases over the job's life.
     """
-    if job.status == "succeeded":
+    if status == "succeeded":
         return 1.0
-    return counts.completed / (job.chunks_total + 1)
+    return chunks_completed / (chunks_total + 1)
 
 
 def request_digest(*parts: object) -> str:

@@ -60,7 +60,8 @@ def _dump_job(view: jobs.JobView) -> dict:
 def list_jobs():
     """The caller's jobs, newest first."""
     query = schemas.JobListQuerySchema().load(request.args.to_dict())
-    label = tuple(query.pop("label").split("=", 1)) if query.get("label") else None
+    label = query.pop("label")
+    label = tuple(label.split("=", 1)) if label else None
     views, cursor = jobs.list_jobs(get_runtime(), current_principal(), label=label, **query)
     return schemas.JobListSchema().dump({"jobs": views, "next_cursor": cursor})
 

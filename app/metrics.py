@@ -1,0 +1,148 @@
+"""GET /metrics: HTTP metrics from the exporter, events from services.metrics, queue from SQL.
+
+Under gunicorn (PROMETHEUS_MULTIPROC_DIR set) every process writes its counters to files the
+MultiProcessCollector sums, and gunicorn.conf.py's child_exit marks dead processes. Queue
+figures come from one aggregate query at scrape time, cached briefly, so they are right
+whichever process answers.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import UTC, datetime
+
+from flask import Flask
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+)
+from prometheus_flask_exporter import PrometheusMetrics
+
+from services import jobs, metrics, queue
+from services.runtime import Runtime
+
+CACHE_SECONDS = 2.0
+# A worker silent for this long is gone: its series is dropped instead of growing forever.
+WORKER_SERIES_SECONDS = 15 * 60
+PROGRESS_BUCKETS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+FAILURE_CLASSES = {"invalid_input": "invalid_input", "input_unavailable": "transient_read",
+                   "lease_expired": "lost_worker"}
+
+
+class QueueCollector:
+    """Queue, job, lease and worker figures read from PostgreSQL when scraped."""
+
+    def __init__(self, runtime: Runtime):
+        self._runtime = runtime
+        self._lock = threading.Lock()
+        self._cached: tuple[float, list] = (0.0, [])
+
+    def collect(self):
+        """Yield the families, from a snapshot at most CACHE_SECONDS old."""
+        with self._lock:
+            at, families = self._cached
+            if time.monotonic() - at > CACHE_SECONDS:
+                families = self._read()
+                self._cached = (time.monotonic(), families)
+        yield from families
+
+    def _read(self) -> list:
+        view = queue.queue_status(self._runtime)
+        workers = queue.list_workers(self._runtime)
+        f = view.figures
+        chunks = GaugeMetricFamily("chunkwise_chunks", "Chunks by workload and state.",
+                                   labels=["workload", "state"])
+        for c in f.chunks:
+            chunks.add_metric([c.workload, c.state], c.count)
+        jobs_family = GaugeMetricFamily("chunkwise_jobs", "Jobs by status.", labels=["status"])
+        for status, n in sorted(f.jobs_by_status.items()):
+            jobs_family.add_metric([status], n)
+        families = [
+            chunks, jobs_family,
+            _gauge("chunkwise_oldest_pending_chunk_age_seconds",
+                   "Age of the oldest chunk waiting for a worker (0 when none).",
+                   f.oldest_pending_seconds or 0.0),
+            _gauge("chunkwise_active_leases", "Chunks leased to workers now.", f.active_leases),
+            _gauge("chunkwise_max_leases_total", "The cap on active leases.",
+                   view.limits.max_leases_total),
+            _gauge("chunkwise_oldest_lease_age_seconds",
+                   "Age of the oldest active lease (0 when none).", f.oldest_lease_seconds or 0.0),
+            _progress_histogram(f.unfinished_jobs),
+            _counter("chunkwise_lease_expiries", "Leases that expired without a result.",
+                     f.lease_expiries_total),
+            _by_class("chunkwise_retries", "Chunk attempts retried, by failure class.",
+                      f.retries_by_code),
+            _by_class("chunkwise_chunk_failures", "Chunks failed for good, by failure class.",
+                      f.failed_chunks_by_code),
+        ]
+        families.extend(_worker_families(workers))
+        return families
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def _by_class(name: str, doc: str, by_code: dict[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=["failure_class"])
+    totals: dict[str, int] = {}
+    for code, n in by_code.items():
+        cls = FAILURE_CLASSES.get(code, "other")
+        totals[cls] = totals.get(cls, 0) + n
+    for cls in ("invalid_input", "transient_read", "lost_worker", "other"):
+        family.add_metric([cls], totals.get(cls, 0))
+    return family
+
+
+def _progress_histogram(unfinished) -> GaugeHistogramMetricFamily:
+    # A histogram, not a series per job: its cardinality is fixed however many jobs run.
+    values = [jobs.progress_of(j.status, j.chunks_completed, j.chunks_total) for j in unfinished]
+    buckets = [(str(b), sum(1 for v in values if v <= b)) for b in PROGRESS_BUCKETS]
+    buckets.append(("+Inf", len(values)))
+    return GaugeHistogramMetricFamily(
+        "chunkwise_unfinished_job_progress",
+        "Progress of queued, running and merging jobs, as a histogram.",
+        buckets=buckets, gsum_value=sum(values))
+
+
+def _worker_families(workers) -> list:
+    now = datetime.now(UTC)
+    heartbeat = GaugeMetricFamily("chunkwise_worker_heartbeat_age_seconds",
+                                  "Seconds since each worker was last heard from.",
+                                  labels=["worker_id"])
+    rss = GaugeMetricFamily("chunkwise_worker_peak_rss_bytes",
+                            "Peak resident memory each worker reported with its results.",
+                            labels=["worker_id"])
+    for w in workers:
+        age = (now - w.last_seen_at).total_seconds()
+        if age > WORKER_SERIES_SECONDS:
+            continue
+        heartbeat.add_metric([w.id], age)
+        if w.peak_rss_bytes is not None:
+            rss.add_metric([w.id], w.peak_rss_bytes)
+    return [heartbeat, rss]
+
+
+def init_app(app: Flask, runtime: Runtime) -> PrometheusMetrics:
+    """Expose /metrics for this app (multiprocess-aware under gunicorn)."""
+    registry = CollectorRegistry()
+    options = {"group_by": "url_rule", "defaults_prefix": "chunkwise",
+               "excluded_paths": ["/metrics"]}
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
+
+        exporter = GunicornInternalPrometheusMetrics(app, registry=registry, **options)
+    else:
+        for metric in metrics.ALL:
+            registry.register(metric)
+        exporter = PrometheusMetrics(app, registry=registry, **options)
+    registry.register(QueueCollector(runtime))
+    return exporter
