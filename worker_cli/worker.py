@@ -184,10 +184,6 @@ class HeartbeatSchedule:
         with self._lock:
             return min(self._due.values(), default=None)
 
-    def __contains__(self, key: tuple) -> bool:
-        with self._lock:
-            return key in self._due
-
 
 @dataclass
 class RunningChunk:
@@ -195,7 +191,6 @@ class RunningChunk:
 
     task: ClaimedTask
     context: TaskContext
-    claimed_at: float
     lease_seconds: float
     thread: threading.Thread | None = field(default=None, repr=False)
 
@@ -456,7 +451,6 @@ class Worker:
         chunk = RunningChunk(
             task=task,
             context=context,
-            claimed_at=now,
             lease_seconds=self._lease_seconds(task),
         )
         with self._slots:
