@@ -1,0 +1,214 @@
+"""Who may call what: bearer tokens, worker versus user routes, owners, operators, seeding."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from services import auth
+from tests.integration.conftest import WORKER, manifest
+
+MISSING_JOB = "6f1c1a1e-0000-4000-8000-000000000000"
+TASK_ROUTES = [
+    ("/api/v1/tasks/claim", {"worker_id": WORKER, "workloads": ["echo"]}),
+    (f"/api/v1/tasks/{MISSING_JOB}/heartbeat", {"worker_id": WORKER, "attempt": 1}),
+    (f"/api/v1/tasks/{MISSING_JOB}/result", {"worker_id": WORKER, "attempt": 1}),
+    (f"/api/v1/tasks/{MISSING_JOB}/failure", {"worker_id": WORKER, "attempt": 1,
+                                              "error_code": "x", "retryable": False}),
+]
+# Every route that names one job; {id} is filled in.
+JOB_ROUTES = [
+    ("GET", "/api/v1/jobs/{id}"),
+    ("GET", "/api/v1/jobs/{id}/results"),
+    ("GET", "/api/v1/jobs/{id}/chunks"),
+    ("POST", "/api/v1/jobs/{id}/cancel"),
+    ("POST", "/api/v1/jobs/{id}/retry"),
+]
+
+
+# --- authentication ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("authorization", [
+    None,
+    "Bearer ",
+    "Bearer not-a-chunkwise-token",
+    "Bearer cwu_" + "x" * 43,  # well formed, never issued
+    "Basic Y29tcHV0ZV91c2VyOnB3",
+])
+def test_a_request_without_a_valid_token_is_401(authorization, client, tokens):
+    given = {"Authorization": authorization} if authorization else {}
+
+    response = client.get("/api/v1/events", headers=given)
+
+    assert response.status_code == 401
+    assert response.get_json()["error"]["code"] == "unauthenticated"
+
+
+def test_a_revoked_token_is_401(client, headers, tokens, db):
+    assert client.get("/api/v1/events", headers=headers["user"]).status_code == 200
+    db.execute("UPDATE api_tokens SET revoked_at = now() WHERE token_sha256 = %s",
+               (auth.token_digest(tokens["user"]),))
+
+    response = client.get("/api/v1/events", headers=headers["user"])
+
+    assert response.status_code == 401
+
+
+def test_job_creation_without_a_token_is_401_and_stores_nothing(client, db):
+    response = client.post("/api/v1/jobs", json=manifest(1))
+
+    assert response.status_code == 401
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
+# --- worker routes and user routes ------------------------------------------------------------
+
+@pytest.mark.parametrize(("path", "body"), TASK_ROUTES, ids=lambda v: str(v)[:40])
+def test_a_user_token_is_403_on_the_task_routes(path, body, client, headers):
+    for who in ("user", "operator"):
+        response = client.post(path, json=body, headers=headers[who])
+
+        assert response.status_code == 403, who
+        assert response.get_json()["error"]["code"] == "forbidden"
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/api/v1/jobs"), ("POST", "/api/v1/jobs"), ("GET", f"/api/v1/jobs/{MISSING_JOB}"),
+    ("GET", "/api/v1/events"),
+])
+def test_a_worker_token_is_403_on_the_job_routes(method, path, client, headers, db):
+    response = client.open(path, method=method, json=manifest(1), headers=headers["worker"])
+
+    assert response.status_code == 403
+    assert response.get_json()["error"]["code"] == "forbidden"
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
+def test_a_worker_token_may_read_the_openapi_document(client, headers):
+    assert client.get("/api/v1/openapi.json", headers=headers["worker"]).status_code == 200
+
+
+# --- ownership --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("method", "route"), JOB_ROUTES)
+def test_another_users_job_is_404_exactly_like_a_missing_one(
+        method, route, submit, client, headers):
+    theirs = submit(manifest(1), as_="other")
+
+    hidden = client.open(route.format(id=theirs["id"]), method=method, headers=headers["user"])
+    missing = client.open(route.format(id=MISSING_JOB), method=method, headers=headers["user"])
+
+    assert hidden.status_code == missing.status_code == 404
+    hidden_error, missing_error = hidden.get_json()["error"], missing.get_json()["error"]
+    assert hidden_error["code"] == missing_error["code"] == "not_found"
+    assert hidden_error["message"].replace(theirs["id"], "ID") == \
+        missing_error["message"].replace(MISSING_JOB, "ID")
+    assert hidden_error["details"] == missing_error["details"]
+    assert set(hidden.headers.keys()) == set(missing.headers.keys())
+
+
+def test_another_users_attempt_to_cancel_leaves_the_job_alone(submit, client, headers):
+    theirs = submit(manifest(1), as_="other")
+
+    client.post(f"/api/v1/jobs/{theirs['id']}/cancel", headers=headers["user"])
+
+    status = client.get(f"/api/v1/jobs/{theirs['id']}", headers=headers["other"]).get_json()
+    assert status["status"] == "queued"
+
+
+@pytest.mark.parametrize("route", [r for m, r in JOB_ROUTES if m == "GET"])
+def test_an_operator_sees_another_users_job(route, submit, client, headers):
+    theirs = submit(manifest(1), as_="other")
+
+    response = client.get(route.format(id=theirs["id"]), headers=headers["operator"])
+
+    assert response.status_code == 200
+
+
+def test_an_operator_may_cancel_another_users_job(submit, client, headers):
+    theirs = submit(manifest(1), as_="other")
+
+    response = client.post(f"/api/v1/jobs/{theirs['id']}/cancel", headers=headers["operator"])
+
+    assert response.status_code == 200
+    assert response.get_json()["status"] == "cancelled"
+
+
+# --- seed-local -------------------------------------------------------------------------------
+
+GIVEN = {
+    "CHUNKWISE_SEED_USER_TOKEN": "cwu_given-user-" + "u" * 30,
+    "CHUNKWISE_SEED_OPERATOR_TOKEN": "cwu_given-operator-" + "o" * 30,
+    "CHUNKWISE_SEED_WORKER_TOKEN": "cww_given-worker-" + "w" * 30,
+}
+
+
+def seed(app) -> str:
+    """Run `flask --app app seed-local` and return its output."""
+    result = app.test_cli_runner().invoke(args=["seed-local"])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def states(output: str) -> dict[str, str]:
+    """Principal name -> "registered" or "already" from seed-local's table."""
+    return {line.split()[1]: line.split()[2] for line in output.splitlines()
+            if line.split()[0] in ("user", "worker")}
+
+
+def test_seed_local_with_given_tokens_is_idempotent_and_the_tokens_work(
+        app, rt, client, db, monkeypatch):
+    for name, token in GIVEN.items():
+        monkeypatch.setenv(name, token)
+
+    first = seed(app)
+    second = seed(app)
+
+    seeded = {"compute_user", "operator", "local-worker"}
+    assert states(first) == dict.fromkeys(seeded, "registered")
+    assert states(second) == dict.fromkeys(seeded, "already")
+    for token in GIVEN.values():
+        assert token in first and token in second
+    users = db.execute("SELECT name, role FROM users ORDER BY name").fetchall()
+    assert users == [{"name": "compute_user", "role": "user"},
+                     {"name": "operator", "role": "operator"}]
+    tokens = db.execute("SELECT kind, name FROM api_tokens ORDER BY name").fetchall()
+    assert tokens == [{"kind": "user", "name": "compute_user"},
+                      {"kind": "worker", "name": "local-worker"},
+                      {"kind": "user", "name": "operator"}]
+    principals = {name: auth.authenticate(rt.pool, token) for name, token in GIVEN.items()}
+    assert principals["CHUNKWISE_SEED_USER_TOKEN"].role == "user"
+    assert principals["CHUNKWISE_SEED_OPERATOR_TOKEN"].role == "operator"
+    assert principals["CHUNKWISE_SEED_WORKER_TOKEN"].kind == "worker"
+    bearer = {name: {"Authorization": f"Bearer {token}"} for name, token in GIVEN.items()}
+    assert client.get("/api/v1/events",
+                      headers=bearer["CHUNKWISE_SEED_USER_TOKEN"]).status_code == 200
+    claim = client.post("/api/v1/tasks/claim", headers=bearer["CHUNKWISE_SEED_WORKER_TOKEN"],
+                        json={"worker_id": WORKER, "workloads": ["echo"]})
+    assert claim.status_code == 204
+
+
+def test_seed_local_without_tokens_mints_each_credential_once(app, rt, db, monkeypatch):
+    for name in GIVEN:
+        monkeypatch.delenv(name, raising=False)
+
+    first = seed(app)
+    second = seed(app)
+
+    minted = [line.split()[-1] for line in first.splitlines() if line.split()[2] == "registered"]
+    assert len(minted) == 3
+    assert "nothing to do" in second
+    assert db.execute("SELECT count(*) AS n FROM api_tokens").fetchone()["n"] == 3
+    assert db.execute("SELECT count(*) AS n FROM users").fetchone()["n"] == 2
+    for token in minted:
+        assert auth.authenticate(rt.pool, token).name in {
+            "compute_user", "operator", "local-worker"}
+
+
+def test_a_job_submitted_by_one_user_is_owned_by_that_user(submit, db, rt, tokens):
+    job = submit(manifest(1))
+
+    owner = db.execute("SELECT u.name FROM jobs j JOIN users u ON u.id = j.owner_id"
+                       " WHERE j.id = %s", (uuid.UUID(job["id"]),)).fetchone()
+    assert owner["name"] == auth.authenticate(rt.pool, tokens["user"]).name
