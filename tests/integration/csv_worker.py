@@ -91,12 +91,16 @@ class CsvWorker:
         return self.client.get(task["input_uri"], headers=self.headers,
                                query_string={"worker_id": self.worker_id, "attempt": attempt})
 
-    def summarise(self, task: dict) -> csvstats.Summary:
-        """Read the chunk and summarise its column, exactly as the real handler does."""
+    def read_bytes(self, task: dict) -> bytes:
+        """The chunk's bytes, which this worker must be allowed to read."""
         response = self.read_input(task)
         assert response.status_code == 200, response.get_json()
+        return response.get_data()
+
+    def summarise(self, task: dict) -> csvstats.Summary:
+        """Read the chunk and summarise its column, exactly as the real handler does."""
         p = task["parameters"]
-        return csvstats.summarise([response.get_data()], column_index=p["column_index"],
+        return csvstats.summarise([self.read_bytes(task)], column_index=p["column_index"],
                                   column=p["column"], delimiter=p["delimiter"],
                                   record_start=p["record_start"], first_line=p["first_line"])
 
