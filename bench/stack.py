@@ -81,6 +81,8 @@ class LocalStack:
     def prepare(self) -> None:
         """Apply migrations and seed the tokens (the compose migrate and seed services)."""
         self.logs.mkdir(parents=True, exist_ok=True)
+        # seed-local imports the app, whose counters open their files here at import.
+        (self.run_dir / "prometheus").mkdir(parents=True, exist_ok=True)
         migrations.apply(self.database_url)
         subprocess.run([str(BIN / "flask"), "--app", "app", "seed-local"], cwd=REPO,
                        env=self.base_env(), check=True, stdout=subprocess.DEVNULL)
