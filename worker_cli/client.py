@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import email.utils
+import os
 import re
 import secrets
 import time
 from collections.abc import Iterator
-from urllib.parse import urljoin, urlsplit
+from typing import BinaryIO
+from urllib.parse import quote, urljoin, urlsplit
 
 import requests
 
@@ -16,6 +18,9 @@ DEFAULT_TIMEOUT = 10.0
 # coordinator that answers a little late, so a normal empty poll never looks like a timeout.
 CLAIM_TIMEOUT_MARGIN = 10.0
 INPUT_BLOCK_SIZE = 64 * 1024
+# The coordinator answers an upload only after hashing and splitting it (up to 50 MiB).
+UPLOAD_TIMEOUT = 300.0
+UPLOAD_BLOCK_SIZE = 256 * 1024
 
 _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 # Failures of the network or of the peer, as opposed to a malformed URL or request (bugs).
@@ -106,6 +111,60 @@ class ByteStream:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class MultipartUpload:
+    """A multipart/form-data body that reads its one file part from disk as it is sent.
+
+    requests' own `files=` reads the whole file into memory first; this body has a length
+    (so the upload carries Content-Length) and yields the file block by block.
+    """
+
+    def __init__(self, fields: list[tuple[str, str]], file_field: str, file: BinaryIO,
+                 filename: str, content_type: str = "text/csv",
+                 block_size: int = UPLOAD_BLOCK_SIZE):
+        self.boundary = f"chunkwise-{secrets.token_hex(16)}"
+        self._file = file
+        self._block_size = block_size
+        self._head = b"".join(self._part_header(name) + value.encode() + b"\r\n"
+                              for name, value in fields)
+        self._head += self._part_header(file_field, filename, content_type)
+        self._tail = f"\r\n--{self.boundary}--\r\n".encode()
+        self._file_size = _remaining_size(file)
+
+    @property
+    def content_type(self) -> str:
+        """The Content-Type header naming this body's boundary."""
+        return f"multipart/form-data; boundary={self.boundary}"
+
+    def __len__(self) -> int:
+        return len(self._head) + self._file_size + len(self._tail)
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self._head
+        while block := self._file.read(self._block_size):
+            yield block
+        yield self._tail
+
+    def _part_header(self, name: str, filename: str | None = None,
+                     content_type: str | None = None) -> bytes:
+        disposition = f'form-data; name="{_quoted(name)}"'
+        if filename is not None:
+            disposition += f'; filename="{_quoted(filename)}"'
+        lines = [f"--{self.boundary}", f"Content-Disposition: {disposition}"]
+        if content_type:
+            lines.append(f"Content-Type: {content_type}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def _quoted(value: str) -> str:
+    # Quotes, backslashes and line breaks would end the header value early.
+    return quote(value, safe=" !#$&'()*+,-./:;<=>?@[]^_`{|}~")
+
+
+def _remaining_size(file: BinaryIO) -> int:
+    position = file.tell()
+    return os.fstat(file.fileno()).st_size - position
 
 
 class CoordinatorClient:
@@ -233,6 +292,93 @@ class CoordinatorClient:
             "POST", f"/api/v1/tasks/{task_id}/failure", json=payload, trace_id=trace_id
         )
 
+    # -- job endpoints (users and operators) ------------------------------------------------
+
+    def submit_csv_job(
+        self,
+        file: BinaryIO,
+        *,
+        column: str,
+        delimiter: str = ",",
+        chunks: int = 1,
+        priority: int = 0,
+        labels: dict[str, str] | None = None,
+        idempotency_key: str | None = None,
+        filename: str | None = None,
+        trace_id: str | None = None,
+    ) -> dict:
+        """Upload a CSV from an open binary file as a csv_stats job; return the job."""
+        fields = [("column", column), ("delimiter", delimiter), ("chunks", str(chunks)),
+                  ("priority", str(priority))]
+        fields += [("label", f"{key}={value}") for key, value in (labels or {}).items()]
+        name = filename or os.path.basename(getattr(file, "name", "") or "upload.csv")
+        body = MultipartUpload(fields, "file", file, name)
+        headers = {"Content-Type": body.content_type}
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        return self._request("POST", "/api/v1/jobs", data=body, headers=headers,
+                             trace_id=trace_id, timeout=UPLOAD_TIMEOUT)
+
+    def get_job(self, job_id: str, *, trace_id: str | None = None) -> dict:
+        """A job's aggregate status, progress, and result or error."""
+        return self._request("GET", f"/api/v1/jobs/{_segment(job_id)}", trace_id=trace_id)
+
+    def list_jobs(
+        self,
+        *,
+        status: str | None = None,
+        limit: int | None = None,
+        label: str | None = None,
+        cursor: str | None = None,
+        trace_id: str | None = None,
+    ) -> dict:
+        """One page of the caller's jobs, newest first: {jobs, next_cursor}."""
+        params = {"status": status, "limit": limit, "label": label, "cursor": cursor}
+        return self._request("GET", "/api/v1/jobs", trace_id=trace_id,
+                             params={k: v for k, v in params.items() if v is not None})
+
+    def list_results(self, job_id: str, *, trace_id: str | None = None) -> dict:
+        """A job's completed result manifests in chunk order: {results}."""
+        return self._request("GET", f"/api/v1/jobs/{_segment(job_id)}/results",
+                             trace_id=trace_id)
+
+    def list_chunks(self, job_id: str, *, trace_id: str | None = None) -> dict:
+        """Every chunk of a job with its attempts: {chunks}."""
+        return self._request("GET", f"/api/v1/jobs/{_segment(job_id)}/chunks",
+                             trace_id=trace_id)
+
+    def get_chunk(self, job_id: str, chunk_id: str, *, trace_id: str | None = None) -> dict:
+        """One chunk with each attempt's worker, outcome and trace id."""
+        return self._request(
+            "GET", f"/api/v1/jobs/{_segment(job_id)}/chunks/{_segment(chunk_id)}",
+            trace_id=trace_id)
+
+    def cancel_job(self, job_id: str, *, trace_id: str | None = None) -> dict:
+        """Cancel a job (repeating it is harmless); return the job."""
+        return self._request("POST", f"/api/v1/jobs/{_segment(job_id)}/cancel",
+                             trace_id=trace_id)
+
+    def retry_job(self, job_id: str, *, trace_id: str | None = None) -> dict:
+        """Re-queue a recoverable failed job's unfinished chunks; return the job."""
+        return self._request("POST", f"/api/v1/jobs/{_segment(job_id)}/retry",
+                             trace_id=trace_id)
+
+    def list_events(self, *, after: int = 0, limit: int | None = None,
+                    trace_id: str | None = None) -> dict:
+        """Outbox events after an id, oldest first: {events, next_after}."""
+        params = {"after": after} if limit is None else {"after": after, "limit": limit}
+        return self._request("GET", "/api/v1/events", params=params, trace_id=trace_id)
+
+    # -- operator endpoints -----------------------------------------------------------------
+
+    def queue_status(self, *, trace_id: str | None = None) -> dict:
+        """Chunks by state and workload, oldest pending age, active leases against the caps."""
+        return self._request("GET", "/api/v1/queue", trace_id=trace_id)
+
+    def list_workers(self, *, trace_id: str | None = None) -> dict:
+        """Each worker's last heartbeat, leases held, chunks done and peak memory: {workers}."""
+        return self._request("GET", "/api/v1/workers", trace_id=trace_id)
+
     # -- plumbing ---------------------------------------------------------------------------
 
     def _task_request(self, method: str, path: str, **kwargs):
@@ -256,6 +402,8 @@ class CoordinatorClient:
         stream: bool = False,
         trace_id: str | None = None,
         timeout: float | None = None,
+        data: MultipartUpload | None = None,
+        headers: dict[str, str] | None = None,
     ):
         """Send one call; return the JSON body (None for 204), or the response when streaming."""
         url = self._url(path)
@@ -264,10 +412,11 @@ class CoordinatorClient:
                 method,
                 url,
                 json=json,
+                data=data,
                 params=params,
                 stream=stream,
                 timeout=timeout if timeout is not None else self.timeout,
-                headers={"traceparent": traceparent(trace_id)},
+                headers={**(headers or {}), "traceparent": traceparent(trace_id)},
             )
         except _UNREACHABLE as exc:
             raise CoordinatorUnavailable(f"{method} {path}: {exc}") from exc
@@ -293,6 +442,11 @@ class CoordinatorClient:
         if _origin(url) != _origin(self.base_url):
             raise ValueError(f"refusing to call {url}: not on the coordinator {self.base_url}")
         return url
+
+
+def _segment(value: str) -> str:
+    # An id typed by a person must stay one path segment ("../queue" is not a job id).
+    return quote(str(value), safe="")
 
 
 def _is_absolute(path: str) -> bool:
