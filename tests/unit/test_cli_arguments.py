@@ -1,0 +1,126 @@
+"""chunkwise argument parsing: shared options, environment, labels, ids, usage errors."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from worker_cli.cli import EXIT_OK, EXIT_USAGE, build_parser, run
+
+JOB = "6e56eaf5-06ec-450f-a4f0-f652955b2d63"
+ENV = {"CHUNKWISE_URL": "http://coordinator.test", "CHUNKWISE_TOKEN": "cwu_env"}
+
+
+class RecordingClient:
+    """Answers get_job and remembers how it was built."""
+
+    built: list[tuple[str, str]] = []
+
+    def __init__(self, url: str, token: str):
+        RecordingClient.built.append((url, token))
+
+    def get_job(self, job_id, *, trace_id):
+        return {"id": job_id, "status": "queued", "workload": "csv_stats", "progress": 0.0,
+                "chunks_completed": 0, "chunks_total": 1, "priority": 0}
+
+    def close(self):
+        pass
+
+
+def run_quietly(argv, environ=ENV):
+    RecordingClient.built = []
+    out, err = io.StringIO(), io.StringIO()
+    status = run(argv, client_factory=RecordingClient, out=out, err=err, environ=environ)
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_url_and_token_come_from_the_environment():
+    status, _, _ = run_quietly(["status", JOB])
+    assert status == EXIT_OK
+    assert RecordingClient.built == [("http://coordinator.test", "cwu_env")]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--url", "http://flag.test", "--token", "cwu_flag", "status", JOB],
+    ["status", JOB, "--url", "http://flag.test", "--token", "cwu_flag"],
+    ["--url", "http://flag.test", "status", "--token", "cwu_flag", JOB],
+])
+def test_flags_override_the_environment_before_or_after_the_command(argv):
+    status, _, _ = run_quietly(argv)
+    assert status == EXIT_OK
+    assert RecordingClient.built == [("http://flag.test", "cwu_flag")]
+
+
+def test_json_flag_is_accepted_before_or_after_the_command():
+    assert build_parser().parse_args(["--json", "jobs"]).json is True
+    assert build_parser().parse_args(["jobs", "--json"]).json is True
+    assert not hasattr(build_parser().parse_args(["jobs"]), "json")
+
+
+@pytest.mark.parametrize("missing", ["CHUNKWISE_URL", "CHUNKWISE_TOKEN"])
+def test_missing_url_or_token_is_a_usage_error_naming_it(missing):
+    environ = {k: v for k, v in ENV.items() if k != missing}
+    status, _, err = run_quietly(["status", JOB], environ=environ)
+    assert status == EXIT_USAGE
+    assert missing in err
+    assert RecordingClient.built == []
+
+
+@pytest.mark.parametrize("argv", [
+    [],
+    ["frobnicate"],
+    ["status"],
+    ["status", "not-a-uuid"],
+    ["submit", "data.csv"],  # --column is required
+    ["submit", "data.csv", "--column", "v", "--label", "no-equals-sign"],
+    ["submit", "data.csv", "--column", "v", "--chunks", "many"],
+    ["jobs", "--status", "sleeping"],
+    ["jobs", "--label", "=value"],
+    ["events", "--after", "yesterday"],
+])
+def test_bad_usage_exits_2_without_calling_the_coordinator(argv):
+    status, _, err = run_quietly(argv)
+    assert status == EXIT_USAGE
+    assert "usage:" in err
+    assert RecordingClient.built == []
+
+
+def test_submit_of_a_missing_file_is_a_usage_error(tmp_path):
+    status, _, err = run_quietly(["submit", str(tmp_path / "absent.csv"), "--column", "v"])
+    assert status == EXIT_USAGE
+    assert "absent.csv" in err
+
+
+def test_help_exits_0(capsys):
+    assert run(["--help"]) == EXIT_OK
+    assert "submit" in capsys.readouterr().out
+
+
+def test_labels_repeat_and_split_at_the_first_equals_sign():
+    args = build_parser().parse_args(
+        ["submit", "f.csv", "--column", "v", "--label", "team=a", "--label", "expr=x=y"])
+    assert args.label == [("team", "a"), ("expr", "x=y")]
+
+
+def test_job_ids_are_normalised_uuids():
+    args = build_parser().parse_args(["status", JOB.upper()])
+    assert args.job == JOB
+
+
+@pytest.mark.parametrize("spelling", ["\\t", "tab", "\t"])
+def test_a_tab_delimiter_can_be_spelled_out(spelling):
+    args = build_parser().parse_args(["submit", "f.csv", "--column", "v", "--delimiter", spelling])
+    assert args.delimiter == "\t"
+
+
+def test_submit_defaults_match_the_servers():
+    args = build_parser().parse_args(["submit", "f.csv", "--column", "v"])
+    assert (args.delimiter, args.chunks, args.priority, args.label, args.wait) == (
+        ",", 1, 0, None, False)
+
+
+def test_events_follow_options_are_bounded_on_request():
+    args = build_parser().parse_args(
+        ["events", "--after", "7", "--follow", "--max-events", "3", "--timeout", "2.5"])
+    assert (args.after, args.follow, args.max_events, args.timeout) == (7, True, 3, 2.5)

@@ -1,0 +1,457 @@
+"""The chunkwise command: submit CSV jobs, watch them, and inspect the queue as an operator."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TextIO
+
+from worker_cli import tables
+from worker_cli.client import (
+    CoordinatorClient,
+    CoordinatorError,
+    CoordinatorUnavailable,
+    new_trace_id,
+)
+
+EXIT_OK = 0
+EXIT_JOB_UNSUCCESSFUL = 1
+EXIT_USAGE = 2
+EXIT_HTTP_ERROR = 3
+EXIT_UNREACHABLE = 4
+EXIT_INTERRUPTED = 130
+
+FINISHED = frozenset({"succeeded", "failed", "cancelled"})
+UNSUCCESSFUL = frozenset({"failed", "cancelled"})
+JOB_STATUSES = ("queued", "running", "merging", "succeeded", "failed", "cancelled")
+# Waits between attempts of a call that met a 429, a 5xx or no coordinator at all.
+RETRY_DELAYS = (0.25, 0.5, 1.0)
+MAX_RETRY_AFTER = 5.0
+KEY_PREFIX = "cli-sha256-"
+HASH_BLOCK_SIZE = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One run of the command: the client, where output goes, the trace id all calls share."""
+
+    client: CoordinatorClient
+    out: TextIO
+    err: TextIO
+    as_json: bool
+    trace_id: str = field(default_factory=new_trace_id)
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+    def call(self, method: Callable, *args, retry: bool = True, **kwargs):
+        """Call a client method, retrying 429, 5xx and an unreachable coordinator a few times."""
+        delays = RETRY_DELAYS if retry else ()
+        for delay in (*delays, None):
+            try:
+                return method(*args, trace_id=self.trace_id, **kwargs)
+            except CoordinatorUnavailable as exc:
+                if delay is None:
+                    raise
+                self.sleep(min(exc.retry_after or delay, MAX_RETRY_AFTER))
+        raise AssertionError("unreachable")
+
+    def print(self, text: str) -> None:
+        """Write human output to stdout."""
+        print(text, file=self.out, flush=True)
+
+    def print_json(self, document: object) -> None:
+        """Write one JSON document to stdout."""
+        print(json.dumps(document, indent=2), file=self.out, flush=True)
+
+    def warn(self, text: str) -> None:
+        """Write a note or an error to stderr."""
+        print(text, file=self.err, flush=True)
+
+
+# -- argument types -------------------------------------------------------------------------
+
+def label_pair(text: str) -> tuple[str, str]:
+    """Parse `key=value`."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key, value
+
+
+def label_filter(text: str) -> str:
+    """Check `key=value` and pass it on as the server's filter."""
+    label_pair(text)
+    return text
+
+
+def delimiter_char(text: str) -> str:
+    """A one-character delimiter; `\\t` and `tab` mean a tab."""
+    return "\t" if text in ("\\t", "tab") else text
+
+
+def uuid_text(text: str) -> str:
+    """A UUID, normalised; anything else is a usage error."""
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a UUID: {text!r}") from None
+
+
+def default_idempotency_key(file_sha256: str, *, column: str, delimiter: str, chunks: int,
+                            priority: int, labels: dict[str, str]) -> str:
+    """A key naming the file's bytes and every parameter, so re-running a submit finds its job."""
+    request = {"file_sha256": file_sha256, "column": column, "delimiter": delimiter,
+               "chunks": chunks, "priority": priority, "labels": dict(sorted(labels.items()))}
+    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return KEY_PREFIX + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def file_sha256(path: str) -> str:
+    """The SHA-256 of a file, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while block := file.read(HASH_BLOCK_SIZE):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# -- commands -------------------------------------------------------------------------------
+
+def submit(cli: Invocation, args: argparse.Namespace) -> int:
+    """Upload a CSV as a job and print its id; with --wait, follow it to the end."""
+    labels = dict(args.label or [])
+    key = args.idempotency_key or default_idempotency_key(
+        file_sha256(args.file), column=args.column, delimiter=args.delimiter,
+        chunks=args.chunks, priority=args.priority, labels=labels)
+
+    def upload(*, trace_id: str) -> dict:
+        # Opened per attempt: a retried upload must send the file from its first byte.
+        with open(args.file, "rb") as file:
+            return cli.client.submit_csv_job(
+                file, column=args.column, delimiter=args.delimiter, chunks=args.chunks,
+                priority=args.priority, labels=labels, idempotency_key=key, trace_id=trace_id)
+
+    job = cli.call(upload)
+    if not args.wait:
+        cli.print_json(job) if cli.as_json else cli.print(job["id"])
+        return EXIT_OK
+    if not cli.as_json:
+        cli.print(job["id"])
+    return finish_job(cli, wait_for_job(cli, job, args.interval), show_detail=False)
+
+
+def status(cli: Invocation, args: argparse.Namespace) -> int:
+    """Show a job; with --watch, follow it to the end."""
+    job = cli.call(cli.client.get_job, args.job)
+    if args.watch:
+        job = wait_for_job(cli, job, args.interval)
+    return finish_job(cli, job, show_detail=True)
+
+
+def result(cli: Invocation, args: argparse.Namespace) -> int:
+    """Print a finished job's result, or its error."""
+    job = cli.call(cli.client.get_job, args.job)
+    if job["status"] == "succeeded" and job["workload"] != "csv_stats":
+        manifests = cli.call(cli.client.list_results, args.job)
+        if cli.as_json:
+            cli.print_json(manifests)
+        else:
+            cli.print(tables.manifest_table(manifests["results"]))
+        return EXIT_OK
+    if job["status"] not in FINISHED:
+        if cli.as_json:
+            cli.print_json(job)
+        cli.warn(f"job {job['id']} has no result yet: it is {job['status']} "
+                 f"({job['progress']:.0%})")
+        return EXIT_JOB_UNSUCCESSFUL
+    return finish_job(cli, job, show_detail=False)
+
+
+def finish_job(cli: Invocation, job: dict, *, show_detail: bool) -> int:
+    """Print a job (its detail, or just its result) and return 1 unless it succeeded."""
+    if cli.as_json:
+        cli.print_json(job)
+    elif show_detail:
+        cli.print(tables.job_detail(job))
+    elif job["status"] == "succeeded" and job.get("result") is not None:
+        cli.print(tables.result_block(job["result"]))
+    if job["status"] in UNSUCCESSFUL:
+        report_unsuccessful(cli, job)
+        return EXIT_JOB_UNSUCCESSFUL
+    return EXIT_OK
+
+
+def report_unsuccessful(cli: Invocation, job: dict) -> None:
+    """Tell stderr why a job did not succeed."""
+    if job["status"] == "cancelled":
+        cli.warn(f"chunkwise: job {job['id']} was cancelled")
+        return
+    cli.warn(f"chunkwise: job {job['id']} failed: {tables.error_summary(job.get('error'))}")
+    if job.get("partial_result"):
+        cli.warn(f"  partial result: {json.dumps(job['partial_result'])}")
+    cli.warn(f"  trace id: {job.get('trace_id')}")
+
+
+def wait_for_job(cli: Invocation, job: dict, interval: float) -> dict:
+    """Poll a job until it finishes, drawing its progress on stderr."""
+    progress = tables.ProgressDisplay(cli.err, clock=cli.clock)
+    counts_records = "records" in (job.get("parameters") or {})
+    records, records_at = None, None
+    try:
+        while True:
+            if counts_records and records_at != job["chunks_completed"]:
+                # Only when a chunk completed: the chunk list costs more than the job.
+                chunks = cli.call(cli.client.list_chunks, job["id"])["chunks"]
+                records, records_at = tables.records_done(chunks), job["chunks_completed"]
+            progress.show(job, records)
+            if job["status"] in FINISHED:
+                return job
+            cli.sleep(interval)
+            job = cli.call(cli.client.get_job, job["id"])
+    finally:
+        progress.finish()
+
+
+def list_jobs(cli: Invocation, args: argparse.Namespace) -> int:
+    """List the caller's jobs, newest first."""
+    page = cli.call(cli.client.list_jobs, status=args.status, limit=args.limit,
+                    label=args.label, cursor=args.cursor)
+    if cli.as_json:
+        cli.print_json(page)
+        return EXIT_OK
+    cli.print(tables.job_table(page["jobs"]))
+    if page.get("next_cursor"):
+        cli.warn(f"more jobs: --cursor {page['next_cursor']}")
+    return EXIT_OK
+
+
+def list_chunks(cli: Invocation, args: argparse.Namespace) -> int:
+    """List a job's chunks."""
+    chunks = cli.call(cli.client.list_chunks, args.job)
+    cli.print_json(chunks) if cli.as_json else cli.print(tables.chunk_table(chunks["chunks"]))
+    return EXIT_OK
+
+
+def show_chunk(cli: Invocation, args: argparse.Namespace) -> int:
+    """Show one chunk, named by id or index, with its attempts."""
+    chunk_id = args.chunk
+    if chunk_id.isdigit():
+        chunks = cli.call(cli.client.list_chunks, args.job)["chunks"]
+        by_index = {str(c["index"]): c["id"] for c in chunks}
+        if chunk_id not in by_index:
+            cli.warn(f"chunkwise: not_found: job {args.job} has no chunk {chunk_id} "
+                     f"(it has {len(chunks)}) (trace id {cli.trace_id})")
+            return EXIT_HTTP_ERROR
+        chunk_id = by_index[chunk_id]
+    else:
+        chunk_id = uuid_text(chunk_id)
+    chunk = cli.call(cli.client.get_chunk, args.job, chunk_id)
+    cli.print_json(chunk) if cli.as_json else cli.print(tables.chunk_detail(chunk))
+    return EXIT_OK
+
+
+def cancel(cli: Invocation, args: argparse.Namespace) -> int:
+    """Cancel a job."""
+    job = cli.call(cli.client.cancel_job, args.job)
+    cli.print_json(job) if cli.as_json else cli.print(f"job {job['id']} is {job['status']}")
+    return EXIT_OK
+
+
+def retry(cli: Invocation, args: argparse.Namespace) -> int:
+    """Re-queue a failed job whose failure another attempt may fix."""
+    # Not repeated on its own: a retry that went through but whose answer was lost would
+    # come back as 409 not_failed.
+    job = cli.call(cli.client.retry_job, args.job, retry=False)
+    cli.print_json(job) if cli.as_json else cli.print(f"job {job['id']} is {job['status']}")
+    return EXIT_OK
+
+
+def events(cli: Invocation, args: argparse.Namespace) -> int:
+    """Print outbox events after --after; with --follow, keep polling for new ones."""
+    if not args.follow:
+        page = cli.call(cli.client.list_events, after=args.after, limit=args.limit)
+        if cli.as_json:
+            cli.print_json(page)
+        else:
+            for event in page["events"]:
+                cli.print(tables.event_line(event))
+        return EXIT_OK
+    after, printed = args.after, 0
+    deadline = None if args.timeout is None else cli.clock() + args.timeout
+    try:
+        while deadline is None or cli.clock() < deadline:
+            page = cli.call(cli.client.list_events, after=after, limit=args.limit)
+            for event in page["events"]:
+                # One document per line: a feed that never ends cannot be one JSON array.
+                cli.print(json.dumps(event) if cli.as_json else tables.event_line(event))
+                printed += 1
+                if args.max_events is not None and printed >= args.max_events:
+                    return EXIT_OK
+            after = page["next_after"]
+            if not page["events"]:
+                cli.sleep(args.interval)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a follow ends
+    return EXIT_OK
+
+
+def queue(cli: Invocation, args: argparse.Namespace) -> int:
+    """Show the queue: chunks by state and workload, oldest pending chunk, leases vs caps."""
+    view = cli.call(cli.client.queue_status)
+    cli.print_json(view) if cli.as_json else cli.print(tables.queue_view(view))
+    return EXIT_OK
+
+
+def workers(cli: Invocation, args: argparse.Namespace) -> int:
+    """Show each worker's last heartbeat, leases held, chunks done and peak memory."""
+    listing = cli.call(cli.client.list_workers)
+    if cli.as_json:
+        cli.print_json(listing)
+    else:
+        cli.print(tables.worker_table(listing["workers"], datetime.now(UTC)))
+    return EXIT_OK
+
+
+# -- errors and exit statuses ---------------------------------------------------------------
+
+def exit_status_for(exc: CoordinatorError) -> int:
+    """4 when no coordinator answered, 3 for any HTTP error it answered with."""
+    if isinstance(exc, CoordinatorUnavailable) and exc.status is None:
+        return EXIT_UNREACHABLE
+    return EXIT_HTTP_ERROR
+
+
+def describe_error(exc: CoordinatorError, url: str, trace_id: str) -> str:
+    """The error's code, message, HTTP status and trace id, then any field errors."""
+    if exc.status is None:
+        head = f"chunkwise: coordinator unreachable at {url}: {exc.message}"
+    else:
+        head = f"chunkwise: {exc.code or 'error'}: {exc.message} (HTTP {exc.status})"
+    lines = [f"{head} (trace id {exc.trace_id or trace_id})"]
+    for name, problems in (exc.details.get("fields") or {}).items():
+        text = "; ".join(problems) if isinstance(problems, list) else json.dumps(problems)
+        lines.append(f"  {name}: {text}")
+    return "\n".join(lines)
+
+
+# -- parsing and main -----------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    # The shared options are accepted before or after the subcommand; SUPPRESS keeps a
+    # subcommand's unset copy from overwriting a value given before it.
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument("--url", default=argparse.SUPPRESS,
+                        help="coordinator base URL (default: $CHUNKWISE_URL)")
+    shared.add_argument("--token", default=argparse.SUPPRESS,
+                        help="bearer token (default: $CHUNKWISE_TOKEN)")
+    shared.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print the server's JSON on stdout")
+    parser = argparse.ArgumentParser(prog="chunkwise", parents=[shared],
+                                     description="Submit and inspect Chunkwise jobs.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, run: Callable, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[shared], help=help_text,
+                                  description=help_text)
+        sub.set_defaults(run=run)
+        return sub
+
+    sub = command("submit", submit, "upload a CSV and summarise one numeric column")
+    sub.add_argument("file", metavar="FILE")
+    sub.add_argument("--column", required=True)
+    sub.add_argument("--delimiter", type=delimiter_char, default=",")
+    sub.add_argument("--chunks", type=int, default=1, help="chunks to split into, 1-64")
+    sub.add_argument("--priority", type=int, default=0, help="0-255, higher runs first")
+    sub.add_argument("--idempotency-key",
+                     help="default: derived from the file's SHA-256 and the parameters")
+    sub.add_argument("--label", type=label_pair, action="append", metavar="KEY=VALUE",
+                     help="repeatable")
+    sub.add_argument("--wait", action="store_true", help="follow the job and print its result")
+    sub.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
+
+    sub = command("status", status, "show a job")
+    sub.add_argument("job", type=uuid_text, metavar="JOB")
+    sub.add_argument("--watch", action="store_true", help="follow the job until it finishes")
+    sub.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
+
+    sub = command("jobs", list_jobs, "list your jobs, newest first")
+    sub.add_argument("--status", choices=JOB_STATUSES)
+    sub.add_argument("--limit", type=int)
+    sub.add_argument("--label", type=label_filter, metavar="KEY=VALUE")
+    sub.add_argument("--cursor", help="the next page, as printed after a full page")
+
+    sub = command("chunks", list_chunks, "list a job's chunks")
+    sub.add_argument("job", type=uuid_text, metavar="JOB")
+
+    sub = command("chunk", show_chunk, "show one chunk and its attempts")
+    sub.add_argument("job", type=uuid_text, metavar="JOB")
+    sub.add_argument("chunk", metavar="CHUNK", help="chunk id, or its index")
+
+    for name, run, help_text in (("cancel", cancel, "cancel a job"),
+                                 ("retry", retry, "re-queue a recoverable failed job"),
+                                 ("result", result, "print a finished job's result")):
+        command(name, run, help_text).add_argument("job", type=uuid_text, metavar="JOB")
+
+    sub = command("events", events, "print job and chunk events")
+    sub.add_argument("--after", type=int, default=0, help="print events after this id")
+    sub.add_argument("--limit", type=int, help="events per request, 1-1000")
+    sub.add_argument("--follow", action="store_true", help="keep polling until Ctrl-C")
+    sub.add_argument("--max-events", type=int, help="with --follow: stop after this many")
+    sub.add_argument("--timeout", type=float, help="with --follow: stop after this many seconds")
+    sub.add_argument("--interval", type=float, default=1.0, help="seconds between empty polls")
+
+    command("queue", queue, "operators: the queue at a glance")
+    command("workers", workers, "operators: every worker the coordinator has seen")
+    return parser
+
+
+def run(argv: list[str] | None, *, client_factory: Callable = CoordinatorClient,
+        out: TextIO | None = None, err: TextIO | None = None,
+        environ: dict | None = None, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Parse the arguments, run one command and return its exit status."""
+    out, err = out or sys.stdout, err or sys.stderr
+    environ = os.environ if environ is None else environ
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse: 2 for bad usage, 0 for --help
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    url = getattr(args, "url", None) or environ.get("CHUNKWISE_URL")
+    token = getattr(args, "token", None) or environ.get("CHUNKWISE_TOKEN")
+    if not url or not token:
+        missing = "--url or CHUNKWISE_URL" if not url else "--token or CHUNKWISE_TOKEN"
+        print(f"chunkwise: give {missing}", file=err)
+        return EXIT_USAGE
+    if args.command == "submit" and not os.path.isfile(args.file):
+        print(f"chunkwise: {args.file}: no such file", file=err)
+        return EXIT_USAGE
+    client = client_factory(url, token)
+    cli = Invocation(client, out, err, as_json=getattr(args, "json", False), sleep=sleep)
+    try:
+        return args.run(cli, args)
+    except CoordinatorError as exc:
+        print(describe_error(exc, url, cli.trace_id), file=err)
+        return exit_status_for(exc)
+    except argparse.ArgumentTypeError as exc:
+        print(f"chunkwise: {exc}", file=err)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("chunkwise: interrupted", file=err)
+        return EXIT_INTERRUPTED
+    finally:
+        client.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chunkwise command; return its exit status."""
+    return run(argv)
