@@ -79,7 +79,12 @@ def init_app(app: Flask) -> None:
     def http_error(exc: HTTPException):
         code = {400: "malformed_request", 413: "payload_too_large"}.get(
             exc.code, (exc.name or "error").lower().replace(" ", "_"))
-        return error_response(exc.code or 500, code, exc.description or exc.name)
+        response = error_response(exc.code or 500, code, exc.description or exc.name)
+        # Keep what the exception says beyond the body, such as Allow on a 405.
+        for name, value in exc.get_headers():
+            if name.lower() != "content-type":
+                response.headers[name] = value
+        return response
 
     @app.errorhandler(psycopg_pool.PoolTimeout)
     @app.errorhandler(psycopg.OperationalError)

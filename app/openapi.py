@@ -17,7 +17,8 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "health.healthz": (None, schemas.HealthSchema, ()),
     "health.readyz": (None, schemas.HealthSchema, (503,)),
     "openapi.document": (None, None, (401,)),
-    "jobs.create_job": (schemas.JobCreateSchema, schemas.JobSchema, (400, 401, 409, 413, 422, 429)),
+    "jobs.create_job": (schemas.JobCreateSchema, schemas.JobSchema,
+                        (201, 400, 401, 409, 413, 422, 429)),
     "jobs.list_jobs": (schemas.JobListQuerySchema, schemas.JobListSchema, (401, 422)),
     "jobs.get_job": (None, schemas.JobSchema, (401, 404)),
     "jobs.list_results": (None, schemas.ResultListSchema, (401, 404)),
@@ -65,6 +66,12 @@ def build_spec(app: Flask) -> dict:
                 operation["requestBody"] = {
                     "content": {"application/json": {"schema": request_schema}}}
             for status in statuses:
+                if status < 300:
+                    ok = operation["responses"]["200"]
+                    operation["responses"][str(status)] = (
+                        {"description": "no content"} if status == 204 else
+                        {**ok, "description": "created, or the idempotent original (200)"})
+                    continue
                 operation["responses"][str(status)] = {
                     "description": "see the error code",
                     "content": {"application/json": {"schema": "Error"}}}

@@ -271,17 +271,20 @@ def expire(conn: Connection, *, now: datetime | None, lost_budget: int, limit: i
 
 
 def finish_attempt(conn: Connection, task_id: UUID, attempt: int, outcome: str,
-                   error_code: str | None = None, error_message: str | None = None) -> None:
-    """Close an attempt with its outcome (once)."""
-    conn.execute(
+                   error_code: str | None = None, error_message: str | None = None
+                   ) -> Attempt | None:
+    """Close an attempt with its outcome (once); return it, or None if it was closed already."""
+    row = conn.execute(
         """
         UPDATE task_attempts SET outcome = %(outcome)s, finished_at = now(),
             error_code = %(code)s, error_message = %(message)s
         WHERE task_id = %(id)s AND attempt = %(attempt)s AND outcome IS NULL
+        RETURNING *
         """,
         {"id": task_id, "attempt": attempt, "outcome": outcome, "code": error_code,
          "message": error_message},
-    )
+    ).fetchone()
+    return from_row(Attempt, row) if row else None
 
 
 def attempts(conn: Connection, task_ids: Sequence[UUID]) -> list[Attempt]:

@@ -120,7 +120,8 @@ def complete_task(rt: Runtime, task_id: UUID, worker_id: str, attempt: int,
                                   result.metrics or {})
         if done is None:
             return _replayed_result(conn, task_id, worker_id, attempt, sha)
-        task_rows.finish_attempt(conn, task_id, attempt, "completed")
+        closed = task_rows.finish_attempt(conn, task_id, attempt, "completed")
+        _bind_attempt(done, worker_id, closed)
         if task.workload == "csv_stats":
             csvjobs.accept_summary(conn, done, result.summary)
         worker_rows.record_task_done(conn, worker_id, (result.metrics or {}).get("peak_rss_bytes"))
@@ -132,9 +133,7 @@ def complete_task(rt: Runtime, task_id: UUID, worker_id: str, attempt: int,
         settled = job_rules.settle(conn, job)
         merge_job = settled.id if settled.status == "merging" else None
     rt.wakeups.wake()
-    logger.info("task completed", extra={"event": "task_completed", "task_id": str(task_id),
-                                         "job_id": str(done.job_id), "attempt": attempt,
-                                         "worker_id": worker_id})
+    logger.info("task completed", extra={"event": "task_completed"})
     if merge_job is not None:
         csvjobs.merge_job(rt, merge_job)
     return done
@@ -157,15 +156,14 @@ def fail_task(rt: Runtime, task_id: UUID, worker_id: str, attempt: int,
         if failed is None:
             raise _lease_error(conn, task_id, worker_id, attempt)
         outcome = "retried" if failed.status == "pending" else "failed"
-        task_rows.finish_attempt(conn, task_id, attempt, outcome, failure.error_code,
-                                 failure.error_message)
+        closed = task_rows.finish_attempt(conn, task_id, attempt, outcome, failure.error_code,
+                                          failure.error_message)
+        _bind_attempt(failed, worker_id, closed)
         task_rows.notify_claimable(conn)
         settled = job_rules.settle(conn, job)
         merge_job = settled.id if settled.status == "merging" else None
     rt.wakeups.wake()
-    logger.info("task failed", extra={"event": "task_failed", "task_id": str(task_id),
-                                      "job_id": str(failed.job_id), "attempt": attempt,
-                                      "worker_id": worker_id, "error_code": failure.error_code,
+    logger.info("task failed", extra={"event": "task_failed", "error_code": failure.error_code,
                                       "outcome": outcome})
     if merge_job is not None:
         csvjobs.merge_job(rt, merge_job)
@@ -208,10 +206,14 @@ def _expire(conn: Connection, now: datetime | None) -> list[ExpiredLease]:
     expired = task_rows.expire(conn, now=now, lost_budget=LOST_RETRY_BUDGET)
     for lease in expired:
         t = lease.task
-        task_rows.finish_attempt(conn, t.id, t.attempt, "lease_expired", "lease_expired",
-                                 t.error_message)
+        closed = task_rows.finish_attempt(conn, t.id, t.attempt, "lease_expired",
+                                          "lease_expired", t.error_message)
+        # The sweeper logs under the attempt's own trace id, so the expiry joins the
+        # worker's and the coordinator's lines for that attempt.
         with logcontext.scope(job_id=str(t.job_id), task_id=str(t.id), attempt=t.attempt,
-                              worker_id=lease.worker_id):
+                              worker_id=lease.worker_id,
+                              attempt_id=str(closed.id) if closed else None,
+                              trace_id=closed.trace_id if closed else None):
             logger.warning("lease expired", extra={"event": "lease_expired",
                                                    "next_status": t.status})
     for job_id in sorted({lease.task.job_id for lease in expired if lease.task.status == "failed"}):
@@ -220,6 +222,12 @@ def _expire(conn: Connection, now: datetime | None) -> list[ExpiredLease]:
     if expired:
         task_rows.notify_claimable(conn)
     return expired
+
+
+def _bind_attempt(task: Task, worker_id: str, closed) -> None:
+    """Put the attempt's ids on every log line that follows in this request (merge included)."""
+    logcontext.bind(job_id=str(task.job_id), task_id=str(task.id), attempt=task.attempt,
+                    worker_id=worker_id, attempt_id=str(closed.id) if closed else None)
 
 
 def _task_or_404(conn: Connection, task_id: UUID) -> Task:
