@@ -37,6 +37,7 @@ migrate: $(STAMP)
 	$(BIN)/python -m app.migrations apply
 
 report: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,report]'
 	$(BIN)/python -m bench.report
 
 bench: $(STAMP)
