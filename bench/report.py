@@ -119,14 +119,13 @@ def recovery_story(run: Run) -> dict:
 
 
 def crash_times(run: Run) -> dict[str, datetime]:
-    """When each killed attempt's worker died: its last log line for that attempt."""
-    killed = {a["attempt_id"] for c in run.chunks for a in c["attempts"]
-              if a["state"] == "lease_expired"}
-    last: dict[str, datetime] = {}
-    for line in log_lines(run.logs, sorted(killed)):
-        if line["process"] != "coordinator" and line["attempt_id"] in killed:
-            at = datetime.strptime(line["time"], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
-            last[line["attempt_id"]] = max(at, last.get(line["attempt_id"], at))
+    """When each worker process last logged anything: for a killed one, when it died."""
+    last = {}
+    for path in run.logs.glob("*.log"):
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.startswith("{")]
+        if lines:
+            stamp = json.loads(lines[-1])["time"]
+            last[path.stem] = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
     return last
 
 
@@ -151,8 +150,8 @@ def timeline(runs: dict[str, Run], path: Path) -> None:
             end_s = (datetime.fromisoformat(end) - t0).total_seconds()
             y = _slot(lanes, labels, a["worker_id"], start_s, end_s)
             if a["state"] == "lease_expired":
-                dead_s = ((died[a["attempt_id"]] - t0).total_seconds()
-                          if a["attempt_id"] in died else start_s)
+                dead_s = ((died[a["worker_id"]] - t0).total_seconds()
+                          if a["worker_id"] in died else start_s)
                 ax.broken_barh([(start_s, dead_s - start_s)], (y - 0.35, 0.7),
                                facecolors="tab:red", edgecolors="black")
                 ax.broken_barh([(dead_s, end_s - dead_s)], (y - 0.35, 0.7),
