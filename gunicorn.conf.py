@@ -1,6 +1,13 @@
 """Gunicorn settings for the coordinator: threaded workers with room for long polls."""
 
 import os
+import tempfile
+from pathlib import Path
+
+# Counters must be summed over every worker process: prometheus_client's multiprocess mode
+# keeps them in files here. This file is read before the workers import the app, so setting
+# the directory now covers every process.
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="chunkwise-metrics-"))
 
 wsgi_app = "app:create_app()"
 bind = os.environ.get("CHUNKWISE_BIND", "127.0.0.1:8000")
@@ -15,6 +22,14 @@ keepalive = 5
 # One pool per process: create_app runs in each worker, never before the fork.
 preload_app = False
 accesslog = None
+
+
+def on_starting(server):
+    """Forget the counters of a previous run of the server."""
+    directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        stale.unlink()
 
 
 def post_worker_init(worker):

@@ -89,10 +89,6 @@ class LocalStack:
 
     def start_coordinator(self, name: str = "coordinator", timeout: float = 30.0) -> None:
         """Start gunicorn and wait until /readyz answers 200."""
-        prom = self.run_dir / "prometheus"
-        prom.mkdir(parents=True, exist_ok=True)
-        for stale in prom.glob("*.db"):
-            stale.unlink()
         self._spawn(name, [str(BIN / "gunicorn"), "-c", str(REPO / "gunicorn.conf.py")])
         self.wait_ready(timeout)
 
