@@ -307,29 +307,49 @@ def test_a_failed_job_shows_its_completed_chunks_as_a_partial_result_and_no_resu
                       ).fetchone()["result"] is None
 
 
+# Three chunks of two records each; the first error of a sequential pass decides the outcome.
+NEAR_MAX = 9223372036854775800  # int64 max is ...807
+FIRST_ERRORS = {
+    "overflow-in-an-earlier-chunk": (
+        [f"{NEAR_MAX}", "7", "1", "-5", "2", "not-a-number"], "sum_overflow", 1),
+    "overflow-before-the-bad-record-in-its-chunk": (
+        ["1", "2", f"{NEAR_MAX}", "1", "9", "not-a-number"], "sum_overflow", 2),
+    "bad-record-before-a-later-overflow": (
+        [f"{NEAR_MAX}", "1", "not-a-number", "3", "9", "9"], "invalid_input", 1),
+}
+
+
 @pytest.mark.parametrize("bad_chunk_reports_first", [True, False],
-                         ids=["malformed-reported-first", "overflow-reported-first"])
-def test_an_overflow_earlier_in_the_file_wins_over_a_malformed_row_in_a_later_chunk(
-        client, headers, worker, other_worker, bad_chunk_reports_first):
-    data = (b"id,value\n"
-            b"1,9223372036854775800\n2,7\n"  # the running sum passes int64 max at record 3
-            b"3,1\n4,-5\n"
-            b"5,2\n6,not-a-number\n")
-    with pytest.raises(csvstats.SumOverflow):
+                         ids=["bad-chunk-reports-first", "bad-chunk-reports-last"])
+@pytest.mark.parametrize("values, code, chunk_index", FIRST_ERRORS.values(),
+                         ids=FIRST_ERRORS.keys())
+def test_the_job_fails_with_the_first_error_a_sequential_pass_would_meet(
+        client, headers, worker, other_worker, values, code, chunk_index,
+        bad_chunk_reports_first):
+    data = b"id,value\n" + b"".join(f"{n},{v}\n".encode() for n, v in enumerate(values, 1))
+    sequential = {"sum_overflow": csvstats.SumOverflow, "invalid_input": csvstats.InvalidInput}
+    with pytest.raises(sequential[code]):
         csvstats.sequential_totals(data, "value")
     job = submit(client, headers["user"], data, chunks=3)
-    first, second = worker.claim(capacity=2)
-    malformed = other_worker.claim_one()
-    assert malformed["chunk_index"] == 2
+    claimed = worker.claim(capacity=2) + other_worker.claim(capacity=2)
+    assert [t["chunk_index"] for t in claimed] == [0, 1, 2]
+    holders = [worker, worker, other_worker]
+    summaries = [holder.summarise(task) for holder, task in zip(holders, claimed, strict=True)]
+    bad_first = sorted(range(3), key=lambda i: summaries[i].error is None)
+    order = bad_first if bad_chunk_reports_first else bad_first[::-1]
 
-    reports = [(other_worker, malformed), (worker, first), (worker, second)]
-    for holder, task in reports if bad_chunk_reports_first else reports[::-1]:
-        assert holder.run(task).status_code == 200
+    for i in order:
+        if get_job(client, headers["user"], job["id"])["status"] != "running":
+            break  # a failure before the bad chunk may end the job early; never here
+        report = (holders[i].report_invalid_input(claimed[i], summaries[i])
+                  if summaries[i].error else holders[i].report_result(claimed[i],
+                                                                      summaries[i].to_dict()))
+        assert report.status_code == 200, report.get_json()
 
     failed = get_job(client, headers["user"], job["id"])
     assert failed["status"] == "failed"
-    assert failed["error"]["code"] == "sum_overflow"
-    assert failed["error"]["details"]["chunk_index"] == 1
+    assert failed["error"]["code"] == code
+    assert failed["error"]["details"]["chunk_index"] == chunk_index
 
 
 # --- views and events -------------------------------------------------------------------------
