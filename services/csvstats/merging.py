@@ -30,8 +30,7 @@ def merge(plans: Sequence[ChunkPlan], summaries: Sequence[Summary]) -> Totals:
     for index, summary in enumerate(summaries[:needed]):
         # `total` is exact and in range here, so the running sum leaves int64 inside this
         # chunk exactly when one of its prefix extremes, shifted by total, does.
-        if not (INT64_MIN <= total + summary.min_prefix
-                and total + summary.max_prefix <= INT64_MAX):
+        if total + summary.min_prefix < INT64_MIN or total + summary.max_prefix > INT64_MAX:
             raise SumOverflow(index)
         if summary.error is not None:
             raise InvalidInput(summary.error, index)
