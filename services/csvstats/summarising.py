@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
-from itertools import accumulate, repeat
+from itertools import accumulate
 
 from services.csvstats.model import INT64_MAX, INT64_MIN, Checkpoint, InvalidRecord, Summary
 from services.csvstats.planning import validate_delimiter
@@ -29,9 +29,20 @@ from services.csvstats.syntax import (
     too_few_fields,
 )
 
-_BATCH_BYTES = 1 << 20
+_BATCH_BYTES = 32 << 10  # small enough that a batch's objects stay in cache
 _BLANK_BYTES = BLANKS.encode()
-_DIGITS_AND_SIGNS = b"0123456789+-"
+_DIGITS_SIGNS_NEWLINE = b"0123456789+-\n"
+# Maps a run of values to its shape: blanks stay, newlines stay, anything else becomes "d".
+_SHAPE = bytes.maketrans(bytes(range(256)), bytes(
+    c if c in b" \n" else 0x20 if c == 0x09 else 0x64 for c in range(256)))
+
+
+def _blank_inside_value(joined: bytes) -> bool:
+    """Whether some value of a newline-joined run has a blank between other characters."""
+    shape = joined.translate(_SHAPE)
+    while b"  " in shape:
+        shape = shape.replace(b"  ", b" ")
+    return b"d d" in shape
 
 
 def summarise(blocks: Iterable[bytes], *, column_index: int, column: str, delimiter: str = ",",
@@ -107,20 +118,22 @@ class _ChunkSummariser:
             self.hide_in_quotes = bytes.maketrans(byte + b"\r\n", mask * 3)
             self.not_structure = bytes(sorted(set(range(256)) - {byte[0], 0x0A}))
             self.delimiter_byte = byte
+            self.blanks_are_not_delimiters = byte not in _BLANK_BYTES
 
     def read(self, batch: bytes) -> None:
         """Add a batch of whole records (the last batch may end in an unfinished one)."""
-        values = self._fast_values(batch) if batch and self.fast else None
-        if values is None:
+        fast = self._fast_values(batch) if batch and self.fast else None
+        if fast is None:
             if batch:
                 self._read_carefully(batch, self.records)
             return
+        values, lines, normalised = fast
         at_start = self.records
         i = min(len(values), max(0, self.skip - self.records))
         self.records += i
         while i < len(values):
             j = min(len(values), i + self.every - self.records % self.every)
-            if not self._add_values(values[i:j]):
+            if not self._add_values(values[i:j], normalised):
                 self.records = at_start
                 self._read_carefully(batch, at_start + i)
                 return
@@ -128,7 +141,7 @@ class _ChunkSummariser:
             i = j
             if self.records % self.every == 0:
                 self._checkpoint()
-        self.line += line_breaks(batch)
+        self.line += lines
 
     def finish(self) -> None:
         """Raise ValueError if a resumed checkpoint claimed more records than the chunk has."""
@@ -146,47 +159,101 @@ class _ChunkSummariser:
         if self.on_checkpoint is not None:
             self.on_checkpoint(Checkpoint(self.records, self.summary("")))
 
-    def _fast_values(self, batch: bytes) -> list[bytes] | None:
-        """Return each record's raw column bytes, or None if the careful path must decide."""
+    def _fast_values(self, batch: bytes) -> tuple[list[bytes], int, bool] | None:
+        """Return each record's column bytes, the batch's line breaks, and whether the values
+        are normalised; or None if the careful path must read this batch.
+
+        Normalised values have no blanks around them and the batch holds nothing else int()
+        would accept but the spec does not (underscores, vertical tab, form feed).
+        """
         if not batch.isascii():
             try:
                 str(batch, "utf-8")
             except UnicodeDecodeError:
                 return None
+        breaks_in_quotes = 0
         if QUOTE in batch:
             pieces = batch.split(QUOTE)
             if len(pieces) % 2 == 0 or not quotes_well_placed(pieces, self.separators):
                 return None
+            breaks_in_quotes = line_breaks(QUOTE.join(pieces[1::2]))
             batch = mask_quoted(pieces, self.hide_in_quotes)
         if b"\r" in batch:
             batch = batch.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        if batch.endswith(b"\n"):
+        terminated = batch.endswith(b"\n")
+        if terminated:
             batch = batch[:-1]
         # Only when every record has the same number of fields is a flat split exact.
         skeleton = batch.translate(None, self.not_structure)
         width = skeleton.find(b"\n")
         width = len(skeleton) if width < 0 else width
+        records = skeleton.count(b"\n") + 1
         row = self.delimiter_byte * width
-        if width < self.column_index or skeleton != (row + b"\n") * skeleton.count(b"\n") + row:
+        if width < self.column_index or skeleton != (row + b"\n") * (records - 1) + row:
             return None
-        fields = batch.replace(b"\n", self.delimiter_byte).split(self.delimiter_byte)
-        return fields[self.column_index::width + 1]
+        lines = records - 1 + terminated + breaks_in_quotes
+        normalised = False
+        if self.blanks_are_not_delimiters:
+            batch = self._strip_blanks_around_fields(batch)
+            normalised = not any(map(batch.__contains__, (b"_", b"\x0b", b"\x0c")))
+        return self._column(batch, width), lines, normalised
 
-    def _add_values(self, values: list[bytes]) -> bool:
+    def _strip_blanks_around_fields(self, batch: bytes) -> bytes:
+        """Strip every field's surrounding blanks; only the column's values matter after this."""
+        if b"\t" in batch:
+            batch = batch.replace(b"\t", b" ")
+        if b" " not in batch:
+            return batch
+        while b"  " in batch:
+            batch = batch.replace(b"  ", b" ")  # then each field has at most one on each side
+        d = self.delimiter_byte
+        batch = (batch.replace(b" " + d, d).replace(d + b" ", d)
+                 .replace(b" \n", b"\n").replace(b"\n ", b"\n"))
+        return batch.removeprefix(b" ").removesuffix(b" ")
+
+    def _column(self, batch: bytes, width: int) -> list[bytes]:
+        """Cut the column out of records that each have width + 1 fields, LF-separated."""
+        if width == 0:
+            return batch.split(b"\n")
+        # Not replacing LF saves an object per record: a record's last field and the next
+        # one's first come out joined, which only the first and last columns need to undo.
+        parts = batch.split(self.delimiter_byte)
+        if 0 < self.column_index < width:
+            return parts[self.column_index::width]
+        edges = b"\n".join(parts[::width]).split(b"\n")
+        return edges[0::2] if self.column_index == 0 else edges[1::2]
+
+    def _add_values(self, values: list[bytes], normalised: bool) -> bool:
         """Add a run of records' values; False (adding nothing) if any needs a closer look."""
-        present = list(filter(None, map(bytes.strip, values, repeat(_BLANK_BYTES))))
-        if present and b"".join(present).translate(None, _DIGITS_AND_SIGNS):
-            # Quoted values still carry their quotes here; anything else is for the careful path.
-            unquoted = [v[1:-1] if v.startswith(QUOTE) else v for v in present]
-            present = list(filter(None, map(bytes.strip, unquoted, repeat(_BLANK_BYTES))))
-            if present and b"".join(present).translate(None, _DIGITS_AND_SIGNS):
-                return False
-        if not present:
-            return True
+        if normalised:
+            present = list(filter(None, values))
+            try:
+                return self._add_numbers(list(map(int, present)))
+            except ValueError:
+                pass  # quoted, or not an integer: look closer
+        return self._add_checked_values(values)
+
+    def _add_checked_values(self, values: list[bytes], unquoted: bool = False) -> bool:
+        joined = b"\n".join(values)
+        odd = joined.translate(None, _DIGITS_SIGNS_NEWLINE)
+        if not odd:
+            present = list(filter(None, values))
+        elif not odd.translate(None, _BLANK_BYTES) and not _blank_inside_value(joined):
+            present = joined.split()  # drops blank values and strips the others
+        elif not unquoted and QUOTE in odd:
+            # Quoted values still carry their quotes here; unquote them and look again.
+            return self._add_checked_values(
+                [v[1:-1] if v.startswith(QUOTE) else v for v in values], unquoted=True)
+        else:
+            return False
         try:
-            numbers = list(map(int, present))  # only digits and signs are left to int()
+            return self._add_numbers(list(map(int, present)))  # only signs and digits left
         except ValueError:
             return False
+
+    def _add_numbers(self, numbers: list[int]) -> bool:
+        if not numbers:
+            return True
         low, high = min(numbers), max(numbers)
         if low < INT64_MIN or high > INT64_MAX:
             return False
