@@ -1,0 +1,176 @@
+"""Exit statuses: 0 ok, 1 unsuccessful job, 3 HTTP error, 4 no coordinator; retries first."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from worker_cli.cli import (
+    EXIT_HTTP_ERROR,
+    EXIT_JOB_UNSUCCESSFUL,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    RETRY_DELAYS,
+    exit_status_for,
+    run,
+)
+from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected
+
+JOB_ID = "6e56eaf5-06ec-450f-a4f0-f652955b2d63"
+ENV = {"CHUNKWISE_URL": "http://c.test", "CHUNKWISE_TOKEN": "cwu_t"}
+FORBIDDEN = RequestRejected("this view is for operators", status=403, code="forbidden",
+                            trace_id="4bf92f3577b34da6a3ce929d0e0e4736")
+DB_DOWN = CoordinatorUnavailable("the database is unavailable", status=503, code="unavailable",
+                                 retry_after=2.0, trace_id="t503")
+REFUSED = CoordinatorUnavailable("GET /api/v1/jobs: connection refused")
+
+
+def job(status: str, **fields) -> dict:
+    return {"id": JOB_ID, "workload": "csv_stats", "status": status, "progress": 0.5,
+            "chunks_completed": 1, "chunks_total": 2, "chunks_by_state": {}, "priority": 0,
+            "parameters": {}, "labels": {}, "trace_id": "f" * 32, **fields}
+
+
+class ScriptedClient:
+    """Answers each call with the next scripted reply (a document, or an exception to raise)."""
+
+    replies: list = []
+    calls: list[str] = []
+
+    def __init__(self, url, token):
+        pass
+
+    def _next(self, name):
+        ScriptedClient.calls.append(name)
+        reply = ScriptedClient.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def get_job(self, job_id, *, trace_id):
+        return self._next("get_job")
+
+    def list_chunks(self, job_id, *, trace_id):
+        return self._next("list_chunks")
+
+    def retry_job(self, job_id, *, trace_id):
+        return self._next("retry_job")
+
+    def queue_status(self, *, trace_id):
+        return self._next("queue_status")
+
+    def close(self):
+        pass
+
+
+def run_scripted(argv, replies):
+    ScriptedClient.replies, ScriptedClient.calls = list(replies), []
+    out, err, slept = io.StringIO(), io.StringIO(), []
+    status = run(argv, client_factory=ScriptedClient, out=out, err=err, environ=ENV,
+                 sleep=slept.append)
+    return status, out.getvalue(), err.getvalue(), slept
+
+
+@pytest.mark.parametrize(("status", "expected"), [
+    ("queued", EXIT_OK), ("running", EXIT_OK), ("succeeded", EXIT_OK),
+    ("failed", EXIT_JOB_UNSUCCESSFUL), ("cancelled", EXIT_JOB_UNSUCCESSFUL)])
+def test_status_exits_1_only_for_a_failed_or_cancelled_job(status, expected):
+    assert run_scripted(["status", JOB_ID], [job(status)])[0] == expected
+
+
+def test_a_failed_jobs_error_and_partial_result_go_to_stderr():
+    failed = job("failed", error={"code": "invalid_input", "message": "record 10 is bad"},
+                 partial_result={"count": 1, "sum": 2, "min": 2, "max": 2})
+    status, out, err, _ = run_scripted(["result", JOB_ID], [failed])
+    assert status == EXIT_JOB_UNSUCCESSFUL
+    assert out == ""
+    assert f"job {JOB_ID} failed: invalid_input: record 10 is bad" in err
+    assert '"count": 1' in err and "f" * 32 in err
+
+
+def test_result_of_an_unfinished_job_exits_1_saying_so():
+    status, out, err, _ = run_scripted(["result", JOB_ID], [job("running")])
+    assert (status, out) == (EXIT_JOB_UNSUCCESSFUL, "")
+    assert "no result yet: it is running (50%)" in err
+
+
+def test_result_of_a_succeeded_job_prints_it_and_exits_0():
+    done = job("succeeded", result={"count": 2, "sum": 3, "min": 1, "max": 2})
+    status, out, _, _ = run_scripted(["result", JOB_ID], [done])
+    assert status == EXIT_OK
+    assert out.splitlines() == ["count  2", "sum    3", "min    1", "max    2"]
+
+
+def test_watch_polls_until_the_job_finishes_and_exits_by_its_outcome():
+    replies = [job("queued", chunks_completed=0), job("running", chunks_completed=0),
+               job("cancelled", chunks_completed=0)]
+    status, _, err, slept = run_scripted(["status", JOB_ID, "--watch"], replies)
+    assert status == EXIT_JOB_UNSUCCESSFUL
+    assert ScriptedClient.calls == ["get_job"] * 3
+    assert slept == [0.5, 0.5]
+    assert "was cancelled" in err
+
+
+def test_watch_counts_records_from_chunks_only_when_a_chunk_completed():
+    params = {"records": 10}
+    chunks = {"chunks": [{"state": "completed", "record_start": 0, "record_end": 6},
+                         {"state": "leased", "record_start": 6, "record_end": 10}]}
+    replies = [job("running", parameters=params, chunks_completed=1), chunks,
+               job("running", parameters=params, chunks_completed=1),
+               job("succeeded", parameters=params, chunks_completed=2),
+               {"chunks": [{**c, "state": "completed"} for c in chunks["chunks"]]}]
+    status, _, err, _ = run_scripted(["status", JOB_ID, "--watch"], replies)
+    assert status == EXIT_OK
+    assert ScriptedClient.calls == ["get_job", "list_chunks", "get_job", "get_job",
+                                    "list_chunks"]
+    assert "6/10 records" in err and "10/10 records" in err
+
+
+def test_a_4xx_exits_3_with_code_message_and_trace_id_on_stderr():
+    status, out, err, slept = run_scripted(["queue"], [FORBIDDEN])
+    assert (status, out, slept) == (EXIT_HTTP_ERROR, "", [])
+    assert err.strip() == ("chunkwise: forbidden: this view is for operators (HTTP 403) "
+                           "(trace id 4bf92f3577b34da6a3ce929d0e0e4736)")
+
+
+def test_field_errors_are_listed_under_the_message():
+    invalid = RequestRejected("invalid fields: chunks", status=422, code="invalid_input",
+                              details={"fields": {"chunks": ["must be between 1 and 64"]}})
+    _, _, err, _ = run_scripted(["queue"], [invalid])
+    assert err.splitlines()[1] == "  chunks: must be between 1 and 64"
+
+
+def test_a_5xx_is_retried_then_exits_3():
+    status, _, err, slept = run_scripted(["queue"], [DB_DOWN] * (len(RETRY_DELAYS) + 1))
+    assert status == EXIT_HTTP_ERROR
+    assert slept == [2.0] * len(RETRY_DELAYS)  # Retry-After honoured
+    assert "unavailable: the database is unavailable (HTTP 503) (trace id t503)" in err
+
+
+def test_a_5xx_that_clears_up_is_not_an_error():
+    status, _, _, slept = run_scripted(["queue"], [DB_DOWN, {"chunks": [], "active_leases": 0,
+                                                             "max_leases_total": 8,
+                                                             "max_leases_per_worker": 2,
+                                                             "max_queued_chunks": 256}])
+    assert status == EXIT_OK and slept == [2.0]
+
+
+def test_an_unreachable_coordinator_is_retried_then_exits_4():
+    status, _, err, slept = run_scripted(["status", JOB_ID], [REFUSED] * (len(RETRY_DELAYS) + 1))
+    assert status == EXIT_UNREACHABLE
+    assert slept == list(RETRY_DELAYS)
+    assert err.startswith("chunkwise: coordinator unreachable at http://c.test:")
+    assert "trace id " in err  # the CLI's own trace id: every call of the run carried it
+
+
+def test_retry_is_sent_once_even_when_the_answer_is_lost():
+    status, _, _, slept = run_scripted(["retry", JOB_ID], [REFUSED, job("running")])
+    assert (status, slept, ScriptedClient.calls) == (EXIT_UNREACHABLE, [], ["retry_job"])
+
+
+def test_exit_status_mapping():
+    assert exit_status_for(FORBIDDEN) == EXIT_HTTP_ERROR
+    assert exit_status_for(DB_DOWN) == EXIT_HTTP_ERROR
+    assert exit_status_for(LeaseLost("stale", status=409)) == EXIT_HTTP_ERROR
+    assert exit_status_for(REFUSED) == EXIT_UNREACHABLE
