@@ -54,7 +54,7 @@ def test_an_empty_data_set_totals_zero_with_no_min_or_max(values):
     ([INT64_MAX, 1, -1], 1, 0),
     ([INT64_MIN, -1, 5], 1, 0),
     ([2**62, 2**62, -(2**62), 0], 2, 0),
-    ([5, INT64_MAX, INT64_MIN, INT64_MIN], 2, 1),
+    ([-5, INT64_MIN + 10, -6, 0], 2, 1),
     ([1, 2, 3, INT64_MAX - 6, 1, -100], 3, 2),
 ], ids=["across-chunks", "cancels-out-in-a-later-chunk", "cancels-out-inside-one-chunk",
         "negative-inside-one-chunk", "mid-chunk-partial-sum", "negative-across-chunks",
