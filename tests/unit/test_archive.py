@@ -1,0 +1,50 @@
+"""The input archive stores bytes once by digest; stale upload spools are swept after a day."""
+
+import hashlib
+import os
+import time
+
+from services import archive
+
+
+def spool(directory, content: bytes, name: str = "upload-1") -> archive.Upload:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_bytes(content)
+    return archive.Upload(path=path, sha256=hashlib.sha256(content).hexdigest(), size=len(content))
+
+
+def test_an_upload_is_moved_under_its_digest(tmp_path):
+    upload = spool(tmp_path / "tmp", b"id,value\n1,2\n")
+
+    assert archive.store(tmp_path / "archive", upload) is True
+
+    stored = archive.archive_path(tmp_path / "archive", upload.sha256)
+    assert stored.read_bytes() == b"id,value\n1,2\n"
+    assert not upload.path.exists()
+
+
+def test_the_same_bytes_are_stored_once(tmp_path):
+    first = spool(tmp_path / "tmp", b"same", "upload-1")
+    second = spool(tmp_path / "tmp", b"same", "upload-2")
+
+    assert archive.store(tmp_path / "archive", first) is True
+    assert archive.store(tmp_path / "archive", second) is False
+    assert len(list((tmp_path / "archive").rglob("*"))) == 3  # sha256/, ab/, the file
+
+
+def test_spools_older_than_a_day_are_removed_and_younger_ones_kept(tmp_path):
+    temp = tmp_path / "tmp"
+    old = spool(temp, b"old", "upload-old").path
+    young = spool(temp, b"young", "upload-young").path
+    other = temp / "not-a-spool"
+    other.write_bytes(b"keep")
+    day_and_a_bit = time.time() - archive.TEMP_MAX_AGE_SECONDS - 60
+    os.utime(old, (day_and_a_bit, day_and_a_bit))
+    os.utime(other, (day_and_a_bit, day_and_a_bit))
+
+    assert archive.remove_stale_temp_files(temp) == 1
+
+    assert not old.exists()
+    assert young.exists()
+    assert other.exists()
