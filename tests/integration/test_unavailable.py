@@ -1,0 +1,73 @@
+"""A slow or absent database is a 503 with Retry-After, never a raw database error."""
+
+import threading
+
+import psycopg
+import pytest
+
+from app import create_app
+from app.runtime import close
+
+
+@pytest.fixture
+def impatient_app(app_config):
+    """The app with a 300 ms statement timeout."""
+    flask_app = create_app({**app_config, "CHUNKWISE_DB_STATEMENT_TIMEOUT_MS": "300"})
+    yield flask_app
+    close(flask_app.extensions["chunkwise.runtime"])
+
+
+def test_a_statement_that_times_out_is_503_with_retry_after(impatient_app, database_url):
+    from services import auth
+
+    runtime = impatient_app.extensions["chunkwise.runtime"]
+    token = auth.create_user(runtime.pool, "patient", "user").token
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_jobs_table():
+        with psycopg.connect(database_url) as conn:
+            conn.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+            locked.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold_the_jobs_table)
+    holder.start()
+    try:
+        assert locked.wait(5)
+        response = impatient_app.test_client().get(
+            "/api/v1/jobs", headers={"Authorization": f"Bearer {token}"})
+    finally:
+        release.set()
+        holder.join()
+
+    assert response.status_code == 503
+    assert response.headers["Retry-After"]
+    body = response.get_json()
+    assert body["error"]["code"] == "unavailable"
+    assert "canceling statement" not in body["error"]["message"]
+    assert body["trace_id"]
+
+
+def test_readyz_is_503_while_the_database_is_unreachable(app_config):
+    # A port nothing listens on: the app still starts and says it is not ready.
+    flask_app = create_app({**app_config,
+                            "DATABASE_URL": "postgresql://postgres@127.0.0.1:1/nowhere"})
+    try:
+        response = flask_app.test_client().get("/readyz")
+    finally:
+        close(flask_app.extensions["chunkwise.runtime"])
+
+    assert response.status_code == 503
+    assert response.get_json()["error"]["code"] == "unavailable"
+    assert response.headers["Retry-After"]
+
+
+def test_liveness_does_not_need_the_database(app_config):
+    flask_app = create_app({**app_config,
+                            "DATABASE_URL": "postgresql://postgres@127.0.0.1:1/nowhere"})
+    try:
+        response = flask_app.test_client().get("/healthz")
+    finally:
+        close(flask_app.extensions["chunkwise.runtime"])
+
+    assert response.status_code == 200
