@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import services.csvstats.summarising as summarising
 from services.csvstats import (
     INT64_MAX,
     INT64_MIN,
@@ -122,13 +124,15 @@ def summarise_chunk(case: CsvCase, result, plan, sizes: list[int], **options):
 
 
 block_sizes = st.lists(st.integers(0, 40), min_size=1, max_size=6).filter(any)
+# Tiny batches make every block boundary a place where a batch is cut after a whole record.
+batch_bytes = st.sampled_from([summarising._BATCH_BYTES, 1, 3, 16])
 
 
 @PROPERTY_SETTINGS
 @given(case=csv_cases(), chunks=st.integers(1, 64), sizes=block_sizes,
-       stop_at_first_error=st.booleans())
+       stop_at_first_error=st.booleans(), batch=batch_bytes)
 def test_chunked_path_decides_like_the_sequential_loop(case, chunks, sizes,
-                                                       stop_at_first_error):
+                                                       stop_at_first_error, batch):
     expected = outcome(lambda: sequential_totals(case.data, "value", case.delimiter))
     try:
         result = split(case.data, "value", case.delimiter, chunks)
@@ -137,10 +141,11 @@ def test_chunked_path_decides_like_the_sequential_loop(case, chunks, sizes,
         return
     assert len(result.plans) <= chunks
     summaries = []
-    for plan in result.plans:
-        summaries.append(summarise_chunk(case, result, plan, sizes))
-        if stop_at_first_error and summaries[-1].error is not None:
-            break
+    with mock.patch.object(summarising, "_BATCH_BYTES", batch):
+        for plan in result.plans:
+            summaries.append(summarise_chunk(case, result, plan, sizes))
+            if stop_at_first_error and summaries[-1].error is not None:
+                break
     try:
         actual = ("totals", merge(result.plans, summaries))
     except SumOverflow as exc:
@@ -169,13 +174,18 @@ class StopHere(Exception):
 
 @PROPERTY_SETTINGS
 @given(case=csv_cases(), chunks=st.integers(1, 8), every=st.integers(1, 4), sizes=block_sizes,
-       data=st.data())
+       batch=batch_bytes, data=st.data())
 def test_resuming_from_a_checkpoint_gives_the_uninterrupted_summary(case, chunks, every, sizes,
-                                                                     data):
+                                                                     batch, data):
     try:
         result = split(case.data, "value", case.delimiter, chunks)
     except CsvFormatError:
         return
+    with mock.patch.object(summarising, "_BATCH_BYTES", batch):
+        check_resume(case, result, every, sizes, data)
+
+
+def check_resume(case: CsvCase, result, every: int, sizes: list[int], data) -> None:
     plan = data.draw(st.sampled_from(result.plans))
     seen: list[Checkpoint] = []
     whole = summarise_chunk(case, result, plan, sizes, checkpoint_every=every,
