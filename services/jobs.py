@@ -282,29 +282,38 @@ def settle(conn: Connection, job: Job) -> Job:
     """Move a locked job on after its tasks changed: running, merging, succeeded or failed."""
     if job.status not in ("queued", "running"):
         return job
+    # One aggregate read on the common path; the task list only when something failed.
+    counts = job_rows.chunk_counts(conn, [job.id])[job.id]
+    if counts.failed:
+        return _settle_failure(conn, job)
+    if counts.completed == job.chunks_total:
+        if job.workload in MERGED_WORKLOADS:
+            return job_rows.set_status(conn, job.id, "merging")
+        job = job_rows.set_status(conn, job.id, "succeeded")
+        event_rows.publish(conn, job_id=job.id, owner_id=job.owner_id, event="job.succeeded",
+                           payload={}, trace_id=job.trace_id)
+        return job
+    if job.status == "queued" and (counts.leased or counts.completed):
+        return job_rows.set_status(conn, job.id, "running")
+    return job
+
+
+def _settle_failure(conn: Connection, job: Job) -> Job:
     tasks = task_rows.list_for_job(conn, job.id)
-    merged = job.workload in MERGED_WORKLOADS
     failed = [t for t in tasks if t.status == "failed"]
     # With a merge step, bad input only decides the outcome once every chunk before it is
     # in: the sequential answer may be an overflow earlier in the file, or an earlier bad row.
+    merged = job.workload in MERGED_WORKLOADS
     bad_input = min((t for t in failed if merged and t.error_code == "invalid_input"),
                     key=lambda t: t.chunk_index, default=None)
     horizon = bad_input.chunk_index if bad_input else len(tasks)
     hard = [t for t in failed if t is not bad_input and t.chunk_index < horizon]
     if hard:
         return fail_job(conn, job, hard[0])
-    if bad_input is not None:
-        task_rows.cancel_unfinished(conn, job.id, after_index=bad_input.chunk_index)
-        if all(t.status == "completed" for t in tasks if t.chunk_index < horizon):
-            return job_rows.set_status(conn, job.id, "merging")
-    elif all(t.status == "completed" for t in tasks):
-        if merged:
-            return job_rows.set_status(conn, job.id, "merging")
-        job = job_rows.set_status(conn, job.id, "succeeded")
-        event_rows.publish(conn, job_id=job.id, owner_id=job.owner_id, event="job.succeeded",
-                           payload={}, trace_id=job.trace_id)
-        return job
-    if job.status == "queued" and any(t.attempt > 0 for t in tasks):
+    task_rows.cancel_unfinished(conn, job.id, after_index=bad_input.chunk_index)
+    if all(t.status == "completed" for t in tasks if t.chunk_index < horizon):
+        return job_rows.set_status(conn, job.id, "merging")
+    if job.status == "queued":
         return job_rows.set_status(conn, job.id, "running")
     return job
 
