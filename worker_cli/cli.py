@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TextIO
+from urllib.parse import urlsplit
 
 from worker_cli import tables
 from worker_cli.client import (
@@ -360,10 +361,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Submit and inspect Chunkwise jobs.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, run: Callable, help_text: str) -> argparse.ArgumentParser:
+    def command(name: str, action: Callable, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, parents=[shared], help=help_text,
                                   description=help_text)
-        sub.set_defaults(run=run)
+        sub.set_defaults(action=action)
         return sub
 
     sub = command("submit", submit, "upload a CSV and summarise one numeric column")
@@ -397,10 +398,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("job", type=uuid_text, metavar="JOB")
     sub.add_argument("chunk", metavar="CHUNK", help="chunk id, or its index")
 
-    for name, run, help_text in (("cancel", cancel, "cancel a job"),
-                                 ("retry", retry, "re-queue a recoverable failed job"),
-                                 ("result", result, "print a finished job's result")):
-        command(name, run, help_text).add_argument("job", type=uuid_text, metavar="JOB")
+    for name, action, help_text in (("cancel", cancel, "cancel a job"),
+                                    ("retry", retry, "re-queue a recoverable failed job"),
+                                    ("result", result, "print a finished job's result")):
+        command(name, action, help_text).add_argument("job", type=uuid_text, metavar="JOB")
 
     sub = command("events", events, "print job and chunk events")
     sub.add_argument("--after", type=int, default=0, help="print events after this id")
@@ -432,17 +433,20 @@ def run(argv: list[str] | None, *, client_factory: Callable = CoordinatorClient,
         missing = "--url or CHUNKWISE_URL" if not url else "--token or CHUNKWISE_TOKEN"
         print(f"chunkwise: give {missing}", file=err)
         return EXIT_USAGE
+    if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
+        print(f"chunkwise: {url!r} is not an http:// or https:// URL", file=err)
+        return EXIT_USAGE
     if args.command == "submit" and not os.path.isfile(args.file):
         print(f"chunkwise: {args.file}: no such file", file=err)
         return EXIT_USAGE
     client = client_factory(url, token)
     cli = Invocation(client, out, err, as_json=getattr(args, "json", False), sleep=sleep)
     try:
-        return args.run(cli, args)
+        return args.action(cli, args)
     except CoordinatorError as exc:
         print(describe_error(exc, url, cli.trace_id), file=err)
         return exit_status_for(exc)
-    except argparse.ArgumentTypeError as exc:
+    except (argparse.ArgumentTypeError, OSError) as exc:  # OSError: the file will not open
         print(f"chunkwise: {exc}", file=err)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -86,6 +86,13 @@ def test_bad_usage_exits_2_without_calling_the_coordinator(argv):
     assert RecordingClient.built == []
 
 
+@pytest.mark.parametrize("url", ["coordinator.test:8000", "ftp://coordinator.test", "http://"])
+def test_a_url_that_is_not_http_is_a_usage_error(url):
+    status, _, err = run_quietly(["status", JOB], environ={**ENV, "CHUNKWISE_URL": url})
+    assert status == EXIT_USAGE
+    assert "http://" in err and RecordingClient.built == []
+
+
 def test_submit_of_a_missing_file_is_a_usage_error(tmp_path):
     status, _, err = run_quietly(["submit", str(tmp_path / "absent.csv"), "--column", "v"])
     assert status == EXIT_USAGE
