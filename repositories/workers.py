@@ -27,13 +27,16 @@ class Worker:
 
 def touch(conn: Connection, worker_id: str, *, capacity: int | None = None,
           workloads: Sequence[str] | None = None) -> None:
-    """Record that the worker was seen now (and what it said it can do)."""
+    """Record that the worker was seen now (and what it said it can do).
+
+    A claim asks for the worker's free slots, so the largest ask seen is its capacity.
+    """
     conn.execute(
         """
         INSERT INTO workers (id, capacity, workloads)
         VALUES (%(id)s, COALESCE(%(capacity)s, 1), COALESCE(%(workloads)s, '{}'::text[]))
         ON CONFLICT (id) DO UPDATE SET last_seen_at = now(),
-            capacity = COALESCE(%(capacity)s, workers.capacity),
+            capacity = GREATEST(workers.capacity, COALESCE(%(capacity)s, workers.capacity)),
             workloads = COALESCE(%(workloads)s, workers.workloads)
         """,
         {"id": worker_id, "capacity": capacity,
