@@ -87,8 +87,9 @@ def test_late_result_of_a_paused_worker_is_rejected_and_the_other_workers_summar
 
 
 def test_cancelling_a_job_stops_its_running_chunks(stack, jobs, db):
-    # 600,000 records a chunk take a worker seconds, far longer than one heartbeat.
-    job = jobs.submit(big_csv(1_200_000), 2)
+    # A million records a chunk keep a worker busy well past its first heartbeat (1 s),
+    # which is when it hears of the cancel.
+    job = jobs.submit(big_csv(2_000_000), 2)
     for name in ("worker-a", "worker-b"):
         stack.start_worker(name, *SHORT_POLL, "--capacity", "1")
     wait_for(lambda: len(leased_chunks(jobs, job["id"])) == 2, 20, interval=0.05,
