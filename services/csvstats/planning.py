@@ -70,7 +70,11 @@ def scan_file(data: bytes, delimiter: str) -> FileLayout:
             raise CsvFormatError(
                 "file", f"line {line}: misplaced quote (RFC 4180 allows quotes only around"
                 " a whole field, and doubled inside one)")
-        masked = data[:start] + mask_quoted(pieces, _HIDE_LINE_BREAKS)
+        quoted = QUOTE.join(pieces[1::2])
+        if b"\n" in quoted or b"\r" in quoted:
+            masked = data[:start] + mask_quoted(pieces, _HIDE_LINE_BREAKS)
+        else:
+            masked = data  # no multiline fields: every line break is a terminator
     terminators = terminator_view(masked)
     newline = terminators.find(b"\n", start)
     body_start = len(data) if newline < 0 else newline + 1

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
-from itertools import accumulate
+from itertools import accumulate, repeat
+from operator import itemgetter
 
 from services.csvstats.model import INT64_MAX, INT64_MIN, Checkpoint, InvalidRecord, Summary
 from services.csvstats.planning import validate_delimiter
@@ -35,6 +36,24 @@ _DIGITS_SIGNS_NEWLINE = b"0123456789+-\n"
 # Maps a run of values to its shape: blanks stay, newlines stay, anything else becomes "d".
 _SHAPE = bytes.maketrans(bytes(range(256)), bytes(
     c if c in b" \n" else 0x20 if c == 0x09 else 0x64 for c in range(256)))
+
+
+def _integers(values: list[bytes]) -> list[int] | None:
+    """int() of every non-empty value, or None if one of them is not an integer."""
+    try:
+        return list(map(int, filter(None, values)))
+    except ValueError:
+        return None
+
+
+def _without_outer_quotes(values: list[bytes]) -> list[bytes] | None:
+    """The values with quoted ones unquoted, or None if none is quoted or one holds a quote."""
+    joined = b"\n".join(values)
+    quotes = joined.count(QUOTE)
+    # Quotes are well placed, so a quoted value starts (and ends) with one.
+    if not quotes or quotes != 2 * (joined.count(b'\n"') + joined.startswith(QUOTE)):
+        return None
+    return joined.replace(QUOTE, b"").split(b"\n")
 
 
 def _blank_inside_value(joined: bytes) -> bool:
@@ -109,20 +128,21 @@ class _ChunkSummariser:
         self.maximum = partial.max if partial else None
         self.low = partial.min_prefix if partial else 0
         self.high = partial.max_prefix if partial else 0
-        # The fast path splits bytes on the delimiter, so it needs a one-byte one.
-        self.fast = delimiter.isascii()
-        if self.fast:
-            byte = delimiter.encode()
-            mask = b"\x01" if byte == b"\x00" else b"\x00"
-            self.separators = (byte, b"\r", b"\n")
-            self.hide_in_quotes = bytes.maketrans(byte + b"\r\n", mask * 3)
-            self.not_structure = bytes(sorted(set(range(256)) - {byte[0], 0x0A}))
-            self.delimiter_byte = byte
-            self.blanks_are_not_delimiters = byte not in _BLANK_BYTES
+        # The fast path splits bytes on a one-byte delimiter: a non-ASCII one is swapped for
+        # the unit separator, in batches that do not already hold it.
+        self.encoded_delimiter = b"" if delimiter.isascii() else delimiter.encode()
+        byte = b"\x1f" if self.encoded_delimiter else delimiter.encode()
+        mask = b"\x01" if byte == b"\x00" else b"\x00"
+        self.delimiter_byte = byte
+        self.separators = (byte, b"\r", b"\n")
+        self.hide_in_quotes = bytes.maketrans(byte + b"\r\n", mask * 3)
+        self.not_separator = bytes(sorted(set(range(256)) - {byte[0], 0x0D, 0x0A}))
+        self.not_structure = bytes(sorted(set(range(256)) - {byte[0], 0x0A}))
+        self.blanks_are_not_delimiters = byte not in _BLANK_BYTES
 
     def read(self, batch: bytes) -> None:
         """Add a batch of whole records (the last batch may end in an unfinished one)."""
-        fast = self._fast_values(batch) if batch and self.fast else None
+        fast = self._fast_values(batch) if batch else None
         if fast is None:
             if batch:
                 self._read_carefully(batch, self.records)
@@ -171,32 +191,37 @@ class _ChunkSummariser:
                 str(batch, "utf-8")
             except UnicodeDecodeError:
                 return None
+        if self.encoded_delimiter:
+            if self.delimiter_byte in batch:
+                return None
+            batch = batch.replace(self.encoded_delimiter, self.delimiter_byte)
         breaks_in_quotes = 0
         if QUOTE in batch:
             pieces = batch.split(QUOTE)
             if len(pieces) % 2 == 0 or not quotes_well_placed(pieces, self.separators):
                 return None
-            breaks_in_quotes = line_breaks(QUOTE.join(pieces[1::2]))
-            batch = mask_quoted(pieces, self.hide_in_quotes)
+            quoted = QUOTE.join(pieces[1::2])
+            breaks_in_quotes = line_breaks(quoted)
+            if quoted.translate(None, self.not_separator):
+                batch = mask_quoted(pieces, self.hide_in_quotes)
         if b"\r" in batch:
-            batch = batch.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            batch = batch.replace(b"\r\n", b"\n")
+            if b"\r" in batch:
+                batch = batch.replace(b"\r", b"\n")
         terminated = batch.endswith(b"\n")
         if terminated:
             batch = batch[:-1]
-        # Only when every record has the same number of fields is a flat split exact.
-        skeleton = batch.translate(None, self.not_structure)
-        width = skeleton.find(b"\n")
-        width = len(skeleton) if width < 0 else width
-        records = skeleton.count(b"\n") + 1
-        row = self.delimiter_byte * width
-        if width < self.column_index or skeleton != (row + b"\n") * (records - 1) + row:
-            return None
-        lines = records - 1 + terminated + breaks_in_quotes
+        lines = batch.count(b"\n") + terminated + breaks_in_quotes
+        if self.column_index:
+            batch = self._pad_empty_records(batch)
         normalised = False
         if self.blanks_are_not_delimiters:
             batch = self._strip_blanks_around_fields(batch)
             normalised = not any(map(batch.__contains__, (b"_", b"\x0b", b"\x0c")))
-        return self._column(batch, width), lines, normalised
+        values = self._uniform_column(batch)
+        if values is None:
+            values = self._ragged_column(batch)
+        return None if values is None else (values, lines, normalised)
 
     def _strip_blanks_around_fields(self, batch: bytes) -> bytes:
         """Strip every field's surrounding blanks; only the column's values matter after this."""
@@ -211,8 +236,26 @@ class _ChunkSummariser:
                  .replace(b" \n", b"\n").replace(b"\n ", b"\n"))
         return batch.removeprefix(b" ").removesuffix(b" ")
 
-    def _column(self, batch: bytes, width: int) -> list[bytes]:
-        """Cut the column out of records that each have width + 1 fields, LF-separated."""
+    def _pad_empty_records(self, batch: bytes) -> bytes:
+        """Give each empty record (an empty line) empty fields up to the column."""
+        # Done before blanks are stripped: a line of blanks is a record with too few fields.
+        pad = self.delimiter_byte * self.column_index
+        while b"\n\n" in batch:
+            batch = batch.replace(b"\n\n", b"\n" + pad + b"\n")
+        if not batch or batch.startswith(b"\n"):
+            batch = pad + batch
+        if batch.endswith(b"\n"):
+            batch += pad
+        return batch
+
+    def _uniform_column(self, batch: bytes) -> list[bytes] | None:
+        """The column of LF-separated records that all have the same number of fields."""
+        skeleton = batch.translate(None, self.not_structure)
+        width = skeleton.find(b"\n")
+        width = len(skeleton) if width < 0 else width
+        row = self.delimiter_byte * width
+        if width < self.column_index or skeleton != (row + b"\n") * skeleton.count(b"\n") + row:
+            return None
         if width == 0:
             return batch.split(b"\n")
         # Not replacing LF saves an object per record: a record's last field and the next
@@ -223,14 +266,30 @@ class _ChunkSummariser:
         edges = b"\n".join(parts[::width]).split(b"\n")
         return edges[0::2] if self.column_index == 0 else edges[1::2]
 
+    def _ragged_column(self, batch: bytes) -> list[bytes] | None:
+        """The column of LF-separated records with varying numbers of fields, or None if one
+        ends before it."""
+        d, index = self.delimiter_byte, self.column_index
+        if index == 0:
+            return list(map(itemgetter(0), map(bytes.partition, batch.split(b"\n"),
+                                                repeat(d))))
+        fields = map(bytes.split, batch.split(b"\n"), repeat(d), repeat(index + 1))
+        try:
+            return list(map(itemgetter(index), fields))
+        except IndexError:
+            return None
+
     def _add_values(self, values: list[bytes], normalised: bool) -> bool:
         """Add a run of records' values; False (adding nothing) if any needs a closer look."""
         if normalised:
-            present = list(filter(None, values))
-            try:
-                return self._add_numbers(list(map(int, present)))
-            except ValueError:
-                pass  # quoted, or not an integer: look closer
+            numbers = _integers(values)
+            if numbers is None:
+                unquoted = _without_outer_quotes(values)
+                if unquoted is not None:
+                    values = unquoted
+                    numbers = _integers(values)
+            if numbers is not None:
+                return self._add_numbers(numbers)
         return self._add_checked_values(values)
 
     def _add_checked_values(self, values: list[bytes], unquoted: bool = False) -> bool:
