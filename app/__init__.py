@@ -24,7 +24,7 @@ def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
     metrics.init_app(app, rt)
     tracing.init_app(app)
     auth.init_app(app)
-    uploads.init_app(app, settings.temp_dir, settings.max_upload_bytes)
+    uploads.init_app(app, settings.temp_dir, settings.limits.max_upload_bytes)
     errors.init_app(app)
     cli.init_app(app)
     for blueprint in (health.bp, jobs.bp, chunks.bp, tasks.bp, events.bp, queue.bp,

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.runtime import Limits
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -22,15 +24,8 @@ class Settings:
     db_pool_min: int = 2
     db_pool_max: int = 10
     db_statement_timeout_ms: int = 3000
-    lease_seconds: int = 30
-    heartbeat_seconds: int = 10
-    max_attempts: int = 3
-    max_leases_per_worker: int = 2
-    max_leases_total: int = 8
-    max_queued_chunks: int = 256
-    allowed_workloads: tuple[str, ...] = ("csv_stats",)
+    limits: Limits = Limits()
     maintenance_seconds: float = 5.0
-    max_upload_bytes: int = 50 * 1024 * 1024
     temp_dir: Path = REPO_ROOT / ".run" / "tmp"
     archive_dir: Path = REPO_ROOT / ".run" / "archive"
     migrations_dir: Path = REPO_ROOT / "sql"
@@ -119,7 +114,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if env.get("CHUNKWISE_LOG_LEVEL"):
         values["log_level"] = env["CHUNKWISE_LOG_LEVEL"].upper()
 
-    settings = Settings(**values) if not problems else None
+    limit_names = set(Limits.__dataclass_fields__)
+    limits = Limits(**{k: values.pop(k) for k in list(values) if k in limit_names})
+    settings = Settings(**values, limits=limits) if not problems else None
     if settings is not None:
         problems.extend(_cross_checks(settings))
     if problems:
@@ -131,9 +128,9 @@ def _cross_checks(s: Settings) -> list[str]:
     problems = []
     if s.db_pool_min > s.db_pool_max:
         problems.append("CHUNKWISE_DB_POOL_MIN must not exceed CHUNKWISE_DB_POOL_MAX")
-    if s.heartbeat_seconds >= s.lease_seconds:
+    if s.limits.heartbeat_seconds >= s.limits.lease_seconds:
         problems.append("CHUNKWISE_HEARTBEAT_SECONDS must be shorter than CHUNKWISE_LEASE_SECONDS")
-    if s.max_leases_per_worker > s.max_leases_total:
+    if s.limits.max_leases_per_worker > s.limits.max_leases_total:
         problems.append(
             "CHUNKWISE_MAX_LEASES_PER_WORKER must not exceed CHUNKWISE_MAX_LEASES_TOTAL")
     return problems

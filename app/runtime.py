@@ -8,7 +8,7 @@ from flask import Flask, current_app
 
 from app.config import Settings
 from app.db import open_pool
-from services.runtime import Limits, Runtime
+from services.runtime import Runtime
 from services.wakeups import Wakeups
 
 
@@ -18,16 +18,7 @@ def init_app(app: Flask, settings: Settings) -> Runtime:
     settings.archive_dir.mkdir(parents=True, exist_ok=True)
     runtime = Runtime(
         pool=open_pool(settings),
-        limits=Limits(
-            lease_seconds=settings.lease_seconds,
-            heartbeat_seconds=settings.heartbeat_seconds,
-            max_attempts=settings.max_attempts,
-            max_leases_per_worker=settings.max_leases_per_worker,
-            max_leases_total=settings.max_leases_total,
-            max_queued_chunks=settings.max_queued_chunks,
-            allowed_workloads=settings.allowed_workloads,
-            max_upload_bytes=settings.max_upload_bytes,
-        ),
+        limits=settings.limits,
         wakeups=Wakeups(settings.database_url),
         archive_dir=settings.archive_dir,
         temp_dir=settings.temp_dir,

@@ -9,16 +9,18 @@ URL = "postgresql://postgres@127.0.0.1:5432/chunkwise"
 
 def test_defaults_match_the_documented_values():
     s = load_settings({"DATABASE_URL": URL})
-    assert (s.lease_seconds, s.heartbeat_seconds, s.max_attempts) == (30, 10, 3)
-    assert (s.max_leases_per_worker, s.max_leases_total, s.max_queued_chunks) == (2, 8, 256)
+    limits = s.limits
+    assert (limits.lease_seconds, limits.heartbeat_seconds, limits.max_attempts) == (30, 10, 3)
+    assert (limits.max_leases_per_worker, limits.max_leases_total,
+            limits.max_queued_chunks) == (2, 8, 256)
     assert s.db_statement_timeout_ms == 3000
     assert s.maintenance_seconds == 5.0
-    assert s.allowed_workloads == ("csv_stats",)
+    assert limits.allowed_workloads == ("csv_stats",)
 
 
 def test_csv_stats_is_always_allowed_beside_extra_workloads():
     s = load_settings({"DATABASE_URL": URL, "CHUNKWISE_ALLOWED_WORKLOADS": "render, echo,"})
-    assert s.allowed_workloads == ("csv_stats", "render", "echo")
+    assert s.limits.allowed_workloads == ("csv_stats", "render", "echo")
 
 
 @pytest.mark.parametrize(
