@@ -5,21 +5,21 @@ from __future__ import annotations
 import codecs
 import hashlib
 from dataclasses import dataclass
+from itertools import repeat
 
 from services.csvstats.errors import CsvFormatError
 from services.csvstats.model import ChunkPlan, SplitResult
 from services.csvstats.syntax import (
     QUOTE,
     first_misplaced_quote,
-    mask_quoted,
     offset_after_lines,
-    quotes_well_placed,
     record_fields,
     terminator_view,
 )
 
 MAX_CHUNKS = 64
 _UTF8_STEP = 1 << 20
+_QUOTE_SCAN_STEP = 1 << 16
 # Hides line breaks inside quotes, so that only terminators are left as CR or LF.
 _HIDE_LINE_BREAKS = bytes.maketrans(b"\r\n", b"\x00\x00")
 
@@ -60,21 +60,14 @@ def scan_file(data: bytes, delimiter: str) -> FileLayout:
         raise CsvFormatError("file", "is empty: its first record must be the header")
     lines = _line_view(data)
     _check_utf8(data, start, lines)
-    if data.find(QUOTE, start) < 0:
-        masked = data
-    else:
-        separators = (delimiter.encode(), b"\r", b"\n")
+    separators = (delimiter.encode(), b"\r", b"\n")
+    masked = _hide_quoted_line_breaks(data, start, separators)
+    if masked is None:
         pieces = data[start:].split(QUOTE)
-        if not quotes_well_placed(pieces, separators):
-            line = _line_at(lines, start + first_misplaced_quote(pieces, separators))
-            raise CsvFormatError(
-                "file", f"line {line}: misplaced quote (RFC 4180 allows quotes only around"
-                " a whole field, and doubled inside one)")
-        quoted = QUOTE.join(pieces[1::2])
-        if b"\n" in quoted or b"\r" in quoted:
-            masked = data[:start] + mask_quoted(pieces, _HIDE_LINE_BREAKS)
-        else:
-            masked = data  # no multiline fields: every line break is a terminator
+        line = _line_at(lines, start + first_misplaced_quote(pieces, separators))
+        raise CsvFormatError(
+            "file", f"line {line}: misplaced quote (RFC 4180 allows quotes only around"
+            " a whole field, and doubled inside one)")
     terminators = terminator_view(masked)
     newline = terminators.find(b"\n", start)
     body_start = len(data) if newline < 0 else newline + 1
@@ -125,6 +118,48 @@ def split(data: bytes, column: str, delimiter: str = ",", chunks: int = 1) -> Sp
         byte_start = byte_end
     return SplitResult(header=layout.header, column_index=column_index,
                        records=layout.records, plans=tuple(plans))
+
+
+def _hide_quoted_line_breaks(data: bytes, start: int, separators: tuple) -> bytes | None:
+    """Return data with the CR and LF bytes inside quotes hidden, or None if a quote is
+    misplaced.
+
+    Works through blocks cut at quotes, so that a quote-heavy file's millions of pieces are
+    handled a cache-sized block at a time.
+    """
+    if data.find(QUOTE, start) < 0:
+        return data
+    blocks, hid_any = [], False
+    at, inside = start, 0  # inside: whether the block's first piece is within quotes
+    while True:
+        cut = data.find(QUOTE, at + _QUOTE_SCAN_STEP)
+        last = cut < 0
+        block = data[at:len(data) if last else cut]
+        pieces = block.split(QUOTE)
+        outside = pieces[inside::2]
+        # A non-empty piece outside quotes must follow a closing quote with a separator
+        # (unless it starts the file) and precede an opening quote with one (unless it ends it).
+        after_quote = set(outside[1:] if at == start else outside)
+        ends_outside = (len(pieces) - 1 - inside) % 2 == 0
+        before_quote = set(outside[:-1] if last and ends_outside else outside)
+        after_quote.discard(b"")
+        before_quote.discard(b"")
+        if not (all(map(bytes.startswith, after_quote, repeat(separators)))
+                and all(map(bytes.endswith, before_quote, repeat(separators)))):
+            return None
+        quoted = QUOTE.join(pieces[1 - inside::2])
+        if b"\n" in quoted or b"\r" in quoted:
+            pieces[1 - inside::2] = map(bytes.translate, pieces[1 - inside::2],
+                                        repeat(_HIDE_LINE_BREAKS))
+            block = QUOTE.join(pieces)
+            hid_any = True
+        blocks.append(block)
+        if last:
+            break
+        inside = (inside + len(pieces)) % 2
+        at = cut + 1
+    # Without a multiline field every line break is already a terminator.
+    return data[:start] + QUOTE.join(blocks) if hid_any else data
 
 
 def _line_view(data: bytes) -> bytes:

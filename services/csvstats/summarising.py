@@ -53,7 +53,9 @@ def _without_outer_quotes(values: list[bytes]) -> list[bytes] | None:
     # Quotes are well placed, so a quoted value starts (and ends) with one.
     if not quotes or quotes != 2 * (joined.count(b'\n"') + joined.startswith(QUOTE)):
         return None
-    return joined.replace(QUOTE, b"").split(b"\n")
+    # Blanks inside the quotes were already collapsed to single spaces with the rest.
+    joined = joined.replace(QUOTE, b"").replace(b" \n", b"\n").replace(b"\n ", b"\n")
+    return joined.removeprefix(b" ").removesuffix(b" ").split(b"\n")
 
 
 def _blank_inside_value(joined: bytes) -> bool:
