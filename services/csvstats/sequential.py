@@ -20,13 +20,14 @@ def sequential_totals(data: bytes, column: str, delimiter: str = ",") -> Totals:
     """Compute the totals in one sequential pass, failing exactly as the chunked path does."""
     validate_delimiter(delimiter)
     data = bytes(data)
-    layout = scan_file(data, delimiter)  # the same submission checks as split()
-    column_index = find_column(layout.header, column)
+    find_column(scan_file(data, delimiter).header, column)  # the same checks as split()
     text = data.decode("utf-8-sig")
     total, count, minimum, maximum = 0, 0, None, None
     with _field_limit_at_least(len(text)):
         reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
-        next(reader)
+        # The column is found again in csv.reader's own reading of the header, so that this
+        # pass does not lean on split()'s parser for anything but the submission checks.
+        column_index = find_column(tuple(next(reader)), column)
         record, line = 0, reader.line_num + 1
         while True:
             try:
