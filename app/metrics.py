@@ -20,7 +20,10 @@ from prometheus_client.core import (
     GaugeHistogramMetricFamily,
     GaugeMetricFamily,
 )
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_flask_exporter import PrometheusMetrics
+from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
 
 from services import jobs, metrics, queue
 from services.runtime import Runtime
@@ -133,16 +136,34 @@ def _worker_families(workers) -> list:
 
 def init_app(app: Flask, runtime: Runtime) -> PrometheusMetrics:
     """Expose /metrics for this app (multiprocess-aware under gunicorn)."""
-    registry = CollectorRegistry()
     options = {"group_by": "url_rule", "defaults_prefix": "chunkwise",
                "excluded_paths": ["/metrics"]}
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
-
-        exporter = GunicornInternalPrometheusMetrics(app, registry=registry, **options)
-    else:
-        for metric in metrics.ALL:
-            registry.register(metric)
-        exporter = PrometheusMetrics(app, registry=registry, **options)
+        return MultiprocessCoordinatorMetrics(app, QueueCollector(runtime), **options)
+    registry = CollectorRegistry()
+    for metric in metrics.ALL:
+        registry.register(metric)
     registry.register(QueueCollector(runtime))
-    return exporter
+    return PrometheusMetrics(app, registry=registry, **options)
+
+
+class MultiprocessCoordinatorMetrics(GunicornInternalPrometheusMetrics):
+    """The exporter's gunicorn mode, with the queue figures added to every scrape.
+
+    In multiprocess mode the exporter builds a fresh registry per scrape and ignores the one
+    it was given, so the queue collector has to join at that point.
+    """
+
+    def __init__(self, app: Flask, queue_collector: QueueCollector, **options):
+        self._queue_collector = queue_collector
+        super().__init__(app, **options)
+
+    def generate_metrics(self, accept_header=None, names=None):
+        """Summed per-process files plus this scrape's queue snapshot."""
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        registry.register(self._queue_collector)
+        if names:
+            registry = registry.restricted_registry(names)
+        encode, content_type = choose_encoder(accept_header)
+        return encode(registry).decode("utf-8"), content_type
