@@ -19,7 +19,8 @@ import pytest
 from tests.unit.test_worker_loop import WAIT, FakeClient, FakeClock, make_worker, task_payload
 from worker_cli.handlers import ClaimedTask
 from worker_cli.logs import configure_logging
-from worker_cli.worker import default_worker_id, main
+from worker_cli.worker import main
+from worker_cli.worker_config import default_worker_id
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,8 @@ from worker_cli.handlers import (
     load_handlers,
     summarise_csv,
 )
-from worker_cli.worker import Worker, WorkerConfig
+from worker_cli.worker import Worker
+from worker_cli.worker_config import WorkerConfig
 
 
 def resize_plugin(task, context):

@@ -11,7 +11,9 @@ import pytest
 
 from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected
 from worker_cli.handlers import ClaimedTask, InvalidInput
-from worker_cli.worker import Backoff, Fault, Worker, WorkerConfig
+from worker_cli.schedule import Backoff
+from worker_cli.worker import Worker
+from worker_cli.worker_config import Fault, WorkerConfig
 
 WAIT = 5.0  # real seconds a test may wait for a chunk thread before it counts as hung
 

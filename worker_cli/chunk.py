@@ -1,0 +1,349 @@
+"""One leased chunk: compute it, keep its lease alive, then submit its result or its failure."""
+
+from __future__ import annotations
+
+import logging
+import resource
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from worker_cli.client import CoordinatorClient, CoordinatorUnavailable, LeaseLost, RequestRejected
+from worker_cli.handlers import (
+    ChunkStopped,
+    ClaimedTask,
+    Handler,
+    InputUnavailable,
+    InvalidInput,
+    TaskContext,
+    UnknownWorkload,
+)
+from worker_cli.schedule import Backoff, HeartbeatSchedule
+from worker_cli.worker_config import WorkerConfig
+
+HEARTBEAT_RETRY_SECONDS = 2.0
+MAX_ERROR_MESSAGE = 4000
+
+
+def peak_rss_bytes() -> int:
+    """Return this process's peak resident set size in bytes."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports KiB, macOS bytes.
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def lease_seconds_left(task: ClaimedTask, wall_clock: Callable[[], float]) -> float:
+    """Estimate how long the task's lease has left, from its expiry on the coordinator's clock."""
+    fallback = 3 * task.heartbeat_seconds
+    if not task.lease_expires_at:
+        return fallback
+    try:
+        expires = datetime.fromisoformat(task.lease_expires_at)
+    except (TypeError, ValueError):
+        return fallback
+    if expires.tzinfo is None:
+        expires = expires.replace(tzinfo=UTC)
+    # Hosts' clocks disagree; keep the estimate within what a sane lease could be.
+    remaining = expires.timestamp() - wall_clock()
+    return min(max(remaining, task.heartbeat_seconds), 10 * task.heartbeat_seconds)
+
+
+@dataclass
+class RunningChunk:
+    """A chunk this worker holds a lease on, from claim to submission."""
+
+    task: ClaimedTask
+    context: TaskContext
+    lease_seconds: float
+    thread: threading.Thread | None = field(default=None, repr=False)
+
+    @property
+    def key(self) -> tuple:
+        """Identify the attempt: the same task may come back to this worker as a new attempt."""
+        return (self.task.task_id, self.task.attempt)
+
+
+class ChunkRunner:
+    """Runs each claimed chunk: streams its input, computes, renews its lease, sends the outcome."""
+
+    def __init__(
+        self,
+        client: CoordinatorClient,
+        config: WorkerConfig,
+        handlers: dict[str, Handler],
+        heartbeats: HeartbeatSchedule,
+        *,
+        log: Callable[..., None],
+        after_compute: Callable[[RunningChunk], None],
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+        rng: Callable[[], float],
+    ):
+        self.client = client
+        self.config = config
+        self.handlers = handlers
+        self.heartbeats = heartbeats
+        # The worker's log funnel: these lines keep its logger name and its worker_id field.
+        self._log = log
+        self._after_compute = after_compute
+        self._clock = clock
+        self._sleep = sleep
+        self._rng = rng
+
+    def _fence(self, task: ClaimedTask) -> dict:
+        # Every call about a chunk names its attempt, so the coordinator can refuse a stale one.
+        return {
+            "worker_id": self.config.worker_id,
+            "attempt": task.attempt,
+            "trace_id": task.trace_id,
+        }
+
+    def open_input(self, task: ClaimedTask):
+        """Start streaming the task's input from the coordinator."""
+        return self.client.stream_input(task.input_uri, **self._fence(task))
+
+    def process(self, chunk: RunningChunk) -> None:
+        """Compute one chunk, then submit its result or report its failure."""
+        task, context = chunk.task, chunk.context
+        started = self._clock()
+        try:
+            handler = self.handlers.get(task.workload)
+            if handler is None:
+                raise UnknownWorkload(f"this worker has no handler for {task.workload!r}")
+            body = handler(task, context)
+            context.finish_input()
+        except (ChunkStopped, LeaseLost, InputUnavailable) as exc:
+            self._cut_short(chunk, exc)
+            return
+        except InvalidInput as exc:
+            self._invalid_input(chunk, exc)
+            return
+        except Exception as exc:
+            self._fail(
+                chunk,
+                "worker_error",
+                f"{type(exc).__name__}: {exc}",
+                retryable=True,
+                details={
+                    "exception": type(exc).__name__,
+                    "traceback": traceback.format_exc()[-4000:],
+                },
+                exc_info=True,
+            )
+            return
+
+        result = {**body, "metrics": self._metrics(chunk, body.get("metrics"), started)}
+        self._log(
+            logging.INFO,
+            "computed",
+            "chunk computed",
+            records=result["metrics"].get("records"),
+            elapsed_seconds=result["metrics"]["elapsed_seconds"],
+        )
+        self._after_compute(chunk)
+        self._deliver(
+            chunk,
+            "result",
+            lambda: self.client.submit_result(task.task_id, result=result, **self._fence(task)),
+            on_rejected=lambda exc: self._result_rejected(chunk, exc),
+        )
+
+    def _cut_short(
+        self, chunk: RunningChunk, exc: ChunkStopped | LeaseLost | InputUnavailable
+    ) -> None:
+        # The handler and the final read of the input end a chunk early in the same three ways.
+        if isinstance(exc, ChunkStopped):
+            self._log(logging.WARNING, "dropped", f"chunk stopped: {exc.reason}", reason=exc.reason)
+        elif isinstance(exc, LeaseLost):
+            self._lease_lost(chunk, exc, during="input")
+        else:
+            self._fail(chunk, "input_unavailable", exc.message, retryable=True, details=exc.details)
+
+    def _result_rejected(self, chunk: RunningChunk, exc: RequestRejected) -> None:
+        # Left alone the chunk would wait out its lease before anyone retried it; saying so
+        # frees it now, and the coordinator's attempt budget still bounds the retries.
+        self._fail(
+            chunk,
+            "worker_error",
+            f"coordinator rejected the result: {exc.message}",
+            retryable=True,
+            details={"status": exc.status, "code": exc.code, "details": exc.details},
+        )
+
+    def _invalid_input(self, chunk: RunningChunk, error: InvalidInput) -> None:
+        # Only bytes that match input_sha256 may be called invalid; a corrupted transfer is
+        # worth another attempt, bad data is not.
+        try:
+            chunk.context.finish_input()
+        except (ChunkStopped, LeaseLost, InputUnavailable) as exc:
+            self._cut_short(chunk, exc)
+            return
+        self._fail(chunk, "invalid_input", error.message, retryable=False, details=error.details)
+
+    def _metrics(self, chunk: RunningChunk, extra: dict | None, started: float) -> dict:
+        metrics = dict(extra or {})
+        metrics.setdefault("records", 0)
+        metrics.setdefault("bytes", chunk.context.bytes_read)
+        metrics["elapsed_seconds"] = round(self._clock() - started, 6)
+        metrics["peak_rss_bytes"] = peak_rss_bytes()
+        return metrics
+
+    def _fail(
+        self,
+        chunk: RunningChunk,
+        error_code: str,
+        message: str,
+        *,
+        retryable: bool,
+        details: dict,
+        exc_info: bool = False,
+    ) -> None:
+        task = chunk.task
+        # The coordinator refuses longer messages; the details keep the whole story.
+        message = (
+            message if len(message) <= MAX_ERROR_MESSAGE else message[: MAX_ERROR_MESSAGE - 1] + "…"
+        )
+        self._log(
+            logging.ERROR if exc_info else logging.WARNING,
+            "failed",
+            f"{error_code}: {message}",
+            exc_info=exc_info,
+            error_code=error_code,
+            retryable=retryable,
+        )
+        self._deliver(
+            chunk,
+            "failure",
+            lambda: self.client.report_failure(
+                task.task_id,
+                error_code=error_code,
+                error_message=message,
+                retryable=retryable,
+                details=details,
+                **self._fence(task),
+            ),
+        )
+
+    def _deliver(
+        self,
+        chunk: RunningChunk,
+        what: str,
+        send: Callable[[], object],
+        *,
+        on_rejected: Callable[[RequestRejected], None] | None = None,
+    ) -> bool:
+        """Send a result or failure, retrying while the coordinator is unavailable."""
+        context = chunk.context
+        backoff = Backoff(
+            self.config.submit_backoff_base, self.config.submit_backoff_cap, rng=self._rng
+        )
+        # Past about one lease time the coordinator has certainly given the chunk to someone
+        # else, so a late submission could only be refused.
+        give_up_at = self._clock() + chunk.lease_seconds
+        while True:
+            if context.stop_reason is not None:
+                self._log(
+                    logging.WARNING,
+                    "dropped",
+                    f"not sent: chunk stopped ({context.stop_reason})",
+                    reason=context.stop_reason,
+                )
+                return False
+            try:
+                send()
+            except LeaseLost as exc:
+                self._lease_lost(chunk, exc, during=what)
+                return False
+            except RequestRejected as exc:
+                self._log(
+                    logging.ERROR,
+                    "dropped",
+                    f"coordinator rejected the {what}: {exc}",
+                    status=exc.status,
+                    code=exc.code,
+                )
+                if on_rejected is not None:
+                    on_rejected(exc)
+                return False
+            except CoordinatorUnavailable as exc:
+                delay = backoff.next_delay(exc.retry_after)
+                if self._clock() + delay >= give_up_at:
+                    self._log(
+                        logging.ERROR,
+                        "dropped",
+                        f"coordinator unavailable until the lease ran out: {exc}",
+                        tries=backoff.failures,
+                    )
+                    return False
+                self._log(
+                    logging.WARNING,
+                    "backoff",
+                    f"sending the {what} failed, retrying in {delay:.1f}s: {exc}",
+                    delay_seconds=round(delay, 3),
+                    tries=backoff.failures,
+                    status=exc.status,
+                )
+                self._sleep(delay)
+                continue
+            # Done with the lease: a beat racing the finish would only earn a spurious 409.
+            self.heartbeats.remove(chunk.key)
+            event = "submitted" if what == "result" else "failure_reported"
+            self._log(logging.INFO, event, f"{what} sent")
+            return True
+
+    def _lease_lost(self, chunk: RunningChunk, exc: LeaseLost, *, during: str) -> None:
+        chunk.context.stop(exc.code or "lease_lost")
+        self._log(
+            logging.WARNING,
+            "lease_lost",
+            f"lease lost during {during} ({exc.code}); dropping the chunk",
+            code=exc.code,
+            during=during,
+        )
+
+    def renew(self, chunk: RunningChunk, now: float) -> None:
+        """Send the chunk's heartbeat with any unsent checkpoint, and schedule the next one."""
+        task, context = chunk.task, chunk.context
+        pending = context.unsent_checkpoint()
+        try:
+            self.client.heartbeat(
+                task.task_id, checkpoint=pending[1] if pending else None, **self._fence(task)
+            )
+        except LeaseLost as exc:
+            self.heartbeats.remove(chunk.key)
+            self._lease_lost(chunk, exc, during="heartbeat")
+            return
+        except RequestRejected as exc:
+            # Nothing will make this lease renewable again, so computing on would be wasted.
+            self.heartbeats.remove(chunk.key)
+            chunk.context.stop(exc.code or "heartbeat_rejected")
+            self._log(
+                logging.ERROR,
+                "lease_lost",
+                f"heartbeat rejected: {exc}",
+                status=exc.status,
+                code=exc.code,
+            )
+            return
+        except CoordinatorUnavailable as exc:
+            retry_in = min(task.heartbeat_seconds, HEARTBEAT_RETRY_SECONDS)
+            self.heartbeats.reschedule(chunk.key, now + retry_in)
+            self._log(
+                logging.WARNING,
+                "heartbeat",
+                f"heartbeat failed, retrying in {retry_in:g}s: {exc}",
+                status=exc.status,
+            )
+            return
+        if pending:
+            context.checkpoint_sent(pending[0])
+        self.heartbeats.reschedule(chunk.key, now + task.heartbeat_seconds)
+        self._log(
+            logging.INFO,
+            "heartbeat",
+            "lease renewed",
+            checkpoint_records=pending[1].get("records_done") if pending else None,
+        )
