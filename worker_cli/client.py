@@ -17,7 +17,7 @@ DEFAULT_TIMEOUT = 10.0
 # A long-poll claim legitimately takes wait_seconds; the margin covers the round trip and a
 # coordinator that answers a little late, so a normal empty poll never looks like a timeout.
 CLAIM_TIMEOUT_MARGIN = 10.0
-INPUT_BLOCK_SIZE = 64 * 1024
+INPUT_BLOCK_SIZE = 1024 * 1024
 # The coordinator answers an upload only after hashing and splitting it (up to 50 MiB).
 UPLOAD_TIMEOUT = 300.0
 UPLOAD_BLOCK_SIZE = 256 * 1024

@@ -12,7 +12,7 @@ from services import tasks
 
 bp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks")
 
-READ_BLOCK = 256 * 1024
+READ_BLOCK = 1024 * 1024
 
 
 @bp.post("/claim")
