@@ -296,7 +296,8 @@ def render_markdown(r: dict) -> str:
         f"- {cfg['records']:,} records, {cfg['bytes'] / 1e6:.1f} MB, {cfg['chunks']} chunks",
         f"- {cfg['workers']} workers x capacity {cfg['capacity_per_worker']}, lease "
         f"{cfg['lease_seconds']} s, heartbeat {cfg['heartbeat_seconds']} s "
-        f"(recovery run: {cfg['recovery_run']})",
+        "(recovery run: " + ", ".join(f"{k.removeprefix('CHUNKWISE_').lower()} {v}"
+                                      for k, v in cfg["recovery_run"].items()) + ")",
         "- " + ", ".join(f"{k} {v}" for k, v in cfg["versions"].items()),
         "",
         "## The distributed job against one sequential pass",
