@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         if stack is not None:
+            # A second Ctrl-C must not cut the clean-up short and leave processes behind.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             stack.stop()
             say("stopped the coordinator and the workers")
 
