@@ -59,6 +59,21 @@ def _without_outer_quotes(values: list[bytes]) -> list[bytes] | None:
     return joined.removeprefix(b" ").removesuffix(b" ").split(b"\n")
 
 
+def _strip_blanks(values: list[bytes]) -> tuple[list[bytes], bool]:
+    """The values stripped of blanks (inner runs cut to one space), and whether normalised."""
+    # One pass over the column's bytes, a fraction of the batch's: values hold no LF.
+    joined = b"\n".join(values)
+    if b"\t" in joined:
+        joined = joined.replace(b"\t", b" ")
+    if b" " in joined:
+        while b"  " in joined:
+            joined = joined.replace(b"  ", b" ")
+        joined = (joined.replace(b" \n", b"\n").replace(b"\n ", b"\n")
+                  .removeprefix(b" ").removesuffix(b" "))
+        values = joined.split(b"\n")
+    return values, not any(map(joined.__contains__, (b"_", b"\x0b", b"\x0c")))
+
+
 def _blank_inside_value(joined: bytes) -> bool:
     """Whether some value of a newline-joined run has a blank between other characters."""
     shape = joined.translate(_SHAPE)
@@ -186,8 +201,8 @@ class _ChunkSummariser:
         """Return each record's column bytes, the batch's line breaks, and whether the values
         are normalised; or None if the careful path must read this batch.
 
-        Normalised values have no blanks around them and the batch holds nothing else int()
-        would accept but the spec does not (underscores, vertical tab, form feed).
+        Normalised values have no blanks around them and hold nothing else int() would accept
+        but the spec does not (underscores, vertical tab, form feed).
         """
         if not batch.isascii():
             try:
@@ -217,27 +232,15 @@ class _ChunkSummariser:
         lines = batch.count(b"\n") + terminated + breaks_in_quotes
         if self.column_index:
             batch = self._pad_empty_records(batch)
-        normalised = False
-        if self.blanks_are_not_delimiters:
-            batch = self._strip_blanks_around_fields(batch)
-            normalised = not any(map(batch.__contains__, (b"_", b"\x0b", b"\x0c")))
         values = self._uniform_column(batch)
         if values is None:
             values = self._ragged_column(batch)
-        return None if values is None else (values, lines, normalised)
-
-    def _strip_blanks_around_fields(self, batch: bytes) -> bytes:
-        """Strip every field's surrounding blanks; only the column's values matter after this."""
-        if b"\t" in batch:
-            batch = batch.replace(b"\t", b" ")
-        if b" " not in batch:
-            return batch
-        while b"  " in batch:
-            batch = batch.replace(b"  ", b" ")  # then each field has at most one on each side
-        d = self.delimiter_byte
-        batch = (batch.replace(b" " + d, d).replace(d + b" ", d)
-                 .replace(b" \n", b"\n").replace(b"\n ", b"\n"))
-        return batch.removeprefix(b" ").removesuffix(b" ")
+        if values is None:
+            return None
+        if not self.blanks_are_not_delimiters:
+            return values, lines, False
+        values, normalised = _strip_blanks(values)
+        return values, lines, normalised
 
     def _pad_empty_records(self, batch: bytes) -> bytes:
         """Give each empty record (an empty line) empty fields up to the column."""
