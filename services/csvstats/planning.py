@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import repeat
 
@@ -12,6 +13,7 @@ from services.csvstats.model import ChunkPlan, SplitResult
 from services.csvstats.syntax import (
     QUOTE,
     first_misplaced_quote,
+    line_breaks,
     offset_after_lines,
     record_fields,
     terminator_view,
@@ -42,15 +44,30 @@ def validate_chunks(chunks: int) -> None:
 class FileLayout:
     """Where a checked file's header and records are.
 
-    terminators and lines are as long as the file: in the first each record terminator ends
-    with LF and nothing else is LF; in the second each physical line break ends with LF.
+    terminators is as long as the file: each record terminator in it ends with LF and nothing
+    else is LF. The line breaks inside quoted fields are counted per section of the file, so
+    that a record's line number takes a count over one section rather than over the file.
     """
 
     header: tuple[str, ...]
     body_start: int
     records: int
     terminators: bytes
-    lines: bytes
+    section_starts: tuple[int, ...]
+    # Line breaks inside quotes before each section, and then in the whole file.
+    quoted_breaks_before: tuple[int, ...]
+
+    def line_of(self, data: bytes, record: int, offset: int) -> int:
+        """The physical line of data record `record` (from 0), which starts at offset."""
+        # Before it: the header's terminator (if it has one) and one per record.
+        terminators_before = record + self.terminators.endswith(b"\n", 0, self.body_start)
+        quoted = 0
+        if self.quoted_breaks_before[-1]:
+            i = bisect_right(self.section_starts, offset) - 1
+            start = self.section_starts[i]
+            quoted = (self.quoted_breaks_before[i] + line_breaks(data, start, offset)
+                      - self.terminators.count(b"\n", start, offset))
+        return 1 + terminators_before + quoted
 
 
 def scan_file(data: bytes, delimiter: str) -> FileLayout:
@@ -58,16 +75,16 @@ def scan_file(data: bytes, delimiter: str) -> FileLayout:
     start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     if start == len(data):
         raise CsvFormatError("file", "is empty: its first record must be the header")
-    lines = _line_view(data)
-    _check_utf8(data, start, lines)
+    _check_utf8(data, start)
     separators = (delimiter.encode(), b"\r", b"\n")
-    masked = _hide_quoted_line_breaks(data, start, separators)
-    if masked is None:
+    scanned = _hide_quoted_line_breaks(data, start, separators)
+    if scanned is None:
         pieces = data[start:].split(QUOTE)
-        line = _line_at(lines, start + first_misplaced_quote(pieces, separators))
+        line = _line_at(data, start + first_misplaced_quote(pieces, separators))
         raise CsvFormatError(
             "file", f"line {line}: misplaced quote (RFC 4180 allows quotes only around"
             " a whole field, and doubled inside one)")
+    masked, section_starts, quoted_breaks_before = scanned
     terminators = terminator_view(masked)
     newline = terminators.find(b"\n", start)
     body_start = len(data) if newline < 0 else newline + 1
@@ -75,7 +92,8 @@ def scan_file(data: bytes, delimiter: str) -> FileLayout:
     records = terminators.count(b"\n", body_start)
     if body_start < len(data) and not terminators.endswith(b"\n"):
         records += 1  # the final newline is optional
-    return FileLayout(header, body_start, records, terminators, lines)
+    return FileLayout(header, body_start, records, terminators, section_starts,
+                      quoted_breaks_before)
 
 
 def find_column(header: tuple[str, ...], column: str) -> int:
@@ -104,32 +122,32 @@ def split(data: bytes, column: str, delimiter: str = ",", chunks: int = 1) -> Sp
     view = memoryview(data)
     plans = []
     byte_start = layout.body_start
-    first_line = 1 + layout.lines.count(b"\n", 0, byte_start)
     for index in range(count):
         record_start = index * size
         last = index == count - 1
         byte_end = len(data) if last else offset_after_lines(layout.terminators, byte_start, size)
         plans.append(ChunkPlan(
             index=index, record_start=record_start,
-            record_end=min(layout.records, record_start + size), first_line=first_line,
+            record_end=min(layout.records, record_start + size),
+            first_line=layout.line_of(data, record_start, byte_start),
             byte_start=byte_start, byte_end=byte_end,
             sha256=hashlib.sha256(view[byte_start:byte_end]).hexdigest()))
-        first_line += layout.lines.count(b"\n", byte_start, byte_end)
         byte_start = byte_end
     return SplitResult(header=layout.header, column_index=column_index,
                        records=layout.records, plans=tuple(plans))
 
 
-def _hide_quoted_line_breaks(data: bytes, start: int, separators: tuple) -> bytes | None:
-    """Return data with the CR and LF bytes inside quotes hidden, or None if a quote is
-    misplaced.
+def _hide_quoted_line_breaks(data: bytes, start: int, separators: tuple
+                             ) -> tuple[bytes, tuple[int, ...], tuple[int, ...]] | None:
+    """Return data with the CR and LF bytes inside quotes hidden, where each section starts
+    and how many line breaks quotes hold before it (then in all); None if a quote is misplaced.
 
-    Works through blocks cut at quotes, so that a quote-heavy file's millions of pieces are
-    handled a cache-sized block at a time.
+    Works through sections cut at quotes, so that a quote-heavy file's millions of pieces are
+    handled a cache-sized section at a time.
     """
     if data.find(QUOTE, start) < 0:
-        return data
-    blocks, hid_any = [], False
+        return data, (start,), (0, 0)
+    blocks, starts, breaks_before = [], [], [0]
     at, inside = start, 0  # inside: whether the block's first piece is within quotes
     while True:
         cut = data.find(QUOTE, at + _QUOTE_SCAN_STEP)
@@ -148,32 +166,29 @@ def _hide_quoted_line_breaks(data: bytes, start: int, separators: tuple) -> byte
                 and all(map(bytes.endswith, before_quote, repeat(separators)))):
             return None
         quoted = QUOTE.join(pieces[1 - inside::2])
-        if b"\n" in quoted or b"\r" in quoted:
+        hidden = line_breaks(quoted) if b"\n" in quoted or b"\r" in quoted else 0
+        if hidden:
             pieces[1 - inside::2] = map(bytes.translate, pieces[1 - inside::2],
                                         repeat(_HIDE_LINE_BREAKS))
             block = QUOTE.join(pieces)
-            hid_any = True
         blocks.append(block)
+        starts.append(at)
+        breaks_before.append(breaks_before[-1] + hidden)
         if last:
             break
         inside = (inside + len(pieces)) % 2
         at = cut + 1
     # Without a multiline field every line break is already a terminator.
-    return data[:start] + QUOTE.join(blocks) if hid_any else data
+    masked = data[:start] + QUOTE.join(blocks) if breaks_before[-1] else data
+    return masked, tuple(starts), tuple(breaks_before)
 
 
-def _line_view(data: bytes) -> bytes:
-    crs = data.count(b"\r")
-    if crs == 0 or crs == data.count(b"\r\n"):
-        return data  # every line break already ends with LF
-    return data.replace(b"\r\n", b"\x00\n").replace(b"\r", b"\n")
+def _line_at(data: bytes, offset: int) -> int:
+    """The physical line of a byte (only for error messages: it counts from the start)."""
+    return 1 + line_breaks(data, 0, offset)
 
 
-def _line_at(lines: bytes, offset: int) -> int:
-    return 1 + lines.count(b"\n", 0, offset)
-
-
-def _check_utf8(data: bytes, start: int, lines: bytes) -> None:
+def _check_utf8(data: bytes, start: int) -> None:
     if data.isascii():
         return
     pos = start
@@ -187,7 +202,7 @@ def _check_utf8(data: bytes, start: int, lines: bytes) -> None:
         except UnicodeDecodeError as exc:
             offset = pos + exc.start
             raise CsvFormatError(
-                "file", f"is not UTF-8: byte {offset} (line {_line_at(lines, offset)})"
+                "file", f"is not UTF-8: byte {offset} (line {_line_at(data, offset)})"
                 f" is {data[offset:offset + 1]!r}") from None
         pos = end
 

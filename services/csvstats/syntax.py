@@ -79,8 +79,8 @@ def terminator_view(masked: bytes) -> bytes:
 
     masked must already hide quoted content; a CRLF keeps its LF and a lone CR becomes one.
     """
-    crs = masked.count(b"\r")
-    if crs == 0 or crs == masked.count(b"\r\n"):
+    # A CR test first: it runs at memchr speed, a count does not.
+    if b"\r" not in masked or masked.count(b"\r") == masked.count(b"\r\n"):
         return masked
     return masked.replace(b"\r\n", b"\x00\n").replace(b"\r", b"\n")
 

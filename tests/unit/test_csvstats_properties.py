@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 from dataclasses import dataclass
 from unittest import mock
@@ -160,6 +161,18 @@ def test_chunked_path_decides_like_the_sequential_loop(case, chunks, sizes,
         plan = result.plans[exc.chunk_index]
         assert plan.record_start < exc.record.record <= plan.record_end
     assert actual == expected
+
+
+@PROPERTY_SETTINGS
+@given(case=csv_cases(malformed=False), chunks=st.integers(1, 64), scan_step=scan_steps)
+def test_each_chunk_starts_on_the_physical_line_csv_reader_counts(case, chunks, scan_step):
+    with mock.patch.object(planning, "_QUOTE_SCAN_STEP", scan_step):
+        result = split(case.data, "value", case.delimiter, chunks)
+    for plan in result.plans:
+        before = case.data[:plan.byte_start].decode("utf-8-sig")
+        # newline="" splits lines at LF, CRLF and a lone CR, as csv.reader's line_num does.
+        lines = io.StringIO(before, newline="").readlines()
+        assert plan.first_line == 1 + sum(line.endswith(("\n", "\r")) for line in lines)
 
 
 def assert_overflow_happens_in(case: CsvCase, plans, index: int) -> None:
