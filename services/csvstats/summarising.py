@@ -54,23 +54,16 @@ def _without_outer_quotes(values: list[bytes]) -> list[bytes] | None:
     # Quotes are well placed, so a quoted value starts (and ends) with one.
     if not quotes or quotes != 2 * (joined.count(b'\n"') + joined.startswith(QUOTE)):
         return None
-    # Blanks inside the quotes were already collapsed to single spaces with the rest.
-    joined = joined.replace(QUOTE, b"").replace(b" \n", b"\n").replace(b"\n ", b"\n")
-    return joined.removeprefix(b" ").removesuffix(b" ").split(b"\n")
+    unquoted = joined.replace(QUOTE, b"").split(b"\n")
+    return list(map(bytes.strip, unquoted, repeat(_BLANK_BYTES)))
 
 
 def _strip_blanks(values: list[bytes]) -> tuple[list[bytes], bool]:
-    """The values stripped of blanks (inner runs cut to one space), and whether normalised."""
-    # One pass over the column's bytes, a fraction of the batch's: values hold no LF.
+    """The values stripped of surrounding blanks, and whether they are normalised."""
     joined = b"\n".join(values)
-    if b"\t" in joined:
-        joined = joined.replace(b"\t", b" ")
-    if b" " in joined:
-        while b"  " in joined:
-            joined = joined.replace(b"  ", b" ")
-        joined = (joined.replace(b" \n", b"\n").replace(b"\n ", b"\n")
-                  .removeprefix(b" ").removesuffix(b" "))
-        values = joined.split(b"\n")
+    if b" " in joined or b"\t" in joined:
+        # Blanks inside a value stay: int() refuses them, and the careful path decides.
+        values = list(map(bytes.strip, values, repeat(_BLANK_BYTES)))
     return values, not any(map(joined.__contains__, (b"_", b"\x0b", b"\x0c")))
 
 
@@ -202,7 +195,7 @@ class _ChunkSummariser:
         are normalised; or None if the careful path must read this batch.
 
         Normalised values have no blanks around them and hold nothing else int() would accept
-        but the spec does not (underscores, vertical tab, form feed).
+        but the spec does not (underscores, vertical tab, form feed); blanks inside one stay.
         """
         if not batch.isascii():
             try:
