@@ -54,8 +54,12 @@ def _without_outer_quotes(values: list[bytes]) -> list[bytes] | None:
     # Quotes are well placed, so a quoted value starts (and ends) with one.
     if not quotes or quotes != 2 * (joined.count(b'\n"') + joined.startswith(QUOTE)):
         return None
-    unquoted = joined.replace(QUOTE, b"").split(b"\n")
-    return list(map(bytes.strip, unquoted, repeat(_BLANK_BYTES)))
+    return _stripped(joined.replace(QUOTE, b"").split(b"\n"))
+
+
+def _stripped(values: list[bytes]) -> list[bytes]:
+    """Each value without its surrounding blanks."""
+    return list(map(bytes.strip, values, repeat(_BLANK_BYTES)))
 
 
 def _strip_blanks(values: list[bytes]) -> tuple[list[bytes], bool]:
@@ -63,7 +67,7 @@ def _strip_blanks(values: list[bytes]) -> tuple[list[bytes], bool]:
     joined = b"\n".join(values)
     if b" " in joined or b"\t" in joined:
         # Blanks inside a value stay: int() refuses them, and the careful path decides.
-        values = list(map(bytes.strip, values, repeat(_BLANK_BYTES)))
+        values = _stripped(values)
     return values, not any(map(joined.__contains__, (b"_", b"\x0b", b"\x0c")))
 
 
@@ -230,9 +234,9 @@ class _ChunkSummariser:
             values = self._ragged_column(batch)
         if values is None:
             return None
-        if not self.blanks_are_not_delimiters:
-            return values, lines, False
-        values, normalised = _strip_blanks(values)
+        normalised = False
+        if self.blanks_are_not_delimiters:
+            values, normalised = _strip_blanks(values)
         return values, lines, normalised
 
     def _pad_empty_records(self, batch: bytes) -> bytes:
