@@ -5,7 +5,12 @@ Leases are 4 s and heartbeats 1 s (conftest.FAST), so a lost lease comes back wi
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
 import time
+
+import pytest
 
 from bench.sample_csv import generate_csv
 from tests.e2e.conftest import SHORT_POLL, big_csv, events, scrape, totals_of, wait_for
@@ -16,6 +21,47 @@ CRASH_EXIT_STATUS = 17  # worker_cli.worker.CRASH_EXIT_STATUS
 def attempts_by_worker(chunk: dict) -> list[tuple[str, str]]:
     """A chunk's attempts as (worker_id, outcome), oldest first."""
     return [(a["worker_id"], a["state"]) for a in chunk["attempts"]]
+
+
+class SlowLink:
+    """A TCP relay to the coordinator that sends its replies at a limited rate, like a slow
+    network, so that a chunk is still being read and computed when something happens to it."""
+
+    def __init__(self, port: int, bytes_per_second: int):
+        self._target = port
+        self._rate = bytes_per_second
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                near, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            far = socket.create_connection(("127.0.0.1", self._target))
+            threading.Thread(target=self._relay, args=(near, far, None), daemon=True).start()
+            threading.Thread(target=self._relay, args=(far, near, self._rate),
+                             daemon=True).start()
+
+    @staticmethod
+    def _relay(source: socket.socket, sink: socket.socket, rate: int | None) -> None:
+        try:
+            while data := source.recv(16384):
+                sink.sendall(data)
+                if rate:
+                    time.sleep(len(data) / rate)
+        except OSError:
+            pass  # either side went away
+        finally:
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        """Stop accepting connections."""
+        self._listener.close()
 
 
 def leased_chunks(jobs, job_id: str) -> list[dict]:
@@ -86,12 +132,20 @@ def test_late_result_of_a_paused_worker_is_rejected_and_the_other_workers_summar
                                endpoint="tasks.result") == rejected_before + 1
 
 
-def test_cancelling_a_job_stops_its_running_chunks(stack, jobs, db):
-    # A million records a chunk keep a worker busy well past its first heartbeat (1 s),
-    # which is when it hears of the cancel.
-    job = jobs.submit(big_csv(2_000_000), 2)
+@pytest.fixture
+def slow_link(stack):
+    """The coordinator behind a 0.5 MB/s link."""
+    link = SlowLink(stack.port, 500_000)
+    yield link
+    link.close()
+
+
+def test_cancelling_a_job_stops_its_running_chunks(stack, jobs, db, slow_link):
+    # Each chunk (about 2.4 MB) takes some 5 s to arrive over a 0.5 MB/s link, well past the
+    # first heartbeat (1 s), which is when its worker hears of the cancel.
+    job = jobs.submit(big_csv(400_000), 2)
     for name in ("worker-a", "worker-b"):
-        stack.start_worker(name, *SHORT_POLL, "--capacity", "1")
+        stack.start_worker(name, *SHORT_POLL, "--capacity", "1", "--coordinator", slow_link.url)
     wait_for(lambda: len(leased_chunks(jobs, job["id"])) == 2, 20, interval=0.05,
              what="both chunks to be leased")
 
