@@ -242,14 +242,24 @@ def fail(conn: Connection, task_id: UUID, worker_id: str, attempt: int, *, error
 
 def expire(conn: Connection, *, now: datetime | None, lost_budget: int, limit: int = 500
            ) -> list[ExpiredLease]:
-    """Take back leases that ran out: pending while budgets remain, else failed (lease_expired)."""
+    """Take back leases that ran out: pending while budgets remain, else failed (lease_expired).
+
+    The jobs are locked before their tasks, the order completions and cancels lock them in, and
+    both with SKIP LOCKED: a sweep never waits, and a busy job's leases wait for the next pass.
+    """
     rows = conn.execute(
         """
-        WITH expired AS (
+        WITH due AS MATERIALIZED (
+            SELECT id FROM jobs
+            WHERE id IN (SELECT job_id FROM tasks
+                         WHERE status = 'leased' AND lease_expires_at < COALESCE(%(now)s, now()))
+            FOR UPDATE SKIP LOCKED
+        ), expired AS (
             SELECT id, lease_owner,
                    (attempt < max_attempts AND lost_retries < %(budget)s) AS retry
             FROM tasks
-            WHERE status = 'leased' AND lease_expires_at < COALESCE(%(now)s, now())
+            WHERE job_id IN (SELECT id FROM due)
+              AND status = 'leased' AND lease_expires_at < COALESCE(%(now)s, now())
             ORDER BY lease_expires_at
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED

@@ -6,9 +6,11 @@ import threading
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 
 from services import jobs, tasks
@@ -219,6 +221,28 @@ def test_a_lease_lost_on_the_last_attempt_fails_the_task_at_once(rt, submit, cla
 
     assert expired.task.status == "failed"
     assert task_row(leased["task_id"])["error_code"] == "lease_expired"
+
+
+def test_a_sweep_leaves_a_job_locked_by_a_completion_alone_instead_of_deadlocking_with_it(
+        rt, submit, claim, task_row, database_url):
+    # A completion locks the job, then its task. A sweep that locked the task first and then
+    # waited for the job would deadlock with it (the last attempt's expiry settles the job).
+    job = submit(manifest(1, max_attempts=1))
+    [leased] = claim(WORKER)
+    with psycopg.connect(database_url) as completing, ThreadPoolExecutor(1) as sweeper:
+        completing.execute("SELECT id FROM jobs WHERE id = %s FOR UPDATE", (job["id"],))
+        sweep = sweeper.submit(tasks.expire_leases, rt, now=later())
+        try:
+            assert sweep.result(timeout=5) == []
+            # The completion's next step; it would wait on a task lock held by the sweep.
+            completing.execute("UPDATE tasks SET version = version + 1 WHERE id = %s",
+                               (leased["task_id"],))
+        finally:
+            completing.rollback()
+
+    assert task_row(leased["task_id"])["status"] == "leased"
+    [expired] = tasks.expire_leases(rt, now=later())  # the next sweep, once the job is free
+    assert (str(expired.task.id), expired.task.status) == (leased["task_id"], "failed")
 
 
 def test_the_old_holder_of_an_expired_lease_is_fenced_off(rt, submit, claim, task_call, task_row):
