@@ -20,7 +20,7 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "jobs.create_job": (schemas.JobCreateSchema, schemas.JobSchema,
                         (201, 400, 401, 409, 413, 422, 429)),
     "jobs.list_jobs": (schemas.JobListQuerySchema, schemas.JobListSchema, (401, 422)),
-    "jobs.get_job": (None, schemas.JobSchema, (401, 404)),
+    "jobs.get_job": (schemas.JobWaitQuerySchema, schemas.JobSchema, (304, 401, 404, 422)),
     "jobs.list_results": (None, schemas.ResultListSchema, (401, 404)),
     "jobs.cancel_job": (None, schemas.JobSchema, (401, 404, 409)),
     "jobs.retry_job": (None, schemas.JobSchema, (401, 404, 409)),
@@ -71,6 +71,10 @@ def build_spec(app: Flask) -> dict:
                     operation["responses"][str(status)] = (
                         {"description": "no content"} if status == 204 else
                         {**ok, "description": "created, or the idempotent original (200)"})
+                    continue
+                if status == 304:
+                    operation["responses"]["304"] = {
+                        "description": "not modified: If-None-Match names the current version"}
                     continue
                 operation["responses"][str(status)] = {
                     "description": "see the error code",

@@ -58,6 +58,12 @@ class JobListQuerySchema(Schema):
     label = fields.Str(validate=LABEL_FILTER, load_default=None)
 
 
+class JobWaitQuerySchema(Schema):
+    """Query parameters of a job's view: how long to wait for a change to If-None-Match's."""
+
+    wait_seconds = fields.Float(load_default=0, validate=validate.Range(min=0, max=30))
+
+
 class EventQuerySchema(Schema):
     """Query parameters of the event feed."""
 

@@ -12,6 +12,9 @@ from psycopg.types.json import Jsonb
 from repositories import from_row
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+# Announced by triggers (sql/0003.job_changes.sql) whenever a job's view changes; the payload
+# is the job's id.
+JOB_CHANGED_CHANNEL = "chunkwise_job_changed"
 
 
 @dataclass(frozen=True)

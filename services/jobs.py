@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -67,6 +68,12 @@ class JobView:
     counts: ChunkCounts
     progress: float
     created: bool = False
+
+    @property
+    def version(self) -> str:
+        """Names what this view shows: it changes with the job's revision or any chunk count."""
+        c = self.counts
+        return f"{self.job.revision}.{c.pending}.{c.leased}.{c.completed}.{c.failed}.{c.cancelled}"
 
 
 def progress(job: Job, counts: ChunkCounts) -> float:
@@ -189,8 +196,28 @@ def admit(rt: Runtime, principal: Principal, new_job: NewJob, new_tasks: list[Ne
     return view
 
 
-def get_job(rt: Runtime, principal: Principal, job_id: UUID) -> JobView:
-    """The job's aggregate status; another user's job is NotFound, exactly like a missing one."""
+def get_job(rt: Runtime, principal: Principal, job_id: UUID, *,
+            unless_version: str | None = None, wait_seconds: float = 0) -> JobView:
+    """The job's aggregate status, waiting up to wait_seconds while it is at unless_version.
+
+    Another user's job is NotFound, exactly like a missing one.
+    """
+    if unless_version is None or wait_seconds <= 0:
+        return _read_view(rt, principal, job_id)
+    deadline = time.monotonic() + wait_seconds
+    with rt.wakeups.watching(job_id):
+        while True:
+            # Counted before the read, so a change that commits in between is not missed.
+            seen = rt.wakeups.job_changes(job_id)
+            view = _read_view(rt, principal, job_id)
+            remaining = deadline - time.monotonic()
+            if view.version != unless_version or remaining <= 0:
+                return view
+            # Re-check at least every second: a lost notification costs at most that.
+            rt.wakeups.wait_for_job(job_id, seen, timeout=min(1.0, remaining))
+
+
+def _read_view(rt: Runtime, principal: Principal, job_id: UUID) -> JobView:
     with rt.pool.connection() as conn:
         return _view(conn, visible_job(conn, principal, job_id))
 

@@ -1,30 +1,40 @@
-"""Wake long-polling claims when PostgreSQL says tasks became claimable."""
+"""Wake long-polling claims and job watchers when PostgreSQL says something changed."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from uuid import UUID
 
 import psycopg
 from psycopg import sql
 
+from repositories.jobs import JOB_CHANGED_CHANNEL
 from repositories.tasks import CLAIMABLE_CHANNEL
 
 logger = logging.getLogger(__name__)
 
 
 class Wakeups:
-    """A generation counter bumped on every NOTIFY; waiters sleep on it without a DB connection.
+    """Counters bumped by NOTIFY; waiters sleep on them without a DB connection.
 
+    One counter says tasks may have become claimable; one per watched job counts its changes.
     One listener thread per process holds one dedicated connection (outside the pool), so any
-    number of waiting claims cost no pooled connections.
+    number of waiting claims and watches cost no pooled connections.
     """
 
     def __init__(self, conninfo: str | None):
         self._conninfo = conninfo
         self._cond = threading.Condition()
         self._generation = 0
+        # A separate condition, so a job's change does not wake every waiting claim too.
+        self._jobs = threading.Condition()
+        self._watchers: Counter[UUID] = Counter()
+        self._job_changes: dict[UUID, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -44,6 +54,38 @@ class Wakeups:
             self._generation += 1
             self._cond.notify_all()
 
+    @contextmanager
+    def watching(self, job_id: UUID) -> Iterator[None]:
+        """Count the job's changes while the block runs (only watched jobs are counted)."""
+        with self._jobs:
+            self._watchers[job_id] += 1
+            self._job_changes.setdefault(job_id, 0)
+        try:
+            yield
+        finally:
+            with self._jobs:
+                self._watchers[job_id] -= 1
+                if not self._watchers[job_id]:
+                    del self._watchers[job_id], self._job_changes[job_id]
+
+    def job_changes(self, job_id: UUID) -> int:
+        """The changes seen to a watched job so far; pass it to wait_for_job()."""
+        with self._jobs:
+            return self._job_changes[job_id]
+
+    def wait_for_job(self, job_id: UUID, seen: int, timeout: float) -> None:
+        """Sleep until a watched job changes after `seen`, or the timeout."""
+        with self._jobs:
+            self._jobs.wait_for(lambda: self._job_changes[job_id] != seen,
+                                timeout=max(timeout, 0))
+
+    def job_changed(self, job_id: UUID) -> None:
+        """Wake whoever watches this job."""
+        with self._jobs:
+            if job_id in self._job_changes:
+                self._job_changes[job_id] += 1
+                self._jobs.notify_all()
+
     def start(self) -> None:
         """Start the listener thread (idempotent)."""
         if self._conninfo is None or (self._thread and self._thread.is_alive()):
@@ -60,15 +102,18 @@ class Wakeups:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
-                    conn.execute(sql.SQL("LISTEN {}").format(
-                        sql.Identifier(CLAIMABLE_CHANNEL)))
+                    for channel in (CLAIMABLE_CHANNEL, JOB_CHANGED_CHANNEL):
+                        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     backoff = 0.5
-                    # A notification lost while reconnecting costs a claim at most its
-                    # periodic re-check (one second), so no catch-up is needed here.
+                    # A notification lost while reconnecting costs a claim or a watch at most
+                    # its periodic re-check (one second), so no catch-up is needed here.
                     self.wake()
                     while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=1.0):
-                            self.wake()
+                        for notice in conn.notifies(timeout=1.0):
+                            if notice.channel == JOB_CHANGED_CHANNEL:
+                                self.job_changed(UUID(notice.payload))
+                            else:
+                                self.wake()
             except psycopg.Error as exc:
                 if self._stop.is_set():
                     return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from flask import Blueprint, request
+from flask import Blueprint, Response, request
 
 from app import schemas
 from app.auth import current_principal
@@ -30,7 +30,7 @@ def create_job():
         spec = jobs.JobSpec(**{**body, "tasks": [jobs.TaskSpec(**t) for t in body["tasks"]]})
         view = jobs.create_job(get_runtime(), current_principal(), spec,
                                trace_id=current_trace_id(), idempotency_key=key)
-    return _dump_job(view), 201 if view.created else 200, {"ETag": f'"{view.job.revision}"'}
+    return _dump_job(view), 201 if view.created else 200, _etag(view)
 
 
 def _submit_csv(key: str | None) -> jobs.JobView:
@@ -68,9 +68,23 @@ def list_jobs():
 
 @bp.get("/<uuid:job_id>")
 def get_job(job_id: UUID):
-    """A job's aggregate status; the ETag is its revision."""
-    view = jobs.get_job(get_runtime(), current_principal(), job_id)
-    return _dump_job(view), 200, {"ETag": f'"{view.job.revision}"'}
+    """A job's aggregate status; 304 while it is the If-None-Match version, up to wait_seconds."""
+    query = schemas.JobWaitQuerySchema().load(request.args.to_dict())
+    known = _known_version()
+    view = jobs.get_job(get_runtime(), current_principal(), job_id, unless_version=known,
+                        wait_seconds=query["wait_seconds"])
+    if view.version == known:
+        return Response(status=304, headers=_etag(view))
+    return _dump_job(view), 200, _etag(view)
+
+
+def _known_version() -> str | None:
+    tags = request.if_none_match.as_set()
+    return next(iter(tags)) if len(tags) == 1 else None
+
+
+def _etag(view: jobs.JobView) -> dict[str, str]:
+    return {"ETag": f'"{view.version}"'}
 
 
 @bp.get("/<uuid:job_id>/results")

@@ -77,7 +77,10 @@ def test_a_job_creation_is_201_with_the_aggregate_status_and_an_etag(client, hea
     assert response.status_code == 201
     body = response.get_json()
     assert body["status"] == "queued" and body["chunks_total"] == 2
-    assert response.headers["ETag"] == f'"{body["revision"]}"'
+    etag = response.headers["ETag"]
+    again = client.get(f"/api/v1/jobs/{body['id']}",
+                       headers={**headers["user"], "If-None-Match": etag})
+    assert (again.status_code, again.headers["ETag"]) == (304, etag)
 
 
 def test_an_unknown_route_is_a_json_404(client, headers):

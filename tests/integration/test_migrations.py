@@ -10,8 +10,9 @@ from app.runtime import close
 
 QUEUE_TABLES = {"users", "api_tokens", "jobs", "tasks", "task_attempts", "workers", "outbox",
                 "audit_log"}
-LATEST = "0002.csv_jobs"
-LATEST_TABLES = {"chunk_summaries"}
+CSV_TABLES = {"chunk_summaries"}
+LATEST = "0003.job_changes"
+LATEST_TRIGGERS = {"jobs_announce_change", "tasks_announce_change"}
 
 
 def public_tables(url: str) -> set[str]:
@@ -23,6 +24,14 @@ def public_tables(url: str) -> set[str]:
     return {name for (name,) in rows if not name.startswith("_yoyo") and name != "yoyo_lock"}
 
 
+def triggers(url: str) -> set[str]:
+    """Names of the triggers on the public schema's tables."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT DISTINCT trigger_name FROM information_schema.triggers"
+                            " WHERE trigger_schema = 'public'").fetchall()
+    return {name for (name,) in rows}
+
+
 def test_the_latest_migration_is_the_one_these_tests_roll_back():
     assert migrations.migration_ids()[-1] == LATEST
 
@@ -32,20 +41,22 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(
     assert public_tables(empty_database_url) == set()
 
     migrations.apply(empty_database_url)
-    assert public_tables(empty_database_url) == QUEUE_TABLES | LATEST_TABLES
+    assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
+    assert triggers(empty_database_url) == LATEST_TRIGGERS
 
     migrations.rollback_latest(empty_database_url)
-    assert public_tables(empty_database_url) == QUEUE_TABLES
+    assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
+    assert triggers(empty_database_url) == set()
 
     migrations.apply(empty_database_url)
-    assert public_tables(empty_database_url) == QUEUE_TABLES | LATEST_TABLES
+    assert triggers(empty_database_url) == LATEST_TRIGGERS
 
 
 def test_rolling_back_every_migration_leaves_no_table(empty_database_url):
     migrations.apply(empty_database_url)
 
-    migrations.rollback_latest(empty_database_url)
-    migrations.rollback_latest(empty_database_url)
+    for _ in migrations.migration_ids():
+        migrations.rollback_latest(empty_database_url)
 
     assert public_tables(empty_database_url) == set()
 
@@ -55,7 +66,7 @@ def test_applying_at_head_changes_nothing(database_url):
 
     migrations.apply(database_url)
 
-    assert public_tables(database_url) == before == QUEUE_TABLES | LATEST_TABLES
+    assert public_tables(database_url) == before == QUEUE_TABLES | CSV_TABLES
 
 
 @pytest.fixture

@@ -1,0 +1,126 @@
+"""Watching a job: its ETag names what its view shows, and a GET can wait for that to change."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import replace
+
+from services import tasks
+from services.wakeups import Wakeups
+from tests.integration.conftest import WORKER, manifest, sha256_of
+
+
+def version_of(client, headers, job_id: str) -> str:
+    """The job's current ETag."""
+    response = client.get(f"/api/v1/jobs/{job_id}", headers=headers["user"])
+    assert response.status_code == 200
+    return response.headers["ETag"]
+
+
+def watch(client, headers, job_id: str, etag: str, wait_seconds: float, as_: str = "user"):
+    """GET the job naming the version the caller has, waiting up to wait_seconds."""
+    return client.get(f"/api/v1/jobs/{job_id}?wait_seconds={wait_seconds}",
+                      headers={**headers[as_], "If-None-Match": etag})
+
+
+def test_a_get_naming_the_current_version_is_304_without_a_body(submit, client, headers):
+    job = submit(manifest(2))
+    etag = version_of(client, headers, job["id"])
+
+    response = watch(client, headers, job["id"], etag, 0)
+
+    assert response.status_code == 304
+    assert response.data == b""
+    assert response.headers["ETag"] == etag
+
+
+def test_the_version_changes_when_a_chunk_is_leased_and_again_when_it_completes(
+        submit, claim, complete, client, headers):
+    job = submit(manifest(2))
+    queued = version_of(client, headers, job["id"])
+    [leased] = claim(WORKER)
+    running = version_of(client, headers, job["id"])
+    complete(leased)
+    one_done = version_of(client, headers, job["id"])
+
+    assert len({queued, running, one_done}) == 3
+    response = watch(client, headers, job["id"], running, 0)
+    assert response.status_code == 200
+    assert response.get_json()["chunks_completed"] == 1
+
+
+def test_a_waiting_get_answers_as_soon_as_another_coordinator_completes_a_chunk(
+        rt, submit, claim, client, headers):
+    job = submit(manifest(2))
+    [leased] = claim(WORKER)
+    etag = version_of(client, headers, job["id"])
+    # A second coordinator on the same database: its only way to wake us is NOTIFY.
+    elsewhere = replace(rt, wakeups=Wakeups(None))
+    uri = f"s3://out/{leased['task_id']}"
+
+    def complete_soon() -> None:
+        time.sleep(0.3)
+        tasks.complete_task(elsewhere, uuid.UUID(leased["task_id"]), WORKER, leased["attempt"],
+                            tasks.TaskResult(uri, sha256_of(uri), {}))
+
+    completer = threading.Thread(target=complete_soon)
+    started = time.monotonic()
+    completer.start()
+    response = watch(client, headers, job["id"], etag, 10)
+    answered = time.monotonic() - started
+    completer.join()
+
+    assert response.status_code == 200
+    assert response.get_json()["chunks_completed"] == 1
+    assert response.headers["ETag"] != etag
+    # Well before the wait's end, and before its once-a-second re-check could have seen it.
+    assert 0.3 <= answered < 0.9
+
+
+def test_a_waiting_get_on_a_job_that_does_not_change_is_304_after_wait_seconds(
+        submit, client, headers):
+    job = submit(manifest(1))
+    etag = version_of(client, headers, job["id"])
+
+    started = time.monotonic()
+    response = watch(client, headers, job["id"], etag, 1.2)
+
+    assert response.status_code == 304
+    assert 1.2 <= time.monotonic() - started < 3
+
+
+def test_a_get_naming_an_old_version_answers_at_once_with_the_job(
+        submit, claim, client, headers):
+    job = submit(manifest(1))
+    etag = version_of(client, headers, job["id"])
+    claim(WORKER)
+
+    started = time.monotonic()
+    response = watch(client, headers, job["id"], etag, 10)
+
+    assert response.status_code == 200
+    assert response.get_json()["chunks_by_state"]["leased"] == 1
+    assert time.monotonic() - started < 1
+
+
+def test_waiting_on_another_users_job_is_404_at_once(submit, client, headers):
+    job = submit(manifest(1))
+    etag = version_of(client, headers, job["id"])
+
+    started = time.monotonic()
+    response = watch(client, headers, job["id"], etag, 10, as_="other")
+
+    assert response.status_code == 404
+    assert time.monotonic() - started < 1
+
+
+def test_a_wait_outside_0_to_30_seconds_is_422_naming_wait_seconds(submit, client, headers):
+    job = submit(manifest(1))
+
+    for bad in ("31", "-1", "soon"):
+        response = client.get(f"/api/v1/jobs/{job['id']}?wait_seconds={bad}",
+                              headers=headers["user"])
+        assert response.status_code == 422
+        assert "wait_seconds" in response.get_json()["error"]["details"]["fields"]
