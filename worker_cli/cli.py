@@ -203,10 +203,11 @@ def report_unsuccessful(cli: Invocation, job: dict) -> None:
 
 
 def wait_for_job(cli: Invocation, job: dict, interval: float) -> dict:
-    """Poll a job until it finishes, drawing its progress on stderr."""
+    """Follow a job until it finishes, drawing its progress on stderr."""
     progress = tables.ProgressDisplay(cli.err, clock=cli.clock)
     counts_records = "records" in (job.get("parameters") or {})
     records, records_at = None, None
+    version = None
     try:
         while True:
             if counts_records and records_at != job["chunks_completed"]:
@@ -216,8 +217,11 @@ def wait_for_job(cli: Invocation, job: dict, interval: float) -> dict:
             progress.show(job, records)
             if job["status"] in FINISHED:
                 return job
-            cli.sleep(interval)
-            job = cli.call(cli.client.get_job, job["id"])
+            # The coordinator answers as soon as the job changes; `interval` only bounds how
+            # long the clock on the progress line may stand still.
+            changed, version = cli.call(cli.client.watch_job, job["id"], version,
+                                        wait_seconds=interval)
+            job = changed or job
     finally:
         progress.finish()
 
@@ -378,12 +382,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--label", type=label_pair, action="append", metavar="KEY=VALUE",
                      help="repeatable")
     sub.add_argument("--wait", action="store_true", help="follow the job and print its result")
-    sub.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
+    sub.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
 
     sub = command("status", status, "show a job")
     sub.add_argument("job", type=uuid_text, metavar="JOB")
     sub.add_argument("--watch", action="store_true", help="follow the job until it finishes")
-    sub.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
+    sub.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
 
     sub = command("jobs", list_jobs, "list your jobs, newest first")
     sub.add_argument("--status", choices=JOB_STATUSES)

@@ -14,9 +14,10 @@ from urllib.parse import quote, urljoin, urlsplit
 import requests
 
 DEFAULT_TIMEOUT = 10.0
-# A long-poll claim legitimately takes wait_seconds; the margin covers the round trip and a
-# coordinator that answers a little late, so a normal empty poll never looks like a timeout.
-CLAIM_TIMEOUT_MARGIN = 10.0
+# A long poll (a claim, a job watch) legitimately takes wait_seconds; the margin covers the
+# round trip and a coordinator that answers a little late, so a normal empty poll never looks
+# like a timeout.
+LONG_POLL_MARGIN = 10.0
 INPUT_BLOCK_SIZE = 1024 * 1024
 # The coordinator answers an upload only after hashing and splitting it (up to 50 MiB).
 UPLOAD_TIMEOUT = 300.0
@@ -210,7 +211,7 @@ class CoordinatorClient:
                 "wait_seconds": wait_seconds,
             },
             trace_id=trace_id,
-            timeout=wait_seconds + CLAIM_TIMEOUT_MARGIN,
+            timeout=wait_seconds + LONG_POLL_MARGIN,
         )
         if body is None:
             return []
@@ -323,6 +324,18 @@ class CoordinatorClient:
         """A job's aggregate status, progress, and result or error."""
         return self._request("GET", f"/api/v1/jobs/{_segment(job_id)}", trace_id=trace_id)
 
+    def watch_job(self, job_id: str, version: str | None, *, wait_seconds: float,
+                  trace_id: str | None = None) -> tuple[dict | None, str | None]:
+        """Wait up to wait_seconds for the job to change: (job, ETag), else (None, version)."""
+        path = f"/api/v1/jobs/{_segment(job_id)}"
+        headers = {"If-None-Match": version} if version else None
+        with self._request("GET", path, params={"wait_seconds": wait_seconds}, headers=headers,
+                           stream=True, trace_id=trace_id,
+                           timeout=wait_seconds + LONG_POLL_MARGIN) as response:
+            if response.status_code == 304:
+                return None, version
+            return _json_body("GET", path, response), response.headers.get("ETag")
+
     def list_jobs(
         self,
         *,
@@ -429,12 +442,7 @@ class CoordinatorClient:
             return None
         if stream:
             return response
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise CoordinatorUnavailable(
-                f"{method} {path}: {response.status_code} with a body that is not JSON"
-            ) from exc
+        return _json_body(method, path, response)
 
     def _url(self, path: str) -> str:
         url = urljoin(self.base_url, path.lstrip("/")) if not _is_absolute(path) else path
@@ -456,6 +464,15 @@ def _is_absolute(path: str) -> bool:
 def _origin(url: str) -> tuple[str, str]:
     parts = urlsplit(url)
     return parts.scheme, parts.netloc
+
+
+def _json_body(method: str, path: str, response: requests.Response):
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise CoordinatorUnavailable(
+            f"{method} {path}: {response.status_code} with a body that is not JSON"
+        ) from exc
 
 
 def _raise_for_status(method: str, path: str, response: requests.Response) -> None:

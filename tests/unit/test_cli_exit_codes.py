@@ -37,6 +37,7 @@ class ScriptedClient:
 
     replies: list = []
     calls: list[str] = []
+    watched: list[tuple] = []
 
     def __init__(self, url, token):
         pass
@@ -50,6 +51,10 @@ class ScriptedClient:
 
     def get_job(self, job_id, *, trace_id):
         return self._next("get_job")
+
+    def watch_job(self, job_id, version, *, wait_seconds, trace_id):
+        ScriptedClient.watched.append((version, wait_seconds))
+        return self._next("watch_job")
 
     def list_chunks(self, job_id, *, trace_id):
         return self._next("list_chunks")
@@ -65,7 +70,7 @@ class ScriptedClient:
 
 
 def run_scripted(argv, replies):
-    ScriptedClient.replies, ScriptedClient.calls = list(replies), []
+    ScriptedClient.replies, ScriptedClient.calls, ScriptedClient.watched = list(replies), [], []
     out, err, slept = io.StringIO(), io.StringIO(), []
     status = run(argv, client_factory=ScriptedClient, out=out, err=err, environ=ENV,
                  sleep=slept.append)
@@ -102,13 +107,15 @@ def test_result_of_a_succeeded_job_prints_it_and_exits_0():
     assert out.splitlines() == ["count  2", "sum    3", "min    1", "max    2"]
 
 
-def test_watch_polls_until_the_job_finishes_and_exits_by_its_outcome():
-    replies = [job("queued", chunks_completed=0), job("running", chunks_completed=0),
-               job("cancelled", chunks_completed=0)]
+def test_watch_waits_on_the_jobs_version_until_it_finishes_and_exits_by_its_outcome():
+    replies = [job("queued", chunks_completed=0), (job("running", chunks_completed=0), '"v2"'),
+               (None, '"v2"'), (job("cancelled", chunks_completed=0), '"v3"')]
     status, _, err, slept = run_scripted(["status", JOB_ID, "--watch"], replies)
     assert status == EXIT_JOB_UNSUCCESSFUL
-    assert ScriptedClient.calls == ["get_job"] * 3
-    assert slept == [0.5, 0.5]
+    assert ScriptedClient.calls == ["get_job"] + ["watch_job"] * 3
+    # The coordinator does the waiting: each watch names the version last seen.
+    assert ScriptedClient.watched == [(None, 1.0), ('"v2"', 1.0), ('"v2"', 1.0)]
+    assert slept == []
     assert "was cancelled" in err
 
 
@@ -117,12 +124,12 @@ def test_watch_counts_records_from_chunks_only_when_a_chunk_completed():
     chunks = {"chunks": [{"state": "completed", "record_start": 0, "record_end": 6},
                          {"state": "leased", "record_start": 6, "record_end": 10}]}
     replies = [job("running", parameters=params, chunks_completed=1), chunks,
-               job("running", parameters=params, chunks_completed=1),
-               job("succeeded", parameters=params, chunks_completed=2),
+               (job("running", parameters=params, chunks_completed=1), '"v2"'),
+               (job("succeeded", parameters=params, chunks_completed=2), '"v3"'),
                {"chunks": [{**c, "state": "completed"} for c in chunks["chunks"]]}]
     status, _, err, _ = run_scripted(["status", JOB_ID, "--watch"], replies)
     assert status == EXIT_OK
-    assert ScriptedClient.calls == ["get_job", "list_chunks", "get_job", "get_job",
+    assert ScriptedClient.calls == ["get_job", "list_chunks", "watch_job", "watch_job",
                                     "list_chunks"]
     assert "6/10 records" in err and "10/10 records" in err
 

@@ -154,6 +154,32 @@ def test_long_poll_claim_waits_longer_than_the_default_timeout(coordinator):
     assert short.claim_tasks(worker_id="w", workloads=["x"], capacity=1, wait_seconds=1) == []
 
 
+def test_a_job_watch_names_the_version_it_has_and_304_means_unchanged(client, coordinator):
+    coordinator.reply(304, raw=b"", headers={"ETag": '"3.0.1.1.0.0"'})
+
+    job, version = client.watch_job("j1", '"3.0.1.1.0.0"', wait_seconds=5)
+
+    assert (job, version) == (None, '"3.0.1.1.0.0"')
+    request = coordinator.requests[0]
+    assert (request["method"], request["path"]) == ("GET", "/api/v1/jobs/j1?wait_seconds=5")
+    assert request["headers"]["If-None-Match"] == '"3.0.1.1.0.0"'
+
+
+def test_a_job_watch_returns_the_changed_job_with_its_new_version(client, coordinator):
+    coordinator.reply(200, {"id": "j1", "status": "succeeded"}, headers={"ETag": '"4.0.0.2.0.0"'})
+
+    job, version = client.watch_job("j1", None, wait_seconds=1)
+
+    assert (job["status"], version) == ("succeeded", '"4.0.0.2.0.0"')
+    assert "If-None-Match" not in coordinator.requests[0]["headers"]
+
+
+def test_a_job_watch_waits_longer_than_the_default_timeout(coordinator):
+    short = CoordinatorClient(coordinator.url, "s3cret", timeout=0.2)
+    coordinator.reply(304, raw=b"", delay=0.5)
+    assert short.watch_job("j1", '"1.1.0.0.0.0"', wait_seconds=1) == (None, '"1.1.0.0.0.0"')
+
+
 @pytest.mark.parametrize(
     "code", ["lease_lost", "stale_attempt", "task_cancelled", "result_conflict"]
 )
