@@ -9,11 +9,10 @@ import time
 from pathlib import Path
 
 from bench.sample_csv import generate_csv
-from bench.stack import REPO, LocalStack, database_url
+from bench.stack import REPO, LocalStack, database_url, follow_job
 from services import csvstats
 
 RUN_DIR = REPO / ".run"
-TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
 def start_stack(run_dir: Path) -> LocalStack:
@@ -39,19 +38,14 @@ def run_sample(stack: LocalStack, records: int, chunks: int) -> int:
     sample.write_bytes(data)
     say(f"sample:    {sample} ({records:,} records, {len(data) / 1e6:.1f} MB, quoted multiline "
         "fields, empty values, negatives)")
-    api = stack.api()
+    client = stack.client()
     started = time.monotonic()
     with sample.open("rb") as f:
-        response = api.post(f"{stack.url}/api/v1/jobs", files={"file": ("sample.csv", f)},
-                            data={"column": "value", "chunks": str(chunks)}, timeout=60)
-    response.raise_for_status()
-    job = response.json()
+        job = client.submit_csv_job(f, column="value", chunks=chunks)
     say(f"job:       {job['id']} (trace {job['trace_id']}), {job['chunks_total']} chunks")
-    while job["status"] not in TERMINAL:
-        time.sleep(0.2)
-        job = api.get(f"{stack.url}/api/v1/jobs/{job['id']}", timeout=10).json()
-        show_progress(job, time.monotonic() - started)
+    job = follow_job(client, job, lambda job: show_progress(job, time.monotonic() - started))
     elapsed = time.monotonic() - started
+    client.close()
     print()
     control = csvstats.sequential_totals(data, "value")
     say(f"status:    {job['status']} in {elapsed:.2f} s from upload to merged result")

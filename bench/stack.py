@@ -13,15 +13,18 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
 
 from app import migrations
+from worker_cli.client import CoordinatorClient
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 
 def free_port() -> int:
@@ -137,11 +140,26 @@ class LocalStack:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
 
+    def client(self, token: str | None = None) -> CoordinatorClient:
+        """The chunkwise command's client, as the user (or the given token)."""
+        return CoordinatorClient(self.url, token or self.tokens.user)
+
     def api(self, token: str | None = None) -> requests.Session:
         """A requests session authenticated as the user (or the given token)."""
         session = requests.Session()
         session.headers["Authorization"] = f"Bearer {token or self.tokens.user}"
         return session
+
+
+def follow_job(client: CoordinatorClient, job: dict,
+               on_answer: Callable[[dict], None] = lambda job: None) -> dict:
+    """Wait until the job ends, calling on_answer with the job after each watch answers."""
+    version = None
+    while job["status"] not in TERMINAL:
+        changed, version = client.watch_job(job["id"], version, wait_seconds=1)
+        job = changed or job
+        on_answer(job)
+    return job
 
 
 def database_url(run_dir: Path) -> str:
