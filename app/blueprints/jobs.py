@@ -79,7 +79,8 @@ def get_job(job_id: UUID):
 
 
 def _known_version() -> str | None:
-    tags = request.if_none_match.as_set()
+    # If-None-Match compares weakly (RFC 9110): a proxy that compresses may weaken the tag.
+    tags = request.if_none_match.as_set(include_weak=True)
     return next(iter(tags)) if len(tags) == 1 else None
 
 

@@ -36,6 +36,15 @@ def test_a_get_naming_the_current_version_is_304_without_a_body(submit, client, 
     assert response.headers["ETag"] == etag
 
 
+def test_a_weakened_etag_names_the_same_version(submit, client, headers):
+    job = submit(manifest(1))
+    etag = version_of(client, headers, job["id"])
+
+    response = watch(client, headers, job["id"], f"W/{etag}", 0)
+
+    assert response.status_code == 304
+
+
 def test_the_version_changes_when_a_chunk_is_leased_and_again_when_it_completes(
         submit, claim, complete, client, headers):
     job = submit(manifest(2))
