@@ -20,11 +20,11 @@ from pathlib import Path
 import requests
 
 from app import migrations
+from worker_cli.cli import FINISHED
 from worker_cli.client import CoordinatorClient
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 
 def free_port() -> int:
@@ -155,7 +155,7 @@ def follow_job(client: CoordinatorClient, job: dict,
                on_answer: Callable[[dict], None] = lambda job: None) -> dict:
     """Wait until the job ends, calling on_answer with the job after each watch answers."""
     version = None
-    while job["status"] not in TERMINAL:
+    while job["status"] not in FINISHED:
         changed, version = client.watch_job(job["id"], version, wait_seconds=1)
         job = changed or job
         on_answer(job)
