@@ -27,7 +27,6 @@ def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
     uploads.init_app(app, settings.temp_dir, settings.limits.max_upload_bytes)
     errors.init_app(app)
     cli.init_app(app)
-    for blueprint in (health.bp, jobs.bp, chunks.bp, tasks.bp, events.bp, queue.bp,
-                      openapi.bp):
+    for blueprint in (health.bp, jobs.bp, chunks.bp, tasks.bp, events.bp, queue.bp, openapi.bp):
         app.register_blueprint(blueprint)
     return app

@@ -27,11 +27,14 @@ def init_app(app: Flask) -> None:
         if not request.path.startswith(API_PREFIX):
             return
         header = request.headers.get("Authorization", "")
-        token = header[len("Bearer "):].strip() if header.startswith("Bearer ") else None
+        token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else None
         principal = auth.authenticate(get_runtime().pool, token)
         is_task_route = request.path.startswith(WORKER_PREFIX)
-        if (principal.kind == "worker" and not is_task_route
-                and request.path != "/api/v1/openapi.json"):
+        if (
+            principal.kind == "worker"
+            and not is_task_route
+            and request.path != "/api/v1/openapi.json"
+        ):
             raise Forbidden("worker tokens may call only /api/v1/tasks/...")
         if principal.kind == "user" and is_task_route:
             raise Forbidden("the task endpoints are for worker tokens")

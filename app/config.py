@@ -55,22 +55,37 @@ _PATHS = {
 # Read elsewhere (gunicorn.conf.py, flask seed-local, the worker and the CLI), so they may
 # share the coordinator's environment without being mistaken for typos.
 _OTHERS = (
-    "CHUNKWISE_BIND", "CHUNKWISE_WEB_WORKERS", "CHUNKWISE_WEB_THREADS",
-    "CHUNKWISE_SEED_USER_TOKEN", "CHUNKWISE_SEED_OPERATOR_TOKEN", "CHUNKWISE_SEED_WORKER_TOKEN",
-    "CHUNKWISE_URL", "CHUNKWISE_TOKEN", "CHUNKWISE_WORKER_TOKEN",
+    "CHUNKWISE_BIND",
+    "CHUNKWISE_WEB_WORKERS",
+    "CHUNKWISE_WEB_THREADS",
+    "CHUNKWISE_SEED_USER_TOKEN",
+    "CHUNKWISE_SEED_OPERATOR_TOKEN",
+    "CHUNKWISE_SEED_WORKER_TOKEN",
+    "CHUNKWISE_URL",
+    "CHUNKWISE_TOKEN",
+    "CHUNKWISE_WORKER_TOKEN",
 )
-KNOWN_VARIABLES = frozenset({
-    *_INTS, *_PATHS, *_OTHERS, "CHUNKWISE_MAINTENANCE_SECONDS", "CHUNKWISE_ALLOWED_WORKLOADS",
-    "CHUNKWISE_LOG_LEVEL",
-})
+KNOWN_VARIABLES = frozenset(
+    {
+        *_INTS,
+        *_PATHS,
+        *_OTHERS,
+        "CHUNKWISE_MAINTENANCE_SECONDS",
+        "CHUNKWISE_ALLOWED_WORKLOADS",
+        "CHUNKWISE_LOG_LEVEL",
+    }
+)
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Read and validate the settings, naming every bad variable in one error."""
     env = os.environ if environ is None else environ
     values: dict[str, object] = {}
-    problems = [f"{name} is not a Chunkwise setting (a typo?)" for name in sorted(env)
-                if name.startswith("CHUNKWISE_") and name not in KNOWN_VARIABLES]
+    problems = [
+        f"{name} is not a Chunkwise setting (a typo?)"
+        for name in sorted(env)
+        if name.startswith("CHUNKWISE_") and name not in KNOWN_VARIABLES
+    ]
 
     url = env.get("DATABASE_URL", "").strip()
     if not url:
@@ -132,7 +147,8 @@ def _cross_checks(s: Settings) -> list[str]:
         problems.append("CHUNKWISE_HEARTBEAT_SECONDS must be shorter than CHUNKWISE_LEASE_SECONDS")
     if s.limits.max_leases_per_worker > s.limits.max_leases_total:
         problems.append(
-            "CHUNKWISE_MAX_LEASES_PER_WORKER must not exceed CHUNKWISE_MAX_LEASES_TOTAL")
+            "CHUNKWISE_MAX_LEASES_PER_WORKER must not exceed CHUNKWISE_MAX_LEASES_TOTAL"
+        )
     return problems
 
 
@@ -140,11 +156,10 @@ def to_libpq_url(url: str) -> str:
     """Accept the SQLAlchemy-style scheme yoyo uses and return the one libpq reads."""
     for prefix in ("postgresql+psycopg://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql://" + url[len(prefix):]
+            return "postgresql://" + url[len(prefix) :]
     return url
 
 
 def to_yoyo_url(url: str) -> str:
     """Return the URL with yoyo's scheme for the psycopg 3 driver."""
-    return "postgresql+psycopg://" + to_libpq_url(url)[len("postgresql://"):]
-
+    return "postgresql+psycopg://" + to_libpq_url(url)[len("postgresql://") :]

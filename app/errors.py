@@ -72,13 +72,13 @@ def init_app(app: Flask) -> None:
     def validation_error(exc: ValidationError):
         fields = exc.messages if isinstance(exc.messages, dict) else {"_body": exc.messages}
         names = ", ".join(sorted(str(k) for k in fields))
-        return error_response(422, "invalid_input", f"invalid fields: {names}",
-                              {"fields": fields})
+        return error_response(422, "invalid_input", f"invalid fields: {names}", {"fields": fields})
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException):
         code = {400: "malformed_request", 413: "payload_too_large"}.get(
-            exc.code, (exc.name or "error").lower().replace(" ", "_"))
+            exc.code, (exc.name or "error").lower().replace(" ", "_")
+        )
         response = error_response(exc.code or 500, code, exc.description or exc.name)
         # Keep what the exception says beyond the body, such as Allow on a 405.
         for name, value in exc.get_headers():
@@ -90,8 +90,9 @@ def init_app(app: Flask) -> None:
     @app.errorhandler(psycopg.OperationalError)
     def database_unavailable(exc: Exception):
         # QueryCanceled (statement_timeout) is an OperationalError too.
-        logger.warning("database unavailable", extra={"event": "db_unavailable",
-                                                      "error": str(exc)[:500]})
+        logger.warning(
+            "database unavailable", extra={"event": "db_unavailable", "error": str(exc)[:500]}
+        )
         return service_error(Unavailable("the database is unavailable or too slow; retry shortly"))
 
     @app.errorhandler(Exception)

@@ -18,10 +18,13 @@ def configure(level: str = "INFO", stream=None) -> None:
         return
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.chunkwise = True
-    handler.setFormatter(JsonFormatter(
-        "%(asctime)s %(levelname)s %(name)s %(message)s",
-        rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
-        timestamp=False))
+    handler.setFormatter(
+        JsonFormatter(
+            "%(asctime)s %(levelname)s %(name)s %(message)s",
+            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+            timestamp=False,
+        )
+    )
     handler.addFilter(ContextFilter())
     root.addHandler(handler)
     root.setLevel(level)

@@ -32,8 +32,11 @@ CACHE_SECONDS = 2.0
 # A worker silent for this long is gone: its series is dropped instead of growing forever.
 WORKER_SERIES_SECONDS = 15 * 60
 PROGRESS_BUCKETS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
-FAILURE_CLASSES = {"invalid_input": "invalid_input", "input_unavailable": "transient_read",
-                   "lease_expired": "lost_worker"}
+FAILURE_CLASSES = {
+    "invalid_input": "invalid_input",
+    "input_unavailable": "transient_read",
+    "lease_expired": "lost_worker",
+}
 
 
 class QueueCollector:
@@ -57,30 +60,47 @@ class QueueCollector:
         view = queue.queue_status(self._runtime)
         workers = queue.list_workers(self._runtime)
         f = view.figures
-        chunks = GaugeMetricFamily("chunkwise_chunks", "Chunks by workload and state.",
-                                   labels=["workload", "state"])
+        chunks = GaugeMetricFamily(
+            "chunkwise_chunks", "Chunks by workload and state.", labels=["workload", "state"]
+        )
         for c in f.chunks:
             chunks.add_metric([c.workload, c.state], c.count)
         jobs_family = GaugeMetricFamily("chunkwise_jobs", "Jobs by status.", labels=["status"])
         for status, n in sorted(f.jobs_by_status.items()):
             jobs_family.add_metric([status], n)
         families = [
-            chunks, jobs_family,
-            _gauge("chunkwise_oldest_pending_chunk_age_seconds",
-                   "Age of the oldest chunk waiting for a worker (0 when none).",
-                   f.oldest_pending_seconds or 0.0),
+            chunks,
+            jobs_family,
+            _gauge(
+                "chunkwise_oldest_pending_chunk_age_seconds",
+                "Age of the oldest chunk waiting for a worker (0 when none).",
+                f.oldest_pending_seconds or 0.0,
+            ),
             _gauge("chunkwise_active_leases", "Chunks leased to workers now.", f.active_leases),
-            _gauge("chunkwise_max_leases_total", "The cap on active leases.",
-                   view.limits.max_leases_total),
-            _gauge("chunkwise_oldest_lease_age_seconds",
-                   "Age of the oldest active lease (0 when none).", f.oldest_lease_seconds or 0.0),
+            _gauge(
+                "chunkwise_max_leases_total",
+                "The cap on active leases.",
+                view.limits.max_leases_total,
+            ),
+            _gauge(
+                "chunkwise_oldest_lease_age_seconds",
+                "Age of the oldest active lease (0 when none).",
+                f.oldest_lease_seconds or 0.0,
+            ),
             _progress_histogram(f.unfinished_jobs),
-            _counter("chunkwise_lease_expiries", "Leases that expired without a result.",
-                     f.lease_expiries_total),
-            _by_class("chunkwise_retries", "Chunk attempts retried, by failure class.",
-                      f.retries_by_code),
-            _by_class("chunkwise_chunk_failures", "Chunks failed for good, by failure class.",
-                      f.failed_chunks_by_code),
+            _counter(
+                "chunkwise_lease_expiries",
+                "Leases that expired without a result.",
+                f.lease_expiries_total,
+            ),
+            _by_class(
+                "chunkwise_retries", "Chunk attempts retried, by failure class.", f.retries_by_code
+            ),
+            _by_class(
+                "chunkwise_chunk_failures",
+                "Chunks failed for good, by failure class.",
+                f.failed_chunks_by_code,
+            ),
         ]
         families.extend(_worker_families(workers))
         return families
@@ -113,17 +133,23 @@ def _progress_histogram(unfinished) -> GaugeHistogramMetricFamily:
     return GaugeHistogramMetricFamily(
         "chunkwise_unfinished_job_progress",
         "Progress of queued, running and merging jobs, as a histogram.",
-        buckets=buckets, gsum_value=sum(values))
+        buckets=buckets,
+        gsum_value=sum(values),
+    )
 
 
 def _worker_families(workers) -> list:
     now = datetime.now(UTC)
-    heartbeat = GaugeMetricFamily("chunkwise_worker_heartbeat_age_seconds",
-                                  "Seconds since each worker was last heard from.",
-                                  labels=["worker_id"])
-    rss = GaugeMetricFamily("chunkwise_worker_peak_rss_bytes",
-                            "Peak resident memory each worker reported with its results.",
-                            labels=["worker_id"])
+    heartbeat = GaugeMetricFamily(
+        "chunkwise_worker_heartbeat_age_seconds",
+        "Seconds since each worker was last heard from.",
+        labels=["worker_id"],
+    )
+    rss = GaugeMetricFamily(
+        "chunkwise_worker_peak_rss_bytes",
+        "Peak resident memory each worker reported with its results.",
+        labels=["worker_id"],
+    )
     for w in workers:
         age = (now - w.last_seen_at).total_seconds()
         if age > WORKER_SERIES_SECONDS:
@@ -136,8 +162,11 @@ def _worker_families(workers) -> list:
 
 def init_app(app: Flask, runtime: Runtime) -> PrometheusMetrics:
     """Expose /metrics for this app (multiprocess-aware under gunicorn)."""
-    options = {"group_by": "url_rule", "defaults_prefix": "chunkwise",
-               "excluded_paths": ["/metrics"]}
+    options = {
+        "group_by": "url_rule",
+        "defaults_prefix": "chunkwise",
+        "excluded_paths": ["/metrics"],
+    }
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return MultiprocessCoordinatorMetrics(app, QueueCollector(runtime), **options)
     registry = CollectorRegistry()

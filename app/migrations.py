@@ -16,8 +16,11 @@ MIGRATIONS_DIR = REPO_ROOT / "sql"
 
 def migration_ids(directory: Path = MIGRATIONS_DIR) -> list[str]:
     """Return the migration ids the code expects, in order."""
-    return sorted(p.name[: -len(".sql")] for p in directory.glob("*.sql")
-                  if not p.name.endswith(".rollback.sql"))
+    return sorted(
+        p.name[: -len(".sql")]
+        for p in directory.glob("*.sql")
+        if not p.name.endswith(".rollback.sql")
+    )
 
 
 def apply(database_url: str, directory: Path = MIGRATIONS_DIR) -> None:

@@ -17,8 +17,11 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "health.healthz": (None, schemas.HealthSchema, ()),
     "health.readyz": (None, schemas.HealthSchema, (503,)),
     "openapi.document": (None, None, (401,)),
-    "jobs.create_job": (schemas.JobCreateSchema, schemas.JobSchema,
-                        (201, 400, 401, 409, 413, 422, 429)),
+    "jobs.create_job": (
+        schemas.JobCreateSchema,
+        schemas.JobSchema,
+        (201, 400, 401, 409, 413, 422, 429),
+    ),
     "jobs.list_jobs": (schemas.JobListQuerySchema, schemas.JobListSchema, (401, 422)),
     "jobs.get_job": (schemas.JobWaitQuerySchema, schemas.JobSchema, (304, 401, 404, 422)),
     "jobs.list_results": (None, schemas.ResultListSchema, (401, 404)),
@@ -40,8 +43,9 @@ QUERY_METHODS = {"GET"}
 
 def build_spec(app: Flask) -> dict:
     """Describe every documented route of the app."""
-    spec = APISpec(title="Chunkwise", version="1", openapi_version="3.0.3",
-                   plugins=[MarshmallowPlugin()])
+    spec = APISpec(
+        title="Chunkwise", version="1", openapi_version="3.0.3", plugins=[MarshmallowPlugin()]
+    )
     spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
     spec.components.schema("Error", schema=schemas.ErrorSchema)
     for rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
@@ -54,31 +58,39 @@ def build_spec(app: Flask) -> dict:
             operation: dict = {
                 "summary": (view.__doc__ or "").strip().splitlines()[0],
                 "responses": {"200": {"description": "OK"}},
-                "parameters": [{"in": "path", "name": arg, "required": True,
-                                "schema": {"type": "string"}} for arg in sorted(rule.arguments)],
+                "parameters": [
+                    {"in": "path", "name": arg, "required": True, "schema": {"type": "string"}}
+                    for arg in sorted(rule.arguments)
+                ],
             }
             if response_schema is not None:
                 operation["responses"]["200"]["content"] = {
-                    "application/json": {"schema": response_schema}}
+                    "application/json": {"schema": response_schema}
+                }
             if request_schema is not None and method in QUERY_METHODS:
                 operation["parameters"].append({"in": "query", "schema": request_schema})
             elif request_schema is not None:
                 operation["requestBody"] = {
-                    "content": {"application/json": {"schema": request_schema}}}
+                    "content": {"application/json": {"schema": request_schema}}
+                }
             for status in statuses:
                 if status < 300:
                     ok = operation["responses"]["200"]
                     operation["responses"][str(status)] = (
-                        {"description": "no content"} if status == 204 else
-                        {**ok, "description": "created, or the idempotent original (200)"})
+                        {"description": "no content"}
+                        if status == 204
+                        else {**ok, "description": "created, or the idempotent original (200)"}
+                    )
                     continue
                 if status == 304:
                     operation["responses"]["304"] = {
-                        "description": "not modified: If-None-Match names the current version"}
+                        "description": "not modified: If-None-Match names the current version"
+                    }
                     continue
                 operation["responses"][str(status)] = {
                     "description": "see the error code",
-                    "content": {"application/json": {"schema": "Error"}}}
+                    "content": {"application/json": {"schema": "Error"}},
+                }
             if path.startswith("/api/v1"):
                 operation["security"] = [{"bearer": []}]
             spec.path(path=path, operations={method.lower(): operation})

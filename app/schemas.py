@@ -10,11 +10,14 @@ HEX64 = validate.Regexp(r"^[0-9a-f]{64}$", error="must be 64 lowercase hex digit
 WORKER_ID = validate.Length(min=1, max=200)
 PRIORITY = validate.Range(min=0, max=255)
 LABEL_FILTER = validate.Regexp(r"^[^=]{1,64}=.{0,256}$", error="must be key=value")
-LABELS = fields.Dict(keys=fields.Str(validate=validate.Length(min=1, max=64)),
-                     values=fields.Str(validate=validate.Length(max=256)))
+LABELS = fields.Dict(
+    keys=fields.Str(validate=validate.Length(min=1, max=64)),
+    values=fields.Str(validate=validate.Length(max=256)),
+)
 
 
 # --- requests -----------------------------------------------------------------------------
+
 
 class TaskSpecSchema(Schema):
     """One task of a manifest job."""
@@ -34,8 +37,9 @@ class JobCreateSchema(Schema):
     priority = fields.Int(load_default=0, validate=PRIORITY)
     max_attempts = fields.Int(load_default=None, validate=validate.Range(min=1, max=20))
     labels = LABELS
-    tasks = fields.List(fields.Nested(TaskSpecSchema), required=True,
-                        validate=validate.Length(min=1))
+    tasks = fields.List(
+        fields.Nested(TaskSpecSchema), required=True, validate=validate.Length(min=1)
+    )
 
 
 class CsvJobFormSchema(Schema):
@@ -51,8 +55,12 @@ class CsvJobFormSchema(Schema):
 class JobListQuerySchema(Schema):
     """Query parameters of the job list."""
 
-    status = fields.Str(validate=validate.OneOf(
-        ["queued", "running", "merging", "succeeded", "failed", "cancelled"]), load_default=None)
+    status = fields.Str(
+        validate=validate.OneOf(
+            ["queued", "running", "merging", "succeeded", "failed", "cancelled"]
+        ),
+        load_default=None,
+    )
     limit = fields.Int(load_default=50, validate=validate.Range(min=1, max=500))
     cursor = fields.Str(load_default=None)
     label = fields.Str(validate=LABEL_FILTER, load_default=None)
@@ -112,6 +120,7 @@ class FailureSchema(LeaseSchema):
 
 
 # --- responses ----------------------------------------------------------------------------
+
 
 class ErrorBodySchema(Schema):
     """The error object."""
@@ -352,11 +361,11 @@ class QueueSchema(Schema):
 
     chunks = fields.List(fields.Nested(StateCountSchema), attribute="figures.chunks")
     jobs_by_status = fields.Dict(attribute="figures.jobs_by_status")
-    oldest_pending_seconds = fields.Float(attribute="figures.oldest_pending_seconds",
-                                          allow_none=True)
+    oldest_pending_seconds = fields.Float(
+        attribute="figures.oldest_pending_seconds", allow_none=True
+    )
     active_leases = fields.Int(attribute="figures.active_leases")
-    oldest_lease_seconds = fields.Float(attribute="figures.oldest_lease_seconds",
-                                        allow_none=True)
+    oldest_lease_seconds = fields.Float(attribute="figures.oldest_lease_seconds", allow_none=True)
     max_leases_total = fields.Int(attribute="limits.max_leases_total")
     max_leases_per_worker = fields.Int(attribute="limits.max_leases_per_worker")
     max_queued_chunks = fields.Int(attribute="limits.max_queued_chunks")

@@ -53,8 +53,9 @@ class HashingSpool(io.RawIOBase):
 class SpoolingRequest(Request):
     """A request whose file parts go to hashing spools instead of memory or /tmp."""
 
-    def _get_file_stream(self, total_content_length, content_type, filename=None,
-                         content_length=None):
+    def _get_file_stream(
+        self, total_content_length, content_type, filename=None, content_length=None
+    ):
         spool = HashingSpool(current_app.config["CHUNKWISE_TEMP_DIR"])
         g.setdefault("spools", []).append(spool)
         return spool

@@ -59,10 +59,19 @@ def summarise_all(data: bytes) -> Totals:
     result = split(data, COLUMN, chunks=CHUNKS)
     summaries = []
     for plan in result.plans:
-        blocks = (data[at:min(at + BLOCK_BYTES, plan.byte_end)]
-                  for at in range(plan.byte_start, plan.byte_end, BLOCK_BYTES))
-        summaries.append(summarise(blocks, column_index=result.column_index, column=COLUMN,
-                                   record_start=plan.record_start, first_line=plan.first_line))
+        blocks = (
+            data[at : min(at + BLOCK_BYTES, plan.byte_end)]
+            for at in range(plan.byte_start, plan.byte_end, BLOCK_BYTES)
+        )
+        summaries.append(
+            summarise(
+                blocks,
+                column_index=result.column_index,
+                column=COLUMN,
+                record_start=plan.record_start,
+                first_line=plan.first_line,
+            )
+        )
     return merge(result.plans, summaries)
 
 
@@ -88,39 +97,59 @@ def main(argv: list[str] | None = None) -> None:
     data = generate_csv(args.records)
     print(f"{args.records} records, {len(data) / 1e6:.1f} MB, best of {args.runs}")
     plans = split(data, COLUMN, chunks=CHUNKS)
-    chunk_bytes = [data[p.byte_start:p.byte_end] for p in plans.plans]
+    chunk_bytes = [data[p.byte_start : p.byte_end] for p in plans.plans]
 
     def summarise_chunks() -> list:
-        return [summarise([b], column_index=plans.column_index, column=COLUMN,
-                          record_start=p.record_start, first_line=p.first_line)
-                for p, b in zip(plans.plans, chunk_bytes, strict=True)]
+        return [
+            summarise(
+                [b],
+                column_index=plans.column_index,
+                column=COLUMN,
+                record_start=p.record_start,
+                first_line=p.first_line,
+            )
+            for p, b in zip(plans.plans, chunk_bytes, strict=True)
+        ]
 
-    timed = fastest(args.runs, {
-        "reference": lambda: reference_totals(data, COLUMN),
-        "split": lambda: split(data, COLUMN, chunks=CHUNKS),
-        "summarise": summarise_chunks,
-    })
-    once = fastest(1, {"pipeline": lambda: summarise_all(data),
-                       "sequential": lambda: sequential_totals(data, COLUMN)})
+    timed = fastest(
+        args.runs,
+        {
+            "reference": lambda: reference_totals(data, COLUMN),
+            "split": lambda: split(data, COLUMN, chunks=CHUNKS),
+            "summarise": summarise_chunks,
+        },
+    )
+    once = fastest(
+        1,
+        {
+            "pipeline": lambda: summarise_all(data),
+            "sequential": lambda: sequential_totals(data, COLUMN),
+        },
+    )
     expected = timed["reference"][2]
     merged = merge(plans.plans, timed["summarise"][2])
     if not merged == once["pipeline"][2] == once["sequential"][2] == expected:
         raise SystemExit(f"results differ: {merged} {once} {expected}")
     print(f"result: {expected}")
     reference_wall, reference_cpu = timed["reference"][:2]
-    rows = [("reference csv.reader pass", timed["reference"], None),
-            (f"split, {CHUNKS} chunks", timed["split"], 0.25),
-            ("summarise all chunks, one process", timed["summarise"], 1.0),
-            (f"split + summarise ({BLOCK_BYTES // 1024} KiB blocks) + merge", once["pipeline"],
-             None),
-            ("sequential_totals (the checked reference)", once["sequential"], None)]
+    rows = [
+        ("reference csv.reader pass", timed["reference"], None),
+        (f"split, {CHUNKS} chunks", timed["split"], 0.25),
+        ("summarise all chunks, one process", timed["summarise"], 1.0),
+        (f"split + summarise ({BLOCK_BYTES // 1024} KiB blocks) + merge", once["pipeline"], None),
+        ("sequential_totals (the checked reference)", once["sequential"], None),
+    ]
     print(f"{'':52s} {'wall s':>7s} {'ratio':>6s}  {'cpu s':>6s} {'ratio':>6s}")
     for name, (wall, cpu, _), target in rows:
         ratio = wall / reference_wall
-        verdict = "" if target is None else (
-            f"  target <= {target:.2f}x: " + ("ok" if ratio <= target else "MISSED"))
-        print(f"{name:52s} {wall:7.3f} {ratio:5.2f}x  {cpu:6.3f} {cpu / reference_cpu:5.2f}x"
-              f"{verdict}")
+        verdict = (
+            ""
+            if target is None
+            else (f"  target <= {target:.2f}x: " + ("ok" if ratio <= target else "MISSED"))
+        )
+        print(
+            f"{name:52s} {wall:7.3f} {ratio:5.2f}x  {cpu:6.3f} {cpu / reference_cpu:5.2f}x{verdict}"
+        )
 
 
 if __name__ == "__main__":

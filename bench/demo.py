@@ -36,8 +36,10 @@ def run_sample(stack: LocalStack, records: int, chunks: int) -> int:
     data = generate_csv(records, seed=7)
     sample = stack.run_dir / "sample.csv"
     sample.write_bytes(data)
-    say(f"sample:    {sample} ({records:,} records, {len(data) / 1e6:.1f} MB, quoted multiline "
-        "fields, empty values, negatives)")
+    say(
+        f"sample:    {sample} ({records:,} records, {len(data) / 1e6:.1f} MB, quoted multiline "
+        "fields, empty values, negatives)"
+    )
     client = stack.client()
     started = time.monotonic()
     with sample.open("rb") as f:
@@ -65,8 +67,10 @@ def show_progress(job: dict, elapsed: float) -> None:
     done, total = job["chunks_completed"], job["chunks_total"]
     width = 30
     filled = int(width * job["progress"])
-    sys.stdout.write(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} chunks "
-                     f"{job['status']:<9} {elapsed:5.1f} s")
+    sys.stdout.write(
+        f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} chunks "
+        f"{job['status']:<9} {elapsed:5.1f} s"
+    )
     sys.stdout.flush()
 
 

@@ -33,8 +33,11 @@ RUN_DIR = REPO / ".run" / "report"
 OUT = REPO / "reports"
 # The recovery run shortens the lease so the report does not sit out 30 s; the e2e suite
 # proves recovery at the default timings.
-RECOVERY_ENV = {"CHUNKWISE_LEASE_SECONDS": "10", "CHUNKWISE_HEARTBEAT_SECONDS": "3",
-                "CHUNKWISE_MAINTENANCE_SECONDS": "1"}
+RECOVERY_ENV = {
+    "CHUNKWISE_LEASE_SECONDS": "10",
+    "CHUNKWISE_HEARTBEAT_SECONDS": "3",
+    "CHUNKWISE_MAINTENANCE_SECONDS": "1",
+}
 
 
 @dataclass(frozen=True)
@@ -65,8 +68,9 @@ def peak_rss_of_tree(pid: int) -> int:
     root = psutil.Process(pid)
     for proc in [root, *root.children(recursive=True)]:
         status = Path(f"/proc/{proc.pid}/status").read_text()
-        kib = next(int(line.split()[1]) for line in status.splitlines()
-                   if line.startswith("VmHWM:"))
+        kib = next(
+            int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")
+        )
         peaks.append(kib * 1024)
     return max(peaks)
 
@@ -108,8 +112,23 @@ def log_lines(logs: Path, needles: list[str]) -> list[dict]:
             if not raw.startswith("{") or not any(n in raw for n in needles):
                 continue
             line = json.loads(raw)
-            found.append({"process": path.stem, **{k: line.get(k) for k in (
-                "time", "message", "event", "trace_id", "attempt_id", "task_id", "worker_id")}})
+            found.append(
+                {
+                    "process": path.stem,
+                    **{
+                        k: line.get(k)
+                        for k in (
+                            "time",
+                            "message",
+                            "event",
+                            "trace_id",
+                            "attempt_id",
+                            "task_id",
+                            "worker_id",
+                        )
+                    },
+                }
+            )
     return found
 
 
@@ -121,11 +140,21 @@ def recovery_story(run: Run) -> dict:
         if killed is None:
             continue
         recovery = next(a for a in chunk["attempts"] if a["state"] == "completed")
-        takeovers.append({"chunk_index": chunk["index"], "chunk_id": chunk["id"],
-                          "killed": killed, "recovery": recovery,
-                          "lease_expired_at": killed["finished_at"]})
-        needles += [killed["attempt_id"], recovery["attempt_id"], killed["trace_id"],
-                    recovery["trace_id"]]
+        takeovers.append(
+            {
+                "chunk_index": chunk["index"],
+                "chunk_id": chunk["id"],
+                "killed": killed,
+                "recovery": recovery,
+                "lease_expired_at": killed["finished_at"],
+            }
+        )
+        needles += [
+            killed["attempt_id"],
+            recovery["attempt_id"],
+            killed["trace_id"],
+            recovery["trace_id"],
+        ]
     return {"takeovers": takeovers, "log_lines": log_lines(run.logs, needles)}
 
 
@@ -151,8 +180,10 @@ def timeline(runs: dict[str, Run], path: Path) -> None:
     for ax, (title, run) in zip(axes[:, 0], runs.items(), strict=True):
         t0 = datetime.fromisoformat(run.job["created_at"])
         died = crash_times(run)
-        attempts = sorted(((c["index"], a) for c in run.chunks for a in c["attempts"]),
-                          key=lambda pair: pair[1]["started_at"])
+        attempts = sorted(
+            ((c["index"], a) for c in run.chunks for a in c["attempts"]),
+            key=lambda pair: pair[1]["started_at"],
+        )
         lanes: list[tuple[str, list[float]]] = []  # (worker, end time of each slot)
         labels = []
         for index, a in attempts:
@@ -161,21 +192,46 @@ def timeline(runs: dict[str, Run], path: Path) -> None:
             end_s = (datetime.fromisoformat(end) - t0).total_seconds()
             y = _slot(lanes, labels, a["worker_id"], start_s, end_s)
             if a["state"] == "lease_expired":
-                dead_s = ((died[a["worker_id"]] - t0).total_seconds()
-                          if a["worker_id"] in died else start_s)
-                ax.broken_barh([(start_s, dead_s - start_s)], (y - 0.35, 0.7),
-                               facecolors="tab:red", edgecolors="black")
-                ax.broken_barh([(dead_s, end_s - dead_s)], (y - 0.35, 0.7),
-                               facecolors="mistyrose", edgecolors="tab:red", hatch="//")
-                ax.annotate(f"chunk {index}: worker killed", (dead_s, y + 0.4), fontsize=8,
-                            color="tab:red")
-                ax.annotate("lease expired", (end_s, y - 0.55), fontsize=8, ha="right",
-                            color="tab:red")
+                dead_s = (
+                    (died[a["worker_id"]] - t0).total_seconds()
+                    if a["worker_id"] in died
+                    else start_s
+                )
+                ax.broken_barh(
+                    [(start_s, dead_s - start_s)],
+                    (y - 0.35, 0.7),
+                    facecolors="tab:red",
+                    edgecolors="black",
+                )
+                ax.broken_barh(
+                    [(dead_s, end_s - dead_s)],
+                    (y - 0.35, 0.7),
+                    facecolors="mistyrose",
+                    edgecolors="tab:red",
+                    hatch="//",
+                )
+                ax.annotate(
+                    f"chunk {index}: worker killed", (dead_s, y + 0.4), fontsize=8, color="tab:red"
+                )
+                ax.annotate(
+                    "lease expired", (end_s, y - 0.55), fontsize=8, ha="right", color="tab:red"
+                )
             else:
-                ax.broken_barh([(start_s, end_s - start_s)], (y - 0.35, 0.7),
-                               facecolors="tab:blue", edgecolors="black")
-                ax.text((start_s + end_s) / 2, y, str(index), ha="center", va="center",
-                        color="white", fontsize=8)
+                ax.broken_barh(
+                    [(start_s, end_s - start_s)],
+                    (y - 0.35, 0.7),
+                    facecolors="tab:blue",
+                    edgecolors="black",
+                )
+                ax.text(
+                    (start_s + end_s) / 2,
+                    y,
+                    str(index),
+                    ha="center",
+                    va="center",
+                    color="white",
+                    fontsize=8,
+                )
         ax.set_yticks(range(len(labels)), labels)
         ax.set_ylim(-0.8, len(labels) - 0.2)
         ax.set_xlabel("seconds since the job was created (after its upload and split)")
@@ -200,9 +256,12 @@ def versions(url: str) -> dict:
     with psycopg.connect(url) as conn:
         server = conn.execute("SHOW server_version").fetchone()[0]
     packages = ("flask", "gunicorn", "psycopg", "requests", "marshmallow")
-    return {"python": platform.python_version(), "postgresql": server,
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-            **{p: metadata.version(p) for p in packages}}
+    return {
+        "python": platform.python_version(),
+        "postgresql": server,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        **{p: metadata.version(p) for p in packages},
+    }
 
 
 def main() -> int:
@@ -230,11 +289,14 @@ def main() -> int:
     reference_s = min(references)
     normal = min(runs, key=lambda run: run.wall_seconds)
     print(f"plain csv.reader pass: {reference_s:.2f} s (best of {RUNS})")
-    print(f"distributed job: {normal.wall_seconds:.2f} s (best of {RUNS}, "
-          f"{normal.job['status']})")
+    print(f"distributed job: {normal.wall_seconds:.2f} s (best of {RUNS}, {normal.job['status']})")
 
-    stack = start(url, RUN_DIR / "run2", RECOVERY_ENV,
-                  {"worker-a": ("--fault", "crash-after-compute"), "worker-b": ()})
+    stack = start(
+        url,
+        RUN_DIR / "run2",
+        RECOVERY_ENV,
+        {"worker-a": ("--fault", "crash-after-compute"), "worker-b": ()},
+    )
     try:
         recovered = run_job(stack, csv_path)
     finally:
@@ -242,9 +304,13 @@ def main() -> int:
     story = recovery_story(recovered)
     print(f"recovery run: {recovered.wall_seconds:.2f} s ({recovered.job['status']})")
 
-    timeline({"normal run: 2 workers x capacity 2": normal,
-              "recovery run: worker-a crashes after computing, before committing": recovered},
-             OUT / "timeline.png")
+    timeline(
+        {
+            "normal run: 2 workers x capacity 2": normal,
+            "recovery run: worker-a crashes after computing, before committing": recovered,
+        },
+        OUT / "timeline.png",
+    )
     report = build_report(data, reference_s, control, normal, recovered, story, versions(url))
     (OUT / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (OUT / "report.md").write_text(render_markdown(report))
@@ -252,20 +318,36 @@ def main() -> int:
     return 0 if normal.job["result"] == control.to_dict() else 1
 
 
-def build_report(data: bytes, reference_s: float, control, normal: Run, recovered: Run,
-                 story: dict, versions_: dict) -> dict:
+def build_report(
+    data: bytes,
+    reference_s: float,
+    control,
+    normal: Run,
+    recovered: Run,
+    story: dict,
+    versions_: dict,
+) -> dict:
     """Everything the report shows, as JSON."""
     compute = [c["metrics"]["elapsed_seconds"] for c in normal.chunks]
     merge_s = normal.job["merge_seconds"] or 0.0
-    phases = {"upload, hash, split and admit (until POST returned)": normal.upload_seconds,
-              "chunk computation and queueing": normal.wall_seconds - normal.upload_seconds
-              - merge_s,
-              "merge": merge_s}
+    phases = {
+        "upload, hash, split and admit (until POST returned)": normal.upload_seconds,
+        "chunk computation and queueing": normal.wall_seconds - normal.upload_seconds - merge_s,
+        "merge": merge_s,
+    }
     return {
-        "configuration": {"records": len(data) and RECORDS, "bytes": len(data), "seed": SEED,
-                          "chunks": CHUNKS, "workers": 2, "capacity_per_worker": CAPACITY,
-                          "lease_seconds": 30, "heartbeat_seconds": 10,
-                          "recovery_run": RECOVERY_ENV, "versions": versions_},
+        "configuration": {
+            "records": len(data) and RECORDS,
+            "bytes": len(data),
+            "seed": SEED,
+            "chunks": CHUNKS,
+            "workers": 2,
+            "capacity_per_worker": CAPACITY,
+            "lease_seconds": 30,
+            "heartbeat_seconds": 10,
+            "recovery_run": RECOVERY_ENV,
+            "versions": versions_,
+        },
         "reference_seconds": reference_s,
         "wall_seconds": normal.wall_seconds,
         "ratio_to_reference": normal.wall_seconds / reference_s,
@@ -274,16 +356,24 @@ def build_report(data: bytes, reference_s: float, control, normal: Run, recovere
         "result": normal.job["result"],
         "sequential_control": control.to_dict(),
         "result_matches_control": normal.job["result"] == control.to_dict(),
-        "chunks": [{"index": c["index"], "worker": c["attempts"][-1]["worker_id"],
-                    "compute_seconds": c["metrics"]["elapsed_seconds"],
-                    "records": c["metrics"].get("records")} for c in normal.chunks],
+        "chunks": [
+            {
+                "index": c["index"],
+                "worker": c["attempts"][-1]["worker_id"],
+                "compute_seconds": c["metrics"]["elapsed_seconds"],
+                "records": c["metrics"].get("records"),
+            }
+            for c in normal.chunks
+        ],
         "compute_seconds_total": sum(compute),
         "coordinator_peak_rss_bytes": normal.coordinator_peak_rss_bytes,
         "worker_peak_rss_bytes": {w["worker_id"]: w["peak_rss_bytes"] for w in normal.workers},
-        "recovery": {"wall_seconds": recovered.wall_seconds,
-                     "status": recovered.job["status"],
-                     "result_matches_control": recovered.job["result"] == control.to_dict(),
-                     **story},
+        "recovery": {
+            "wall_seconds": recovered.wall_seconds,
+            "status": recovered.job["status"],
+            "result_matches_control": recovered.job["result"] == control.to_dict(),
+            **story,
+        },
     }
 
 
@@ -302,8 +392,11 @@ def render_markdown(r: dict) -> str:
         f"- {cfg['records']:,} records, {cfg['bytes'] / 1e6:.1f} MB, {cfg['chunks']} chunks",
         f"- {cfg['workers']} workers x capacity {cfg['capacity_per_worker']}, lease "
         f"{cfg['lease_seconds']} s, heartbeat {cfg['heartbeat_seconds']} s "
-        "(recovery run: " + ", ".join(f"{k.removeprefix('CHUNKWISE_').lower()} {v}"
-                                      for k, v in cfg["recovery_run"].items()) + ")",
+        "(recovery run: "
+        + ", ".join(
+            f"{k.removeprefix('CHUNKWISE_').lower()} {v}" for k, v in cfg["recovery_run"].items()
+        )
+        + ")",
         "- " + ", ".join(f"{k} {v}" for k, v in cfg["versions"].items()),
         "",
         "## The distributed job against one sequential pass",
@@ -325,9 +418,13 @@ def render_markdown(r: dict) -> str:
         "",
         "| | count | sum | min | max |",
         "| --- | ---: | ---: | ---: | ---: |",
-        *[f"| {name} | {v['count']} | {v['sum']} | {v['min']} | {v['max']} |"
-          for name, v in (("chunked job", r["result"]),
-                          ("sequential control", r["sequential_control"]))],
+        *[
+            f"| {name} | {v['count']} | {v['sum']} | {v['min']} | {v['max']} |"
+            for name, v in (
+                ("chunked job", r["result"]),
+                ("sequential control", r["sequential_control"]),
+            )
+        ],
         "",
         f"Result equals the control: **{r['result_matches_control']}**.",
         "",
@@ -335,12 +432,13 @@ def render_markdown(r: dict) -> str:
         "",
         "| chunk | worker | compute s | records |",
         "| ---: | --- | ---: | ---: |",
-        *[f"| {c['index']} | {c['worker']} | {c['compute_seconds']:.3f} | {c['records']} |"
-          for c in r["chunks"]],
+        *[
+            f"| {c['index']} | {c['worker']} | {c['compute_seconds']:.3f} | {c['records']} |"
+            for c in r["chunks"]
+        ],
         "",
         f"Peak resident memory: coordinator {r['coordinator_peak_rss_bytes'] / mib:.0f} MiB; "
-        + ", ".join(f"{w} {b / mib:.0f} MiB" for w, b in r["worker_peak_rss_bytes"].items()
-                    if b),
+        + ", ".join(f"{w} {b / mib:.0f} MiB" for w, b in r["worker_peak_rss_bytes"].items() if b),
         "",
         "## Recovery: a worker killed after computing, before committing",
         "",
@@ -363,16 +461,22 @@ def render_markdown(r: dict) -> str:
         "",
         "| chunk | attempt | attempt_id | trace_id | worker | outcome |",
         "| ---: | ---: | --- | --- | --- | --- |",
-        *[f"| {t['chunk_index']} | {a['attempt']} | `{a['attempt_id']}` | `{a['trace_id']}` | "
-          f"{a['worker_id']} | {a['state']} |"
-          for t in rec["takeovers"] for a in (t["killed"], t["recovery"])],
+        *[
+            f"| {t['chunk_index']} | {a['attempt']} | `{a['attempt_id']}` | `{a['trace_id']}` | "
+            f"{a['worker_id']} | {a['state']} |"
+            for t in rec["takeovers"]
+            for a in (t["killed"], t["recovery"])
+        ],
         "",
         "Log lines that carry those ids, from the coordinator's and the workers' logs:",
         "",
         "| process | time | event | trace_id | attempt_id |",
         "| --- | --- | --- | --- | --- |",
-        *[f"| {ln['process']} | {ln['time']} | {ln['event'] or ln['message']} | "
-          f"`{ln['trace_id']}` | `{ln['attempt_id']}` |" for ln in rec["log_lines"]],
+        *[
+            f"| {ln['process']} | {ln['time']} | {ln['event'] or ln['message']} | "
+            f"`{ln['trace_id']}` | `{ln['attempt_id']}` |"
+            for ln in rec["log_lines"]
+        ],
         "",
         "![chunk attempts per worker over time](timeline.png)",
         "",

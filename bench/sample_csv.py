@@ -15,8 +15,14 @@ _NOTES = ("ok", "late", "n/a", "spare", "done", "hold", "")
 _BLANK_VALUES = ("", "", " ", "   ", "\t")
 
 
-def generate_csv(records: int, seed: int = 7, *, empty_ratio: float = 0.03,
-                 quoted_multiline_ratio: float = 0.01, malformed_at: int | None = None) -> bytes:
+def generate_csv(
+    records: int,
+    seed: int = 7,
+    *,
+    empty_ratio: float = 0.03,
+    quoted_multiline_ratio: float = 0.01,
+    malformed_at: int | None = None,
+) -> bytes:
     """Return `records` data records of CSV; malformed_at (1-based) gets the value 1.5."""
     rng = random.Random(seed)
     out = [HEADER]
@@ -67,13 +73,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--empty-ratio", type=float, default=0.03)
     parser.add_argument("--quoted-multiline-ratio", type=float, default=0.01)
-    parser.add_argument("--malformed-at", type=int, default=None,
-                        help="1-based data record whose value becomes 1.5")
+    parser.add_argument(
+        "--malformed-at", type=int, default=None, help="1-based data record whose value becomes 1.5"
+    )
     parser.add_argument("--out", default="-", help="file to write, - for stdout")
     args = parser.parse_args(argv)
-    data = generate_csv(args.records, args.seed, empty_ratio=args.empty_ratio,
-                        quoted_multiline_ratio=args.quoted_multiline_ratio,
-                        malformed_at=args.malformed_at)
+    data = generate_csv(
+        args.records,
+        args.seed,
+        empty_ratio=args.empty_ratio,
+        quoted_multiline_ratio=args.quoted_multiline_ratio,
+        malformed_at=args.malformed_at,
+    )
     if args.out == "-":
         sys.stdout.buffer.write(data)
     else:

@@ -87,8 +87,13 @@ class LocalStack:
         # seed-local imports the app, whose counters open their files here at import.
         (self.run_dir / "prometheus").mkdir(parents=True, exist_ok=True)
         migrations.apply(self.database_url)
-        subprocess.run([str(BIN / "flask"), "--app", "app", "seed-local"], cwd=REPO,
-                       env=self.base_env(), check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [str(BIN / "flask"), "--app", "app", "seed-local"],
+            cwd=REPO,
+            env=self.base_env(),
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
 
     def start_coordinator(self, name: str = "coordinator", timeout: float = 30.0) -> None:
         """Start gunicorn and wait until /readyz answers 200."""
@@ -109,14 +114,22 @@ class LocalStack:
 
     def start_worker(self, name: str, *args: str) -> subprocess.Popen:
         """Start a chunkwise-worker with a readable worker id."""
-        return self._spawn(name, [str(BIN / "chunkwise-worker"), "--coordinator", self.url,
-                                  "--worker-id", name, *args])
+        return self._spawn(
+            name,
+            [str(BIN / "chunkwise-worker"), "--coordinator", self.url, "--worker-id", name, *args],
+        )
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = (self.logs / f"{name}.log").open("ab")
-        process = subprocess.Popen(argv, cwd=REPO, env=self.base_env(), stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=self.base_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.processes[name] = process
         return process
 
@@ -151,8 +164,9 @@ class LocalStack:
         return session
 
 
-def follow_job(client: CoordinatorClient, job: dict,
-               on_answer: Callable[[dict], None] = lambda job: None) -> dict:
+def follow_job(
+    client: CoordinatorClient, job: dict, on_answer: Callable[[dict], None] = lambda job: None
+) -> dict:
     """Wait until the job ends, calling on_answer with the job after each watch answers."""
     version = None
     while job["status"] not in FINISHED:
@@ -169,4 +183,3 @@ def database_url(run_dir: Path) -> str:
     from bench import embedded_pg
 
     return embedded_pg.start(run_dir / "pg", keep=True)
-

@@ -21,8 +21,9 @@ class AcceptedSummary:
     summary: dict
 
 
-def insert_summary(conn: Connection, *, task_id: UUID, job_id: UUID, chunk_index: int,
-                   attempt: int, summary: dict) -> bool:
+def insert_summary(
+    conn: Connection, *, task_id: UUID, job_id: UUID, chunk_index: int, attempt: int, summary: dict
+) -> bool:
     """Accept a chunk's summary; False when one was already accepted."""
     row = conn.execute(
         """
@@ -31,8 +32,13 @@ def insert_summary(conn: Connection, *, task_id: UUID, job_id: UUID, chunk_index
         ON CONFLICT DO NOTHING
         RETURNING task_id
         """,
-        {"task": task_id, "job": job_id, "index": chunk_index, "attempt": attempt,
-         "summary": Jsonb(summary)},
+        {
+            "task": task_id,
+            "job": job_id,
+            "index": chunk_index,
+            "attempt": attempt,
+            "summary": Jsonb(summary),
+        },
     ).fetchone()
     return row is not None
 

@@ -25,16 +25,22 @@ class Event:
     created_at: datetime
 
 
-def publish(conn: Connection, *, job_id: UUID, owner_id: int, event: str, payload: dict,
-            trace_id: str) -> None:
+def publish(
+    conn: Connection, *, job_id: UUID, owner_id: int, event: str, payload: dict, trace_id: str
+) -> None:
     """Write an event in the caller's transaction."""
     conn.execute(
         """
         INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
         VALUES (%(job)s, %(owner)s, %(event)s, %(payload)s, %(trace)s)
         """,
-        {"job": job_id, "owner": owner_id, "event": event, "payload": Jsonb(payload),
-         "trace": trace_id},
+        {
+            "job": job_id,
+            "owner": owner_id,
+            "event": event,
+            "payload": Jsonb(payload),
+            "trace": trace_id,
+        },
     )
 
 
@@ -51,14 +57,26 @@ def list_events(conn: Connection, *, owner_id: int | None, after: int, limit: in
     return [from_row(Event, r) for r in rows]
 
 
-def audit(conn: Connection, *, actor: str, action: str, target: str, trace_id: str,
-          details: dict | None = None) -> None:
+def audit(
+    conn: Connection,
+    *,
+    actor: str,
+    action: str,
+    target: str,
+    trace_id: str,
+    details: dict | None = None,
+) -> None:
     """Record who did what to which target."""
     conn.execute(
         """
         INSERT INTO audit_log (actor, action, target, trace_id, details)
         VALUES (%(actor)s, %(action)s, %(target)s, %(trace)s, %(details)s)
         """,
-        {"actor": actor, "action": action, "target": target, "trace": trace_id,
-         "details": Jsonb(details or {})},
+        {
+            "actor": actor,
+            "action": action,
+            "target": target,
+            "trace": trace_id,
+            "details": Jsonb(details or {}),
+        },
     )

@@ -107,8 +107,9 @@ _GET_FOR_UPDATE = """
 """
 
 
-def get(conn: Connection, job_id: UUID, *, owner_id: int | None = None,
-        for_update: bool = False) -> Job | None:
+def get(
+    conn: Connection, job_id: UUID, *, owner_id: int | None = None, for_update: bool = False
+) -> Job | None:
     """Return a job (only the owner's when owner_id is given), optionally locked."""
     query = _GET_FOR_UPDATE if for_update else _GET
     row = conn.execute(query, {"id": job_id, "owner": owner_id}).fetchone()
@@ -130,9 +131,15 @@ def chunk_counts(conn: Connection, job_ids: list[UUID]) -> dict[UUID, ChunkCount
     return {job_id: ChunkCounts(**counts) for job_id, counts in by_job.items()}
 
 
-def list_jobs(conn: Connection, *, owner_id: int | None, status: str | None, limit: int,
-              before: tuple[datetime, UUID] | None, label: tuple[str, str] | None = None
-              ) -> list[Job]:
+def list_jobs(
+    conn: Connection,
+    *,
+    owner_id: int | None,
+    status: str | None,
+    limit: int,
+    before: tuple[datetime, UUID] | None,
+    label: tuple[str, str] | None = None,
+) -> list[Job]:
     """List jobs newest first, after a keyset cursor, optionally filtered."""
     rows = conn.execute(
         """
@@ -174,9 +181,16 @@ def mark_running(conn: Connection, job_ids: list[UUID]) -> None:
     )
 
 
-def set_status(conn: Connection, job_id: UUID, status: str, *, error: dict | None = None,
-               result: dict | None = None, partial_result: dict | None = None,
-               merge_seconds: float | None = None) -> Job:
+def set_status(
+    conn: Connection,
+    job_id: UUID,
+    status: str,
+    *,
+    error: dict | None = None,
+    result: dict | None = None,
+    partial_result: dict | None = None,
+    merge_seconds: float | None = None,
+) -> Job:
     """Move a (locked) job to a new status, bumping its revision."""
     row = conn.execute(
         """

@@ -118,8 +118,16 @@ def count_unfinished(conn: Connection) -> int:
     return row["n"]
 
 
-def claim(conn: Connection, *, worker_id: str, workloads: Sequence[str], capacity: int,
-          max_per_worker: int, max_total: int, lease_seconds: int) -> list[ClaimedTask]:
+def claim(
+    conn: Connection,
+    *,
+    worker_id: str,
+    workloads: Sequence[str],
+    capacity: int,
+    max_per_worker: int,
+    max_total: int,
+    lease_seconds: int,
+) -> list[ClaimedTask]:
     """Lease up to `capacity` pending tasks within the lease caps, opening one attempt each.
 
     The caller serialises claims (see services.tasks) so that the cap arithmetic here cannot
@@ -157,14 +165,26 @@ def claim(conn: Connection, *, worker_id: str, workloads: Sequence[str], capacit
         FROM leased l JOIN attempts a ON a.task_id = l.id
         ORDER BY l.priority DESC, l.created_at, l.job_id, l.chunk_index
         """,
-        {"worker": worker_id, "workloads": list(workloads), "capacity": capacity,
-         "per_worker": max_per_worker, "total": max_total, "lease": lease_seconds},
+        {
+            "worker": worker_id,
+            "workloads": list(workloads),
+            "capacity": capacity,
+            "per_worker": max_per_worker,
+            "total": max_total,
+            "lease": lease_seconds,
+        },
     ).fetchall()
     return [ClaimedTask(from_row(Task, r), r["attempt_id"], r["attempt_trace_id"]) for r in rows]
 
 
-def renew(conn: Connection, task_id: UUID, worker_id: str, attempt: int, lease_seconds: int,
-          checkpoint: dict | None) -> datetime | None:
+def renew(
+    conn: Connection,
+    task_id: UUID,
+    worker_id: str,
+    attempt: int,
+    lease_seconds: int,
+    checkpoint: dict | None,
+) -> datetime | None:
     """Extend the caller's current lease (storing a checkpoint); None when it is not theirs."""
     row = conn.execute(
         """
@@ -176,8 +196,13 @@ def renew(conn: Connection, task_id: UUID, worker_id: str, attempt: int, lease_s
           AND status = 'leased'
         RETURNING lease_expires_at
         """,
-        {"id": task_id, "worker": worker_id, "attempt": attempt, "lease": lease_seconds,
-         "checkpoint": Jsonb(checkpoint) if checkpoint is not None else None},
+        {
+            "id": task_id,
+            "worker": worker_id,
+            "attempt": attempt,
+            "lease": lease_seconds,
+            "checkpoint": Jsonb(checkpoint) if checkpoint is not None else None,
+        },
     ).fetchone()
     return row["lease_expires_at"] if row else None
 
@@ -188,8 +213,15 @@ def get(conn: Connection, task_id: UUID) -> Task | None:
     return from_row(Task, row) if row else None
 
 
-def complete(conn: Connection, task_id: UUID, worker_id: str, attempt: int, result_uri: str,
-             result_sha256: str, metrics: dict) -> Task | None:
+def complete(
+    conn: Connection,
+    task_id: UUID,
+    worker_id: str,
+    attempt: int,
+    result_uri: str,
+    result_sha256: str,
+    metrics: dict,
+) -> Task | None:
     """Complete the caller's current lease; None when it is not theirs."""
     row = conn.execute(
         """
@@ -202,15 +234,30 @@ def complete(conn: Connection, task_id: UUID, worker_id: str, attempt: int, resu
           AND status = 'leased'
         RETURNING *
         """,
-        {"id": task_id, "worker": worker_id, "attempt": attempt, "uri": result_uri,
-         "sha": result_sha256, "metrics": Jsonb(metrics)},
+        {
+            "id": task_id,
+            "worker": worker_id,
+            "attempt": attempt,
+            "uri": result_uri,
+            "sha": result_sha256,
+            "metrics": Jsonb(metrics),
+        },
     ).fetchone()
     return from_row(Task, row) if row else None
 
 
-def fail(conn: Connection, task_id: UUID, worker_id: str, attempt: int, *, error_code: str,
-         error_message: str, error_details: dict, retryable: bool, read_budget: int
-         ) -> Task | None:
+def fail(
+    conn: Connection,
+    task_id: UUID,
+    worker_id: str,
+    attempt: int,
+    *,
+    error_code: str,
+    error_message: str,
+    error_details: dict,
+    retryable: bool,
+    read_budget: int,
+) -> Task | None:
     """Record the caller's failure: back to pending while budgets remain, else failed."""
     row = conn.execute(
         """
@@ -233,15 +280,23 @@ def fail(conn: Connection, task_id: UUID, worker_id: str, attempt: int, *, error
         FROM fenced f WHERE t.id = f.id
         RETURNING t.*
         """,
-        {"id": task_id, "worker": worker_id, "attempt": attempt, "code": error_code,
-         "message": error_message, "details": Jsonb(error_details), "retryable": retryable,
-         "budget": read_budget},
+        {
+            "id": task_id,
+            "worker": worker_id,
+            "attempt": attempt,
+            "code": error_code,
+            "message": error_message,
+            "details": Jsonb(error_details),
+            "retryable": retryable,
+            "budget": read_budget,
+        },
     ).fetchone()
     return from_row(Task, row) if row else None
 
 
-def expire(conn: Connection, *, now: datetime | None, lost_budget: int, limit: int = 500
-           ) -> list[ExpiredLease]:
+def expire(
+    conn: Connection, *, now: datetime | None, lost_budget: int, limit: int = 500
+) -> list[ExpiredLease]:
     """Take back leases that ran out: pending while budgets remain, else failed (lease_expired).
 
     The jobs are locked before their tasks, the order completions and cancels lock them in, and
@@ -280,9 +335,14 @@ def expire(conn: Connection, *, now: datetime | None, lost_budget: int, limit: i
     return [ExpiredLease(from_row(Task, r), r["expired_owner"]) for r in rows]
 
 
-def finish_attempt(conn: Connection, task_id: UUID, attempt: int, outcome: str,
-                   error_code: str | None = None, error_message: str | None = None
-                   ) -> Attempt | None:
+def finish_attempt(
+    conn: Connection,
+    task_id: UUID,
+    attempt: int,
+    outcome: str,
+    error_code: str | None = None,
+    error_message: str | None = None,
+) -> Attempt | None:
     """Close an attempt with its outcome (once); return it, or None if it was closed already."""
     row = conn.execute(
         """
@@ -291,8 +351,13 @@ def finish_attempt(conn: Connection, task_id: UUID, attempt: int, outcome: str,
         WHERE task_id = %(id)s AND attempt = %(attempt)s AND outcome IS NULL
         RETURNING *
         """,
-        {"id": task_id, "attempt": attempt, "outcome": outcome, "code": error_code,
-         "message": error_message},
+        {
+            "id": task_id,
+            "attempt": attempt,
+            "outcome": outcome,
+            "code": error_code,
+            "message": error_message,
+        },
     ).fetchone()
     return from_row(Attempt, row) if row else None
 
@@ -370,4 +435,3 @@ def requeue_unfinished(conn: Connection, job_id: UUID, max_attempts: int) -> int
 def notify_claimable(conn: Connection) -> None:
     """Wake long-polling claims once this transaction commits."""
     conn.execute("SELECT pg_notify(%(channel)s, '')", {"channel": CLAIMABLE_CHANNEL})
-

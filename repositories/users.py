@@ -60,8 +60,9 @@ def insert_user(conn: Connection, name: str, role: str) -> int | None:
     return row["id"] if row else None
 
 
-def insert_token(conn: Connection, token_sha256: str, kind: str, name: str,
-                 user_id: int | None) -> bool:
+def insert_token(
+    conn: Connection, token_sha256: str, kind: str, name: str, user_id: int | None
+) -> bool:
     """Register a token digest; False when it is already registered."""
     row = conn.execute(
         """

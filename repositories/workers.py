@@ -25,8 +25,13 @@ class Worker:
     leases_held: int
 
 
-def touch(conn: Connection, worker_id: str, *, capacity: int | None = None,
-          workloads: Sequence[str] | None = None) -> None:
+def touch(
+    conn: Connection,
+    worker_id: str,
+    *,
+    capacity: int | None = None,
+    workloads: Sequence[str] | None = None,
+) -> None:
     """Record that the worker was seen now (and what it said it can do).
 
     A claim asks for the worker's free slots, so the largest ask seen is its capacity.
@@ -39,8 +44,11 @@ def touch(conn: Connection, worker_id: str, *, capacity: int | None = None,
             capacity = GREATEST(workers.capacity, COALESCE(%(capacity)s, workers.capacity)),
             workloads = COALESCE(%(workloads)s, workers.workloads)
         """,
-        {"id": worker_id, "capacity": capacity,
-         "workloads": list(workloads) if workloads is not None else None},
+        {
+            "id": worker_id,
+            "capacity": capacity,
+            "workloads": list(workloads) if workloads is not None else None,
+        },
     )
 
 

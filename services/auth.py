@@ -67,8 +67,13 @@ def authenticate(pool: ConnectionPool, token: str | None) -> Principal:
     return Principal(kind="user", name=owner.name, user_id=owner.user_id, role=owner.role)
 
 
-def seed_local(pool: ConnectionPool, *, user_token: str | None, operator_token: str | None,
-               worker_token: str | None) -> list[IssuedToken]:
+def seed_local(
+    pool: ConnectionPool,
+    *,
+    user_token: str | None,
+    operator_token: str | None,
+    worker_token: str | None,
+) -> list[IssuedToken]:
     """Create compute_user, operator and a worker credential; idempotent.
 
     A given token is registered as is; a missing one is generated only when the principal

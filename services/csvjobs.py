@@ -41,64 +41,116 @@ class CsvJobRequest:
     labels: dict | None = None
 
 
-def submit_csv_job(rt: Runtime, principal: Principal, upload: archive.Upload,
-                   request: CsvJobRequest, *, trace_id: str,
-                   idempotency_key: str | None = None) -> job_rules.JobView:
+def submit_csv_job(
+    rt: Runtime,
+    principal: Principal,
+    upload: archive.Upload,
+    request: CsvJobRequest,
+    *,
+    trace_id: str,
+    idempotency_key: str | None = None,
+) -> job_rules.JobView:
     """Validate and split an uploaded CSV, then admit the job and its chunks in one transaction."""
     try:
         if upload.size > rt.limits.max_upload_bytes:
-            raise PayloadTooLarge(f"the file is larger than {rt.limits.max_upload_bytes} bytes",
-                                  details={"limit": rt.limits.max_upload_bytes})
+            raise PayloadTooLarge(
+                f"the file is larger than {rt.limits.max_upload_bytes} bytes",
+                details={"limit": rt.limits.max_upload_bytes},
+            )
         if not 1 <= request.chunks <= MAX_CHUNKS:
             raise InvalidInput.field("chunks", f"must be between 1 and {MAX_CHUNKS}")
         labels = job_rules.validate_labels(request.labels)
         try:
-            split = csvstats.split(upload.path.read_bytes(), request.column, request.delimiter,
-                                   request.chunks)
+            split = csvstats.split(
+                upload.path.read_bytes(), request.column, request.delimiter, request.chunks
+            )
         except csvstats.CsvFormatError as exc:
             raise InvalidInput.field(exc.field, exc.message) from exc
         job_id = uuid.uuid4()
         new_job = NewJob(
-            id=job_id, owner_id=principal.user_id, workload=WORKLOAD,
-            input_uri=archive.input_uri(upload.sha256), input_sha256=upload.sha256,
-            parameters={"column": request.column, "delimiter": request.delimiter,
-                        "chunks": request.chunks, "column_index": split.column_index,
-                        "records": split.records},
-            labels=labels, priority=request.priority, chunks_total=len(split.plans),
+            id=job_id,
+            owner_id=principal.user_id,
+            workload=WORKLOAD,
+            input_uri=archive.input_uri(upload.sha256),
+            input_sha256=upload.sha256,
+            parameters={
+                "column": request.column,
+                "delimiter": request.delimiter,
+                "chunks": request.chunks,
+                "column_index": split.column_index,
+                "records": split.records,
+            },
+            labels=labels,
+            priority=request.priority,
+            chunks_total=len(split.plans),
             idempotency_key=idempotency_key,
-            request_sha256=job_rules.request_digest(upload.sha256, request.column,
-                                                    request.delimiter, request.chunks,
-                                                    request.priority, labels),
-            trace_id=trace_id)
-        new_tasks = [_chunk_task(job_id, plan, split, request, rt.limits.max_attempts)
-                     for plan in split.plans]
-        return job_rules.admit(rt, principal, new_job, new_tasks,
-                               on_admitted=lambda: archive.store(rt.archive_dir, upload))
+            request_sha256=job_rules.request_digest(
+                upload.sha256,
+                request.column,
+                request.delimiter,
+                request.chunks,
+                request.priority,
+                labels,
+            ),
+            trace_id=trace_id,
+        )
+        new_tasks = [
+            _chunk_task(job_id, plan, split, request, rt.limits.max_attempts)
+            for plan in split.plans
+        ]
+        return job_rules.admit(
+            rt,
+            principal,
+            new_job,
+            new_tasks,
+            on_admitted=lambda: archive.store(rt.archive_dir, upload),
+        )
     finally:
         upload.path.unlink(missing_ok=True)
 
 
-def _chunk_task(job_id: UUID, plan: csvstats.ChunkPlan, split: csvstats.SplitResult,
-                request: CsvJobRequest, max_attempts: int) -> NewTask:
+def _chunk_task(
+    job_id: UUID,
+    plan: csvstats.ChunkPlan,
+    split: csvstats.SplitResult,
+    request: CsvJobRequest,
+    max_attempts: int,
+) -> NewTask:
     task_id = job_rules.task_id(job_id, plan.index)
     return NewTask(
-        id=task_id, job_id=job_id, chunk_index=plan.index, workload=WORKLOAD,
-        priority=request.priority, input_uri=f"/api/v1/tasks/{task_id}/input",
+        id=task_id,
+        job_id=job_id,
+        chunk_index=plan.index,
+        workload=WORKLOAD,
+        priority=request.priority,
+        input_uri=f"/api/v1/tasks/{task_id}/input",
         input_sha256=plan.sha256,
-        parameters={"column": request.column, "column_index": split.column_index,
-                    "delimiter": request.delimiter, "record_start": plan.record_start,
-                    "record_end": plan.record_end, "first_line": plan.first_line,
-                    "byte_start": plan.byte_start, "byte_end": plan.byte_end},
-        max_attempts=max_attempts)
+        parameters={
+            "column": request.column,
+            "column_index": split.column_index,
+            "delimiter": request.delimiter,
+            "record_start": plan.record_start,
+            "record_end": plan.record_end,
+            "first_line": plan.first_line,
+            "byte_start": plan.byte_start,
+            "byte_end": plan.byte_end,
+        },
+        max_attempts=max_attempts,
+    )
 
 
 def chunk_plan(task: Task) -> csvstats.ChunkPlan:
     """Rebuild a chunk's plan from its task row."""
     p = task.parameters
-    return csvstats.ChunkPlan(index=task.chunk_index, record_start=p["record_start"],
-                              record_end=p["record_end"], first_line=p["first_line"],
-                              byte_start=p["byte_start"], byte_end=p["byte_end"],
-                              sha256=task.input_sha256)
+    return csvstats.ChunkPlan(
+        index=task.chunk_index,
+        record_start=p["record_start"],
+        record_end=p["record_end"],
+        first_line=p["first_line"],
+        byte_start=p["byte_start"],
+        byte_end=p["byte_end"],
+        sha256=task.input_sha256,
+    )
 
 
 def check_summary(task: Task, summary: dict | None) -> tuple[str, str]:
@@ -113,24 +165,37 @@ def check_summary(task: Task, summary: dict | None) -> tuple[str, str]:
     if parsed.error is not None:
         raise InvalidInput.field("summary", "a summary with an error is reported as a failure")
     if parsed.digest != plan.sha256:
-        raise InvalidInput("the summary's digest does not match the chunk's bytes",
-                           code="digest_mismatch",
-                           details={"fields": {"summary.digest": ["does not match the chunk"]},
-                                    "expected": plan.sha256, "got": parsed.digest})
+        raise InvalidInput(
+            "the summary's digest does not match the chunk's bytes",
+            code="digest_mismatch",
+            details={
+                "fields": {"summary.digest": ["does not match the chunk"]},
+                "expected": plan.sha256,
+                "got": parsed.digest,
+            },
+        )
     if parsed.records != plan.record_end - plan.record_start:
-        raise InvalidInput.field("summary.records",
-                                 f"expected {plan.record_end - plan.record_start} records")
+        raise InvalidInput.field(
+            "summary.records", f"expected {plan.record_end - plan.record_start} records"
+        )
     canonical = json.dumps(parsed.to_dict(), sort_keys=True, separators=(",", ":"))
-    return (f"/api/v1/jobs/{task.job_id}/chunks/{task.id}",
-            hashlib.sha256(canonical.encode()).hexdigest())
+    return (
+        f"/api/v1/jobs/{task.job_id}/chunks/{task.id}",
+        hashlib.sha256(canonical.encode()).hexdigest(),
+    )
 
 
 def accept_summary(conn: Connection, task: Task, summary: dict) -> None:
     """Store the accepted summary of a just-completed chunk."""
     parsed = csvstats.Summary.from_dict(summary)
-    if not summary_rows.insert_summary(conn, task_id=task.id, job_id=task.job_id,
-                                       chunk_index=task.chunk_index, attempt=task.attempt,
-                                       summary=parsed.to_dict()):
+    if not summary_rows.insert_summary(
+        conn,
+        task_id=task.id,
+        job_id=task.job_id,
+        chunk_index=task.chunk_index,
+        attempt=task.attempt,
+        summary=parsed.to_dict(),
+    ):
         raise Conflict("a summary was already accepted for this chunk", code="result_conflict")
 
 
@@ -144,18 +209,25 @@ def merge_job(rt: Runtime, job_id: UUID) -> Job | None:
         job = _merge_locked(conn, job, started)
     metrics.MERGE_SECONDS.observe(time.monotonic() - started)
     metrics.MERGES.labels(job.status if job.status == "succeeded" else job.error["code"]).inc()
-    logger.info("job merged", extra={"event": "job_merged", "job_id": str(job_id),
-                                     "status": job.status, "merge_seconds": job.merge_seconds})
+    logger.info(
+        "job merged",
+        extra={
+            "event": "job_merged",
+            "job_id": str(job_id),
+            "status": job.status,
+            "merge_seconds": job.merge_seconds,
+        },
+    )
     return job
 
 
 def _merge_locked(conn: Connection, job: Job, started: float) -> Job:
     tasks = task_rows.list_for_job(conn, job.id)
     plans = [chunk_plan(t) for t in tasks]
-    summaries = [csvstats.Summary.from_dict(s.summary)
-                 for s in summary_rows.summaries(conn, job.id)]
-    bad = next((t for t in tasks if t.status == "failed" and t.error_code == "invalid_input"),
-               None)
+    summaries = [
+        csvstats.Summary.from_dict(s.summary) for s in summary_rows.summaries(conn, job.id)
+    ]
+    bad = next((t for t in tasks if t.status == "failed" and t.error_code == "invalid_input"), None)
     if bad is not None:
         # The failure carried the chunk's statistics up to the bad record, so the merge can
         # tell whether the sequential loop would have overflowed before reaching it.
@@ -164,23 +236,38 @@ def _merge_locked(conn: Connection, job: Job, started: float) -> Job:
     try:
         totals = csvstats.merge(plans, summaries)
     except csvstats.SumOverflow as exc:
-        error = {"code": "sum_overflow",
-                 "message": f"the int64 sum overflows within chunk {exc.chunk_index}",
-                 "details": {"chunk_index": exc.chunk_index}}
+        error = {
+            "code": "sum_overflow",
+            "message": f"the int64 sum overflows within chunk {exc.chunk_index}",
+            "details": {"chunk_index": exc.chunk_index},
+        }
         return job_rules.fail_job(conn, job, None, error)
     except csvstats.InvalidInput as exc:
         record = exc.record
-        error = {"code": "invalid_input", "message": record.message(),
-                 "details": {"chunk_index": exc.chunk_index, **record.to_dict()}}
+        error = {
+            "code": "invalid_input",
+            "message": record.message(),
+            "details": {"chunk_index": exc.chunk_index, **record.to_dict()},
+        }
         return job_rules.fail_job(conn, job, None, error)
     except csvstats.MergeError as exc:
-        error = {"code": "merge_failed", "message": str(exc),
-                 "details": {"chunk_index": exc.chunk_index}}
+        error = {
+            "code": "merge_failed",
+            "message": str(exc),
+            "details": {"chunk_index": exc.chunk_index},
+        }
         return job_rules.fail_job(conn, job, None, error)
-    job = job_rows.set_status(conn, job.id, "succeeded", result=totals.to_dict(),
-                              merge_seconds=time.monotonic() - started)
-    event_rows.publish(conn, job_id=job.id, owner_id=job.owner_id, event="job.succeeded",
-                       payload={"result": totals.to_dict()}, trace_id=job.trace_id)
+    job = job_rows.set_status(
+        conn, job.id, "succeeded", result=totals.to_dict(), merge_seconds=time.monotonic() - started
+    )
+    event_rows.publish(
+        conn,
+        job_id=job.id,
+        owner_id=job.owner_id,
+        event="job.succeeded",
+        payload={"result": totals.to_dict()},
+        trace_id=job.trace_id,
+    )
     return job
 
 
@@ -189,11 +276,14 @@ def check_failure(task: Task, details: dict) -> None:
     try:
         parsed = csvstats.Summary.from_dict(details["summary"])
     except (ValueError, TypeError, KeyError) as exc:
-        raise InvalidInput.field("details.summary",
-                                 f"invalid_input needs the partial summary: {exc}") from exc
+        raise InvalidInput.field(
+            "details.summary", f"invalid_input needs the partial summary: {exc}"
+        ) from exc
     if parsed.error is None:
         raise InvalidInput.field("details.summary", "must carry the invalid record")
     if parsed.digest != task.input_sha256:
-        raise InvalidInput("the summary's digest does not match the chunk's bytes",
-                           code="digest_mismatch",
-                           details={"fields": {"details.summary.digest": ["does not match"]}})
+        raise InvalidInput(
+            "the summary's digest does not match the chunk's bytes",
+            code="digest_mismatch",
+            details={"fields": {"details.summary.digest": ["does not match"]}},
+        )

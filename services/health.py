@@ -20,5 +20,8 @@ def require_ready(rt: Runtime, expected: Sequence[str]) -> None:
     """Raise Unavailable naming the missing migrations, if any."""
     missing = missing_migrations(rt, expected)
     if missing:
-        raise Unavailable(f"the schema is behind: apply {', '.join(missing)}",
-                          code="schema_behind", details={"missing_migrations": missing})
+        raise Unavailable(
+            f"the schema is behind: apply {', '.join(missing)}",
+            code="schema_behind",
+            details={"missing_migrations": missing},
+        )

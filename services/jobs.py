@@ -110,13 +110,22 @@ def validate_labels(labels: dict | None) -> dict:
     return dict(labels)
 
 
-def create_job(rt: Runtime, principal: Principal, spec: JobSpec, *, trace_id: str,
-               idempotency_key: str | None = None) -> JobView:
+def create_job(
+    rt: Runtime,
+    principal: Principal,
+    spec: JobSpec,
+    *,
+    trace_id: str,
+    idempotency_key: str | None = None,
+) -> JobView:
     """Create a manifest job and all its tasks in one transaction (or nothing)."""
     if spec.workload not in rt.limits.allowed_workloads or spec.workload == "csv_stats":
-        raise InvalidInput.field("workload", f"unknown workload {spec.workload!r}"
-                                 if spec.workload != "csv_stats"
-                                 else "csv_stats jobs are submitted as a multipart CSV upload")
+        raise InvalidInput.field(
+            "workload",
+            f"unknown workload {spec.workload!r}"
+            if spec.workload != "csv_stats"
+            else "csv_stats jobs are submitted as a multipart CSV upload",
+        )
     indexes = [t.chunk_index for t in spec.tasks]
     if all(i is None for i in indexes):
         indexes = list(range(len(spec.tasks)))
@@ -128,19 +137,42 @@ def create_job(rt: Runtime, principal: Principal, spec: JobSpec, *, trace_id: st
     job_id = uuid.uuid4()
     max_attempts = spec.max_attempts or rt.limits.max_attempts
     new_job = NewJob(
-        id=job_id, owner_id=principal.user_id, workload=spec.workload,
-        input_uri=spec.input_uri, input_sha256=None, parameters=spec.parameters,
-        labels=labels, priority=spec.priority, chunks_total=len(spec.tasks),
+        id=job_id,
+        owner_id=principal.user_id,
+        workload=spec.workload,
+        input_uri=spec.input_uri,
+        input_sha256=None,
+        parameters=spec.parameters,
+        labels=labels,
+        priority=spec.priority,
+        chunks_total=len(spec.tasks),
         idempotency_key=idempotency_key,
-        request_sha256=request_digest(spec.workload, spec.input_uri, spec.parameters,
-                                      spec.priority, max_attempts, labels,
-                                      [(i, t.input_uri, t.input_sha256, t.parameters)
-                                       for i, t in zip(indexes, spec.tasks, strict=True)]),
-        trace_id=trace_id)
+        request_sha256=request_digest(
+            spec.workload,
+            spec.input_uri,
+            spec.parameters,
+            spec.priority,
+            max_attempts,
+            labels,
+            [
+                (i, t.input_uri, t.input_sha256, t.parameters)
+                for i, t in zip(indexes, spec.tasks, strict=True)
+            ],
+        ),
+        trace_id=trace_id,
+    )
     new_tasks = [
-        NewTask(id=task_id(job_id, index), job_id=job_id, chunk_index=index,
-                workload=spec.workload, priority=spec.priority, input_uri=t.input_uri,
-                input_sha256=t.input_sha256, parameters=t.parameters, max_attempts=max_attempts)
+        NewTask(
+            id=task_id(job_id, index),
+            job_id=job_id,
+            chunk_index=index,
+            workload=spec.workload,
+            priority=spec.priority,
+            input_uri=t.input_uri,
+            input_sha256=t.input_sha256,
+            parameters=t.parameters,
+            max_attempts=max_attempts,
+        )
         for index, t in zip(indexes, spec.tasks, strict=True)
     ]
     return admit(rt, principal, new_job, new_tasks)
@@ -151,8 +183,13 @@ def task_id(job_id: UUID, chunk_index: int) -> UUID:
     return uuid.uuid5(job_id, str(chunk_index))
 
 
-def admit(rt: Runtime, principal: Principal, new_job: NewJob, new_tasks: list[NewTask],
-          on_admitted: Callable[[], object] | None = None) -> JobView:
+def admit(
+    rt: Runtime,
+    principal: Principal,
+    new_job: NewJob,
+    new_tasks: list[NewTask],
+    on_admitted: Callable[[], object] | None = None,
+) -> JobView:
     """Insert a job with its tasks if it fits the queue, or return the idempotent original.
 
     `on_admitted` runs once the job is known to fit, still under the admission lock: the CSV
@@ -164,40 +201,66 @@ def admit(rt: Runtime, principal: Principal, new_job: NewJob, new_tasks: list[Ne
     with rt.pool.connection() as conn:
         conn.execute("SELECT pg_advisory_xact_lock(%(key)s)", {"key": ADMISSION_LOCK})
         if new_job.idempotency_key is not None:
-            original = job_rows.find_by_idempotency_key(conn, new_job.owner_id,
-                                                         new_job.idempotency_key)
+            original = job_rows.find_by_idempotency_key(
+                conn, new_job.owner_id, new_job.idempotency_key
+            )
             if original is not None:
                 if original.request_sha256 != new_job.request_sha256:
-                    raise Conflict("this Idempotency-Key was used for a different request",
-                                   code="idempotency_conflict",
-                                   details={"job_id": str(original.id)})
+                    raise Conflict(
+                        "this Idempotency-Key was used for a different request",
+                        code="idempotency_conflict",
+                        details={"job_id": str(original.id)},
+                    )
                 return _view(conn, original)
         queued = task_rows.count_unfinished(conn)
         if queued + len(new_tasks) > limit:
             raise QueueFull(
                 f"the queue holds {queued} unfinished chunks; {len(new_tasks)} more would "
-                f"exceed the limit of {limit}", retry_after=rt.limits.heartbeat_seconds,
-                details={"queued_chunks": queued, "requested_chunks": len(new_tasks),
-                         "limit": limit})
+                f"exceed the limit of {limit}",
+                retry_after=rt.limits.heartbeat_seconds,
+                details={
+                    "queued_chunks": queued,
+                    "requested_chunks": len(new_tasks),
+                    "limit": limit,
+                },
+            )
         if on_admitted is not None:
             on_admitted()
         job = job_rows.insert_job(conn, new_job)
         task_rows.insert_tasks(conn, new_tasks)
-        event_rows.publish(conn, job_id=job.id, owner_id=job.owner_id, event="job.created",
-                           payload={"chunks_total": job.chunks_total, "workload": job.workload},
-                           trace_id=job.trace_id)
-        event_rows.audit(conn, actor=principal.name, action="job.create", target=str(job.id),
-                         trace_id=job.trace_id)
+        event_rows.publish(
+            conn,
+            job_id=job.id,
+            owner_id=job.owner_id,
+            event="job.created",
+            payload={"chunks_total": job.chunks_total, "workload": job.workload},
+            trace_id=job.trace_id,
+        )
+        event_rows.audit(
+            conn,
+            actor=principal.name,
+            action="job.create",
+            target=str(job.id),
+            trace_id=job.trace_id,
+        )
         task_rows.notify_claimable(conn)
         view = replace(_view(conn, job), created=True)
     rt.wakeups.wake()
-    logger.info("job created", extra={"event": "job_created", "job_id": str(job.id),
-                                      "chunks_total": job.chunks_total})
+    logger.info(
+        "job created",
+        extra={"event": "job_created", "job_id": str(job.id), "chunks_total": job.chunks_total},
+    )
     return view
 
 
-def get_job(rt: Runtime, principal: Principal, job_id: UUID, *,
-            unless_version: str | None = None, wait_seconds: float = 0) -> JobView:
+def get_job(
+    rt: Runtime,
+    principal: Principal,
+    job_id: UUID,
+    *,
+    unless_version: str | None = None,
+    wait_seconds: float = 0,
+) -> JobView:
     """The job's aggregate status, waiting up to wait_seconds while it is at unless_version.
 
     Another user's job is NotFound, exactly like a missing one.
@@ -222,8 +285,9 @@ def _read_view(rt: Runtime, principal: Principal, job_id: UUID) -> JobView:
         return _view(conn, visible_job(conn, principal, job_id))
 
 
-def visible_job(conn: Connection, principal: Principal, job_id: UUID, *,
-                for_update: bool = False) -> Job:
+def visible_job(
+    conn: Connection, principal: Principal, job_id: UUID, *, for_update: bool = False
+) -> Job:
     """Return the job if the principal may see it."""
     owner = None if principal.is_operator else principal.user_id
     job = job_rows.get(conn, job_id, owner_id=owner, for_update=for_update)
@@ -232,15 +296,22 @@ def visible_job(conn: Connection, principal: Principal, job_id: UUID, *,
     return job
 
 
-def list_jobs(rt: Runtime, principal: Principal, *, status: str | None, limit: int,
-              cursor: str | None, label: tuple[str, str] | None = None
-              ) -> tuple[list[JobView], str | None]:
+def list_jobs(
+    rt: Runtime,
+    principal: Principal,
+    *,
+    status: str | None,
+    limit: int,
+    cursor: str | None,
+    label: tuple[str, str] | None = None,
+) -> tuple[list[JobView], str | None]:
     """The caller's jobs (an operator's: everyone's), newest first, one page at a time."""
     before = _decode_cursor(cursor) if cursor else None
     owner = None if principal.is_operator else principal.user_id
     with rt.pool.connection() as conn:
-        page = job_rows.list_jobs(conn, owner_id=owner, status=status, limit=limit + 1,
-                                  before=before, label=label)
+        page = job_rows.list_jobs(
+            conn, owner_id=owner, status=status, limit=limit + 1, before=before, label=label
+        )
         counts = job_rows.chunk_counts(conn, [j.id for j in page[:limit]])
     views = [JobView(j, counts[j.id], progress(j, counts[j.id])) for j in page[:limit]]
     next_cursor = _encode_cursor(page[limit - 1]) if len(page) > limit else None
@@ -261,14 +332,24 @@ def cancel_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str
         if job.status == "cancelled":
             return _view(conn, job)
         if job.status in ("succeeded", "failed"):
-            raise Conflict(f"a {job.status} job cannot be cancelled", code="not_cancellable",
-                           details={"status": job.status})
+            raise Conflict(
+                f"a {job.status} job cannot be cancelled",
+                code="not_cancellable",
+                details={"status": job.status},
+            )
         task_rows.cancel_unfinished(conn, job.id)
         job = job_rows.set_status(conn, job.id, "cancelled")
-        event_rows.publish(conn, job_id=job.id, owner_id=job.owner_id, event="job.cancelled",
-                           payload={}, trace_id=trace_id)
-        event_rows.audit(conn, actor=principal.name, action="job.cancel", target=str(job.id),
-                         trace_id=trace_id)
+        event_rows.publish(
+            conn,
+            job_id=job.id,
+            owner_id=job.owner_id,
+            event="job.cancelled",
+            payload={},
+            trace_id=trace_id,
+        )
+        event_rows.audit(
+            conn, actor=principal.name, action="job.cancel", target=str(job.id), trace_id=trace_id
+        )
         view = _view(conn, job)
     logger.info("job cancelled", extra={"event": "job_cancelled", "job_id": str(job_id)})
     return view
@@ -279,19 +360,32 @@ def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str)
     with rt.pool.connection() as conn:
         job = visible_job(conn, principal, job_id, for_update=True)
         if job.status != "failed":
-            raise Conflict(f"only a failed job can be retried; this one is {job.status}",
-                           code="not_failed", details={"status": job.status})
+            raise Conflict(
+                f"only a failed job can be retried; this one is {job.status}",
+                code="not_failed",
+                details={"status": job.status},
+            )
         failed = task_rows.list_for_job(conn, job.id, status="failed")
         codes = {t.error_code for t in failed} | {(job.error or {}).get("code")}
         if codes & UNRECOVERABLE_ERRORS:
-            raise Conflict("the job failed on its input; retrying would fail the same way",
-                           code="not_recoverable", details={"error": job.error})
+            raise Conflict(
+                "the job failed on its input; retrying would fail the same way",
+                code="not_recoverable",
+                details={"error": job.error},
+            )
         task_rows.requeue_unfinished(conn, job.id, rt.limits.max_attempts)
         job = job_rows.set_status(conn, job.id, "running")
-        event_rows.publish(conn, job_id=job.id, owner_id=job.owner_id, event="job.retried",
-                           payload={}, trace_id=trace_id)
-        event_rows.audit(conn, actor=principal.name, action="job.retry", target=str(job.id),
-                         trace_id=trace_id)
+        event_rows.publish(
+            conn,
+            job_id=job.id,
+            owner_id=job.owner_id,
+            event="job.retried",
+            payload={},
+            trace_id=trace_id,
+        )
+        event_rows.audit(
+            conn, actor=principal.name, action="job.retry", target=str(job.id), trace_id=trace_id
+        )
         task_rows.notify_claimable(conn)
         view = _view(conn, job)
     rt.wakeups.wake()
@@ -317,8 +411,14 @@ def settle(conn: Connection, job: Job) -> Job:
         if job.workload in MERGED_WORKLOADS:
             return job_rows.set_status(conn, job.id, "merging")
         job = job_rows.set_status(conn, job.id, "succeeded")
-        event_rows.publish(conn, job_id=job.id, owner_id=job.owner_id, event="job.succeeded",
-                           payload={}, trace_id=job.trace_id)
+        event_rows.publish(
+            conn,
+            job_id=job.id,
+            owner_id=job.owner_id,
+            event="job.succeeded",
+            payload={},
+            trace_id=job.trace_id,
+        )
         return job
     if job.status == "queued" and (counts.leased or counts.completed):
         return job_rows.set_status(conn, job.id, "running")
@@ -331,8 +431,11 @@ def _settle_failure(conn: Connection, job: Job) -> Job:
     # With a merge step, bad input only decides the outcome once every chunk before it is
     # in: the sequential answer may be an overflow earlier in the file, or an earlier bad row.
     merged = job.workload in MERGED_WORKLOADS
-    bad_input = min((t for t in failed if merged and t.error_code == "invalid_input"),
-                    key=lambda t: t.chunk_index, default=None)
+    bad_input = min(
+        (t for t in failed if merged and t.error_code == "invalid_input"),
+        key=lambda t: t.chunk_index,
+        default=None,
+    )
     horizon = bad_input.chunk_index if bad_input else len(tasks)
     hard = [t for t in failed if t is not bad_input and t.chunk_index < horizon]
     if hard:
@@ -349,25 +452,43 @@ def fail_job(conn: Connection, job: Job, cause: Task | None, error: dict | None 
     """Fail a locked job, cancelling what is left and publishing a partial result if any."""
     if error is None:
         code = "invalid_input" if cause.error_code == "invalid_input" else "attempts_exhausted"
-        error = {"code": code,
-                 "message": f"chunk {cause.chunk_index} failed: {cause.error_message}",
-                 "details": {"chunk_index": cause.chunk_index, "task_id": str(cause.id),
-                             "error_code": cause.error_code, **(cause.error_details or {})}}
+        error = {
+            "code": code,
+            "message": f"chunk {cause.chunk_index} failed: {cause.error_message}",
+            "details": {
+                "chunk_index": cause.chunk_index,
+                "task_id": str(cause.id),
+                "error_code": cause.error_code,
+                **(cause.error_details or {}),
+            },
+        }
         error["details"].pop("summary", None)
     task_rows.cancel_unfinished(conn, job.id)
     partial = None
     if job.workload in MERGED_WORKLOADS:
         accepted = summary_rows.summaries(conn, job.id)
         if accepted:
-            totals = csvstats.partial_totals(csvstats.Summary.from_dict(a.summary)
-                                             for a in accepted)
-            partial = {**totals.to_dict(), "chunks": [a.chunk_index for a in accepted],
-                       "partial": True}
+            totals = csvstats.partial_totals(
+                csvstats.Summary.from_dict(a.summary) for a in accepted
+            )
+            partial = {
+                **totals.to_dict(),
+                "chunks": [a.chunk_index for a in accepted],
+                "partial": True,
+            }
     job = job_rows.set_status(conn, job.id, "failed", error=error, partial_result=partial)
-    event_rows.publish(conn, job_id=job.id, owner_id=job.owner_id, event="job.failed",
-                       payload={"error": error["code"]}, trace_id=job.trace_id)
-    logger.warning("job failed", extra={"event": "job_failed", "job_id": str(job.id),
-                                        "error_code": error["code"]})
+    event_rows.publish(
+        conn,
+        job_id=job.id,
+        owner_id=job.owner_id,
+        event="job.failed",
+        payload={"error": error["code"]},
+        trace_id=job.trace_id,
+    )
+    logger.warning(
+        "job failed",
+        extra={"event": "job_failed", "job_id": str(job.id), "error_code": error["code"]},
+    )
     return job
 
 

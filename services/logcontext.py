@@ -11,8 +11,9 @@ FIELDS = ("trace_id", "job_id", "task_id", "attempt_id", "attempt", "worker_id")
 
 # Never mutated in place (bind and scope replace it), so one shared empty default is safe.
 _EMPTY: dict = {}
-_context: contextvars.ContextVar[dict] = contextvars.ContextVar("chunkwise_log_context",
-                                                              default=_EMPTY)  # noqa: B039
+_context: contextvars.ContextVar[dict] = contextvars.ContextVar(
+    "chunkwise_log_context", default=_EMPTY
+)  # noqa: B039
 
 
 def begin(**values: object) -> None:

@@ -13,20 +13,31 @@ from prometheus_client import Counter, Gauge, Histogram
 ADMISSION_REJECTIONS = Counter(
     "chunkwise_admission_rejections_total",
     "Jobs refused with 429 because they would exceed CHUNKWISE_MAX_QUEUED_CHUNKS.",
-    registry=None)
+    registry=None,
+)
 FENCED_WRITES = Counter(
     "chunkwise_fenced_writes_rejected_total",
     "Worker calls refused with 409 because the caller does not hold the current lease.",
-    ["endpoint", "code"], registry=None)
+    ["endpoint", "code"],
+    registry=None,
+)
 MERGES = Counter(
-    "chunkwise_merges_total", "Merges run, by outcome (succeeded, sum_overflow, ...).",
-    ["outcome"], registry=None)
+    "chunkwise_merges_total",
+    "Merges run, by outcome (succeeded, sum_overflow, ...).",
+    ["outcome"],
+    registry=None,
+)
 MERGE_SECONDS = Histogram(
-    "chunkwise_merge_duration_seconds", "Time to lock, check and merge a job's summaries.",
-    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5), registry=None)
+    "chunkwise_merge_duration_seconds",
+    "Time to lock, check and merge a job's summaries.",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+    registry=None,
+)
 COORDINATOR_PEAK_RSS = Gauge(
     "chunkwise_coordinator_peak_rss_bytes",
     "Peak resident memory of the coordinator processes (the largest one).",
-    multiprocess_mode="max", registry=None)
+    multiprocess_mode="max",
+    registry=None,
+)
 
 ALL = (ADMISSION_REJECTIONS, FENCED_WRITES, MERGES, MERGE_SECONDS, COORDINATOR_PEAK_RSS)

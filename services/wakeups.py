@@ -76,8 +76,7 @@ class Wakeups:
     def wait_for_job(self, job_id: UUID, seen: int, timeout: float) -> None:
         """Sleep until a watched job changes after `seen`, or the timeout."""
         with self._jobs:
-            self._jobs.wait_for(lambda: self._job_changes[job_id] != seen,
-                                timeout=max(timeout, 0))
+            self._jobs.wait_for(lambda: self._job_changes[job_id] != seen, timeout=max(timeout, 0))
 
     def job_changed(self, job_id: UUID) -> None:
         """Wake whoever watches this job."""
@@ -117,7 +116,9 @@ class Wakeups:
             except psycopg.Error as exc:
                 if self._stop.is_set():
                     return
-                logger.warning("notification listener lost its connection",
-                               extra={"event": "listen_error", "error": str(exc)})
+                logger.warning(
+                    "notification listener lost its connection",
+                    extra={"event": "listen_error", "error": str(exc)},
+                )
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)

@@ -25,8 +25,12 @@ def pg_server(tmp_path_factory) -> dict:
 
         url = embedded_pg.start(tmp_path_factory.mktemp("pg") / "data", keep=False)
     params = conninfo_to_dict(url)
-    return {"host": params.get("host", "127.0.0.1"), "port": int(params.get("port", 5432)),
-            "user": params.get("user", "postgres"), "password": params.get("password")}
+    return {
+        "host": params.get("host", "127.0.0.1"),
+        "port": int(params.get("port", 5432)),
+        "user": params.get("user", "postgres"),
+        "password": params.get("password"),
+    }
 
 
 def url_for(server: dict, dbname: str) -> str:
@@ -42,9 +46,14 @@ def url_for(server: dict, dbname: str) -> str:
 @pytest.fixture(scope="session")
 def template_db(pg_server) -> str:
     """A database migrated to head once per session, cloned for each test."""
-    janitor = DatabaseJanitor(user=pg_server["user"], host=pg_server["host"],
-                              port=pg_server["port"], password=pg_server["password"],
-                              dbname=TEMPLATE_DB, as_template=True)
+    janitor = DatabaseJanitor(
+        user=pg_server["user"],
+        host=pg_server["host"],
+        port=pg_server["port"],
+        password=pg_server["password"],
+        dbname=TEMPLATE_DB,
+        as_template=True,
+    )
     janitor.init()
     migrations.apply(url_for(pg_server, TEMPLATE_DB))
     yield TEMPLATE_DB
@@ -53,10 +62,14 @@ def template_db(pg_server) -> str:
 
 def fresh_database(pg_server: dict, template: str | None):
     """A janitor for a new database named uniquely, optionally cloned from a template."""
-    return DatabaseJanitor(user=pg_server["user"], host=pg_server["host"],
-                           port=pg_server["port"], password=pg_server["password"],
-                           dbname=f"chunkwise_test_{uuid.uuid4().hex[:12]}",
-                           template_dbname=template)
+    return DatabaseJanitor(
+        user=pg_server["user"],
+        host=pg_server["host"],
+        port=pg_server["port"],
+        password=pg_server["password"],
+        dbname=f"chunkwise_test_{uuid.uuid4().hex[:12]}",
+        template_dbname=template,
+    )
 
 
 @pytest.fixture
@@ -76,8 +89,7 @@ def empty_database_url(pg_server):
 @pytest.fixture
 def db(database_url):
     """A direct autocommit connection to the test database, for assertions."""
-    with psycopg.connect(database_url, autocommit=True,
-                         row_factory=psycopg.rows.dict_row) as conn:
+    with psycopg.connect(database_url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
         yield conn
 
 
@@ -124,11 +136,17 @@ def tokens(rt) -> dict:
     """Seeded credentials: user, operator, worker, and a second user `other`."""
     from services import auth
 
-    issued = {t.name: t.token for t in auth.seed_local(rt.pool, user_token=None,
-                                                       operator_token=None, worker_token=None)}
+    issued = {
+        t.name: t.token
+        for t in auth.seed_local(rt.pool, user_token=None, operator_token=None, worker_token=None)
+    }
     other = auth.create_user(rt.pool, "other_user", "user").token
-    return {"user": issued["compute_user"], "operator": issued["operator"],
-            "worker": issued["local-worker"], "other": other}
+    return {
+        "user": issued["compute_user"],
+        "operator": issued["operator"],
+        "worker": issued["local-worker"],
+        "other": other,
+    }
 
 
 @pytest.fixture

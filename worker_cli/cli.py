@@ -80,6 +80,7 @@ class Invocation:
 
 # -- argument types -------------------------------------------------------------------------
 
+
 def label_pair(text: str) -> tuple[str, str]:
     """Parse `key=value`."""
     key, sep, value = text.partition("=")
@@ -107,11 +108,24 @@ def uuid_text(text: str) -> str:
         raise argparse.ArgumentTypeError(f"not a UUID: {text!r}") from None
 
 
-def default_idempotency_key(file_sha256: str, *, column: str, delimiter: str, chunks: int,
-                            priority: int, labels: dict[str, str]) -> str:
+def default_idempotency_key(
+    file_sha256: str,
+    *,
+    column: str,
+    delimiter: str,
+    chunks: int,
+    priority: int,
+    labels: dict[str, str],
+) -> str:
     """A key naming the file's bytes and every parameter, so re-running a submit finds its job."""
-    request = {"file_sha256": file_sha256, "column": column, "delimiter": delimiter,
-               "chunks": chunks, "priority": priority, "labels": dict(sorted(labels.items()))}
+    request = {
+        "file_sha256": file_sha256,
+        "column": column,
+        "delimiter": delimiter,
+        "chunks": chunks,
+        "priority": priority,
+        "labels": dict(sorted(labels.items())),
+    }
     canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return KEY_PREFIX + hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -127,19 +141,32 @@ def file_sha256(path: str) -> str:
 
 # -- commands -------------------------------------------------------------------------------
 
+
 def submit(cli: Invocation, args: argparse.Namespace) -> int:
     """Upload a CSV as a job and print its id; with --wait, follow it to the end."""
     labels = dict(args.label or [])
     key = args.idempotency_key or default_idempotency_key(
-        file_sha256(args.file), column=args.column, delimiter=args.delimiter,
-        chunks=args.chunks, priority=args.priority, labels=labels)
+        file_sha256(args.file),
+        column=args.column,
+        delimiter=args.delimiter,
+        chunks=args.chunks,
+        priority=args.priority,
+        labels=labels,
+    )
 
     def upload(*, trace_id: str) -> dict:
         # Opened per attempt: a retried upload must send the file from its first byte.
         with open(args.file, "rb") as file:
             return cli.client.submit_csv_job(
-                file, column=args.column, delimiter=args.delimiter, chunks=args.chunks,
-                priority=args.priority, labels=labels, idempotency_key=key, trace_id=trace_id)
+                file,
+                column=args.column,
+                delimiter=args.delimiter,
+                chunks=args.chunks,
+                priority=args.priority,
+                labels=labels,
+                idempotency_key=key,
+                trace_id=trace_id,
+            )
 
     job = cli.call(upload)
     if not args.wait:
@@ -171,8 +198,9 @@ def result(cli: Invocation, args: argparse.Namespace) -> int:
     if job["status"] not in FINISHED:
         if cli.as_json:
             cli.print_json(job)
-        cli.warn(f"job {job['id']} has no result yet: it is {job['status']} "
-                 f"({job['progress']:.0%})")
+        cli.warn(
+            f"job {job['id']} has no result yet: it is {job['status']} ({job['progress']:.0%})"
+        )
         return EXIT_JOB_UNSUCCESSFUL
     return finish_job(cli, job, show_detail=False)
 
@@ -219,8 +247,9 @@ def wait_for_job(cli: Invocation, job: dict, interval: float) -> dict:
                 return job
             # The coordinator answers as soon as the job changes; `interval` only bounds how
             # long the clock on the progress line may stand still.
-            changed, version = cli.call(cli.client.watch_job, job["id"], version,
-                                        wait_seconds=interval)
+            changed, version = cli.call(
+                cli.client.watch_job, job["id"], version, wait_seconds=interval
+            )
             job = changed or job
     finally:
         progress.finish()
@@ -228,8 +257,13 @@ def wait_for_job(cli: Invocation, job: dict, interval: float) -> dict:
 
 def list_jobs(cli: Invocation, args: argparse.Namespace) -> int:
     """List the caller's jobs, newest first."""
-    page = cli.call(cli.client.list_jobs, status=args.status, limit=args.limit,
-                    label=args.label, cursor=args.cursor)
+    page = cli.call(
+        cli.client.list_jobs,
+        status=args.status,
+        limit=args.limit,
+        label=args.label,
+        cursor=args.cursor,
+    )
     if cli.as_json:
         cli.print_json(page)
         return EXIT_OK
@@ -253,8 +287,10 @@ def show_chunk(cli: Invocation, args: argparse.Namespace) -> int:
         chunks = cli.call(cli.client.list_chunks, args.job)["chunks"]
         by_index = {str(c["index"]): c["id"] for c in chunks}
         if chunk_id not in by_index:
-            cli.warn(f"chunkwise: not_found: job {args.job} has no chunk {chunk_id} "
-                     f"(it has {len(chunks)}) (trace id {cli.trace_id})")
+            cli.warn(
+                f"chunkwise: not_found: job {args.job} has no chunk {chunk_id} "
+                f"(it has {len(chunks)}) (trace id {cli.trace_id})"
+            )
             return EXIT_HTTP_ERROR
         chunk_id = by_index[chunk_id]
     else:
@@ -328,6 +364,7 @@ def workers(cli: Invocation, args: argparse.Namespace) -> int:
 
 # -- errors and exit statuses ---------------------------------------------------------------
 
+
 def exit_status_for(exc: CoordinatorError) -> int:
     """4 when no coordinator answered, 3 for any HTTP error it answered with."""
     if isinstance(exc, CoordinatorUnavailable) and exc.status is None:
@@ -350,24 +387,31 @@ def describe_error(exc: CoordinatorError, url: str, trace_id: str) -> str:
 
 # -- parsing and main -----------------------------------------------------------------------
 
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     # The shared options are accepted before or after the subcommand; SUPPRESS keeps a
     # subcommand's unset copy from overwriting a value given before it.
     shared = argparse.ArgumentParser(add_help=False)
-    shared.add_argument("--url", default=argparse.SUPPRESS,
-                        help="coordinator base URL (default: $CHUNKWISE_URL)")
-    shared.add_argument("--token", default=argparse.SUPPRESS,
-                        help="bearer token (default: $CHUNKWISE_TOKEN)")
-    shared.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help="print the server's JSON on stdout")
-    parser = argparse.ArgumentParser(prog="chunkwise", parents=[shared],
-                                     description="Submit and inspect Chunkwise jobs.")
+    shared.add_argument(
+        "--url", default=argparse.SUPPRESS, help="coordinator base URL (default: $CHUNKWISE_URL)"
+    )
+    shared.add_argument(
+        "--token", default=argparse.SUPPRESS, help="bearer token (default: $CHUNKWISE_TOKEN)"
+    )
+    shared.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print the server's JSON on stdout",
+    )
+    parser = argparse.ArgumentParser(
+        prog="chunkwise", parents=[shared], description="Submit and inspect Chunkwise jobs."
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, action: Callable, help_text: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, parents=[shared], help=help_text,
-                                  description=help_text)
+        sub = commands.add_parser(name, parents=[shared], help=help_text, description=help_text)
         sub.set_defaults(action=action)
         return sub
 
@@ -377,10 +421,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--delimiter", type=delimiter_char, default=",")
     sub.add_argument("--chunks", type=int, default=1, help="chunks to split into, 1-64")
     sub.add_argument("--priority", type=int, default=0, help="0-255, higher runs first")
-    sub.add_argument("--idempotency-key",
-                     help="default: derived from the file's SHA-256 and the parameters")
-    sub.add_argument("--label", type=label_pair, action="append", metavar="KEY=VALUE",
-                     help="repeatable")
+    sub.add_argument(
+        "--idempotency-key", help="default: derived from the file's SHA-256 and the parameters"
+    )
+    sub.add_argument(
+        "--label", type=label_pair, action="append", metavar="KEY=VALUE", help="repeatable"
+    )
     sub.add_argument("--wait", action="store_true", help="follow the job and print its result")
     sub.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
 
@@ -402,9 +448,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("job", type=uuid_text, metavar="JOB")
     sub.add_argument("chunk", metavar="CHUNK", help="chunk id, or its index")
 
-    for name, action, help_text in (("cancel", cancel, "cancel a job"),
-                                    ("retry", retry, "re-queue a recoverable failed job"),
-                                    ("result", result, "print a finished job's result")):
+    for name, action, help_text in (
+        ("cancel", cancel, "cancel a job"),
+        ("retry", retry, "re-queue a recoverable failed job"),
+        ("result", result, "print a finished job's result"),
+    ):
         command(name, action, help_text).add_argument("job", type=uuid_text, metavar="JOB")
 
     sub = command("events", events, "print job and chunk events")
@@ -420,9 +468,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(argv: list[str] | None, *, client_factory: Callable = CoordinatorClient,
-        out: TextIO | None = None, err: TextIO | None = None,
-        environ: dict | None = None, sleep: Callable[[float], None] = time.sleep) -> int:
+def run(
+    argv: list[str] | None,
+    *,
+    client_factory: Callable = CoordinatorClient,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    environ: dict | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Parse the arguments, run one command and return its exit status."""
     out, err = out or sys.stdout, err or sys.stderr
     environ = os.environ if environ is None else environ

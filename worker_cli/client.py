@@ -121,14 +121,21 @@ class MultipartUpload:
     (so the upload carries Content-Length) and yields the file block by block.
     """
 
-    def __init__(self, fields: list[tuple[str, str]], file_field: str, file: BinaryIO,
-                 filename: str, content_type: str = "text/csv",
-                 block_size: int = UPLOAD_BLOCK_SIZE):
+    def __init__(
+        self,
+        fields: list[tuple[str, str]],
+        file_field: str,
+        file: BinaryIO,
+        filename: str,
+        content_type: str = "text/csv",
+        block_size: int = UPLOAD_BLOCK_SIZE,
+    ):
         self.boundary = f"chunkwise-{secrets.token_hex(16)}"
         self._file = file
         self._block_size = block_size
-        self._head = b"".join(self._part_header(name) + value.encode() + b"\r\n"
-                              for name, value in fields)
+        self._head = b"".join(
+            self._part_header(name) + value.encode() + b"\r\n" for name, value in fields
+        )
         self._head += self._part_header(file_field, filename, content_type)
         self._tail = f"\r\n--{self.boundary}--\r\n".encode()
         self._file_size = _remaining_size(file)
@@ -147,8 +154,9 @@ class MultipartUpload:
             yield block
         yield self._tail
 
-    def _part_header(self, name: str, filename: str | None = None,
-                     content_type: str | None = None) -> bytes:
+    def _part_header(
+        self, name: str, filename: str | None = None, content_type: str | None = None
+    ) -> bytes:
         disposition = f'form-data; name="{_quoted(name)}"'
         if filename is not None:
             disposition += f'; filename="{_quoted(filename)}"'
@@ -309,29 +317,46 @@ class CoordinatorClient:
         trace_id: str | None = None,
     ) -> dict:
         """Upload a CSV from an open binary file as a csv_stats job; return the job."""
-        fields = [("column", column), ("delimiter", delimiter), ("chunks", str(chunks)),
-                  ("priority", str(priority))]
+        fields = [
+            ("column", column),
+            ("delimiter", delimiter),
+            ("chunks", str(chunks)),
+            ("priority", str(priority)),
+        ]
         fields += [("label", f"{key}={value}") for key, value in (labels or {}).items()]
         name = filename or os.path.basename(getattr(file, "name", "") or "upload.csv")
         body = MultipartUpload(fields, "file", file, name)
         headers = {"Content-Type": body.content_type}
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
-        return self._request("POST", "/api/v1/jobs", data=body, headers=headers,
-                             trace_id=trace_id, timeout=UPLOAD_TIMEOUT)
+        return self._request(
+            "POST",
+            "/api/v1/jobs",
+            data=body,
+            headers=headers,
+            trace_id=trace_id,
+            timeout=UPLOAD_TIMEOUT,
+        )
 
     def get_job(self, job_id: str, *, trace_id: str | None = None) -> dict:
         """A job's aggregate status, progress, and result or error."""
         return self._request("GET", f"/api/v1/jobs/{_segment(job_id)}", trace_id=trace_id)
 
-    def watch_job(self, job_id: str, version: str | None, *, wait_seconds: float,
-                  trace_id: str | None = None) -> tuple[dict | None, str | None]:
+    def watch_job(
+        self, job_id: str, version: str | None, *, wait_seconds: float, trace_id: str | None = None
+    ) -> tuple[dict | None, str | None]:
         """Wait up to wait_seconds for the job to change: (job, ETag), else (None, version)."""
         path = f"/api/v1/jobs/{_segment(job_id)}"
         headers = {"If-None-Match": version} if version else None
-        with self._request("GET", path, params={"wait_seconds": wait_seconds}, headers=headers,
-                           stream=True, trace_id=trace_id,
-                           timeout=wait_seconds + LONG_POLL_MARGIN) as response:
+        with self._request(
+            "GET",
+            path,
+            params={"wait_seconds": wait_seconds},
+            headers=headers,
+            stream=True,
+            trace_id=trace_id,
+            timeout=wait_seconds + LONG_POLL_MARGIN,
+        ) as response:
             if response.status_code == 304:
                 return None, version
             return _json_body("GET", path, response), response.headers.get("ETag")
@@ -347,37 +372,38 @@ class CoordinatorClient:
     ) -> dict:
         """One page of the caller's jobs, newest first: {jobs, next_cursor}."""
         params = {"status": status, "limit": limit, "label": label, "cursor": cursor}
-        return self._request("GET", "/api/v1/jobs", trace_id=trace_id,
-                             params={k: v for k, v in params.items() if v is not None})
+        return self._request(
+            "GET",
+            "/api/v1/jobs",
+            trace_id=trace_id,
+            params={k: v for k, v in params.items() if v is not None},
+        )
 
     def list_results(self, job_id: str, *, trace_id: str | None = None) -> dict:
         """A job's completed result manifests in chunk order: {results}."""
-        return self._request("GET", f"/api/v1/jobs/{_segment(job_id)}/results",
-                             trace_id=trace_id)
+        return self._request("GET", f"/api/v1/jobs/{_segment(job_id)}/results", trace_id=trace_id)
 
     def list_chunks(self, job_id: str, *, trace_id: str | None = None) -> dict:
         """Every chunk of a job with its attempts: {chunks}."""
-        return self._request("GET", f"/api/v1/jobs/{_segment(job_id)}/chunks",
-                             trace_id=trace_id)
+        return self._request("GET", f"/api/v1/jobs/{_segment(job_id)}/chunks", trace_id=trace_id)
 
     def get_chunk(self, job_id: str, chunk_id: str, *, trace_id: str | None = None) -> dict:
         """One chunk with each attempt's worker, outcome and trace id."""
         return self._request(
-            "GET", f"/api/v1/jobs/{_segment(job_id)}/chunks/{_segment(chunk_id)}",
-            trace_id=trace_id)
+            "GET", f"/api/v1/jobs/{_segment(job_id)}/chunks/{_segment(chunk_id)}", trace_id=trace_id
+        )
 
     def cancel_job(self, job_id: str, *, trace_id: str | None = None) -> dict:
         """Cancel a job (repeating it is harmless); return the job."""
-        return self._request("POST", f"/api/v1/jobs/{_segment(job_id)}/cancel",
-                             trace_id=trace_id)
+        return self._request("POST", f"/api/v1/jobs/{_segment(job_id)}/cancel", trace_id=trace_id)
 
     def retry_job(self, job_id: str, *, trace_id: str | None = None) -> dict:
         """Re-queue a recoverable failed job's unfinished chunks; return the job."""
-        return self._request("POST", f"/api/v1/jobs/{_segment(job_id)}/retry",
-                             trace_id=trace_id)
+        return self._request("POST", f"/api/v1/jobs/{_segment(job_id)}/retry", trace_id=trace_id)
 
-    def list_events(self, *, after: int = 0, limit: int | None = None,
-                    trace_id: str | None = None) -> dict:
+    def list_events(
+        self, *, after: int = 0, limit: int | None = None, trace_id: str | None = None
+    ) -> dict:
         """Outbox events after an id, oldest first: {events, next_after}."""
         params = {"after": after} if limit is None else {"after": after, "limit": limit}
         return self._request("GET", "/api/v1/events", params=params, trace_id=trace_id)

@@ -17,17 +17,19 @@ NONE = "-"
 
 # -- building blocks ------------------------------------------------------------------------
 
+
 def render_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """Columns padded to their widest cell; numbers right-aligned."""
     rows = [list(row) for row in rows]
     cells = [list(headers)] + [[_cell(value) for value in row] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(headers))]
-    numeric = [bool(rows) and all(_is_number(row[i]) for row in rows)
-               for i in range(len(headers))]
+    numeric = [bool(rows) and all(_is_number(row[i]) for row in rows) for i in range(len(headers))]
     lines = []
     for line in cells:
-        padded = [cell.rjust(w) if num else cell.ljust(w)
-                  for cell, w, num in zip(line, widths, numeric, strict=True)]
+        padded = [
+            cell.rjust(w) if num else cell.ljust(w)
+            for cell, w, num in zip(line, widths, numeric, strict=True)
+        ]
         lines.append("  ".join(padded).rstrip())
     return "\n".join(lines)
 
@@ -98,13 +100,24 @@ def format_bytes(size: int | None) -> str:
 
 # -- jobs -----------------------------------------------------------------------------------
 
+
 def job_table(jobs: list[dict]) -> str:
     """The job list."""
-    rows = [[j["id"], j["status"], f"{j['progress']:.0%}",
-             f"{j['chunks_completed']}/{j['chunks_total']}", j["priority"], j.get("labels") or None,
-             format_time(j["created_at"])] for j in jobs]
-    return render_table(["ID", "STATUS", "PROGRESS", "CHUNKS", "PRIORITY", "LABELS", "CREATED"],
-                        rows)
+    rows = [
+        [
+            j["id"],
+            j["status"],
+            f"{j['progress']:.0%}",
+            f"{j['chunks_completed']}/{j['chunks_total']}",
+            j["priority"],
+            j.get("labels") or None,
+            format_time(j["created_at"]),
+        ]
+        for j in jobs
+    ]
+    return render_table(
+        ["ID", "STATUS", "PROGRESS", "CHUNKS", "PRIORITY", "LABELS", "CREATED"], rows
+    )
 
 
 def job_detail(job: dict) -> str:
@@ -114,10 +127,16 @@ def job_detail(job: dict) -> str:
         ("job", job["id"]),
         ("status", job["status"]),
         ("workload", job["workload"]),
-        ("progress", f"{job['chunks_completed']}/{job['chunks_total']} chunks "
-                     f"({job['progress']:.0%})"),
-        ("chunks", ", ".join(f"{state} {count}"
-                             for state, count in (job.get("chunks_by_state") or {}).items())),
+        (
+            "progress",
+            f"{job['chunks_completed']}/{job['chunks_total']} chunks ({job['progress']:.0%})",
+        ),
+        (
+            "chunks",
+            ", ".join(
+                f"{state} {count}" for state, count in (job.get("chunks_by_state") or {}).items()
+            ),
+        ),
         ("parameters", params or None),
         ("priority", job["priority"]),
         ("labels", job.get("labels") or None),
@@ -161,13 +180,24 @@ def _totals(result: dict | None) -> str | None:
 
 # -- chunks ---------------------------------------------------------------------------------
 
+
 def chunk_table(chunks: list[dict]) -> str:
     """A job's chunks in order."""
-    rows = [[c["index"], c["id"], c["state"], f"{c['attempt']}/{c['max_attempts']}",
-             _record_range(c), c.get("lease_owner"), error_summary(c.get("error"))]
-            for c in chunks]
-    return render_table(["INDEX", "ID", "STATE", "ATTEMPT", "RECORDS", "LEASE OWNER", "ERROR"],
-                        rows)
+    rows = [
+        [
+            c["index"],
+            c["id"],
+            c["state"],
+            f"{c['attempt']}/{c['max_attempts']}",
+            _record_range(c),
+            c.get("lease_owner"),
+            error_summary(c.get("error")),
+        ]
+        for c in chunks
+    ]
+    return render_table(
+        ["INDEX", "ID", "STATE", "ATTEMPT", "RECORDS", "LEASE OWNER", "ERROR"], rows
+    )
 
 
 def chunk_detail(chunk: dict) -> str:
@@ -185,11 +215,21 @@ def chunk_detail(chunk: dict) -> str:
         ("metrics", chunk.get("metrics") or None),
         ("error", error_summary(chunk.get("error"))),
     ]
-    attempts = [[a["attempt"], a["worker_id"], a["state"], format_time(a.get("started_at")),
-                 format_time(a.get("finished_at")), a.get("trace_id"),
-                 error_summary(a.get("error"))] for a in chunk.get("attempts") or []]
-    table = render_table(["ATTEMPT", "WORKER", "STATE", "STARTED", "FINISHED", "TRACE ID",
-                          "ERROR"], attempts)
+    attempts = [
+        [
+            a["attempt"],
+            a["worker_id"],
+            a["state"],
+            format_time(a.get("started_at")),
+            format_time(a.get("finished_at")),
+            a.get("trace_id"),
+            error_summary(a.get("error")),
+        ]
+        for a in chunk.get("attempts") or []
+    ]
+    table = render_table(
+        ["ATTEMPT", "WORKER", "STATE", "STARTED", "FINISHED", "TRACE ID", "ERROR"], attempts
+    )
     return f"{render_pairs(pairs)}\n\n{table}"
 
 
@@ -200,20 +240,27 @@ def _record_range(chunk: dict) -> str | None:
 
 def records_done(chunks: list[dict]) -> int:
     """Records covered by completed chunks."""
-    return sum(c["record_end"] - c["record_start"] for c in chunks
-               if c["state"] == "completed" and c.get("record_start") is not None)
+    return sum(
+        c["record_end"] - c["record_start"]
+        for c in chunks
+        if c["state"] == "completed" and c.get("record_start") is not None
+    )
 
 
 # -- events ---------------------------------------------------------------------------------
 
+
 def event_line(event: dict) -> str:
     """One event as a line with fixed-width columns, so a followed feed stays aligned."""
     payload = json.dumps(event.get("payload") or {}, separators=(",", ":"))
-    return (f"{event['id']:>8}  {format_time(event['created_at'])}  {event['job_id']}  "
-            f"{event['event']:<16}  {payload}").rstrip()
+    return (
+        f"{event['id']:>8}  {format_time(event['created_at'])}  {event['job_id']}  "
+        f"{event['event']:<16}  {payload}"
+    ).rstrip()
 
 
 # -- operator views -------------------------------------------------------------------------
+
 
 def queue_view(queue: dict) -> str:
     """Chunks by workload and state, jobs by status, the oldest pending chunk, leases vs caps."""
@@ -221,17 +268,22 @@ def queue_view(queue: dict) -> str:
     for row in queue.get("chunks") or []:
         by_workload.setdefault(row["workload"], {})[row["state"]] = row["count"]
     states = list(CHUNK_STATES) + sorted(
-        {s for counts in by_workload.values() for s in counts} - set(CHUNK_STATES))
-    table = render_table(["WORKLOAD", *[s.upper() for s in states]],
-                         [[w, *[counts.get(s, 0) for s in states]]
-                          for w, counts in sorted(by_workload.items())])
+        {s for counts in by_workload.values() for s in counts} - set(CHUNK_STATES)
+    )
+    table = render_table(
+        ["WORKLOAD", *[s.upper() for s in states]],
+        [[w, *[counts.get(s, 0) for s in states]] for w, counts in sorted(by_workload.items())],
+    )
     jobs = ", ".join(f"{status} {n}" for status, n in (queue.get("jobs_by_status") or {}).items())
     unfinished = sum(c.get("pending", 0) + c.get("leased", 0) for c in by_workload.values())
     pairs = [
         ("jobs", jobs or "none"),
         ("oldest pending chunk", format_age(queue.get("oldest_pending_seconds"))),
-        ("active leases", f"{queue['active_leases']} of {queue['max_leases_total']} "
-                          f"(at most {queue['max_leases_per_worker']} per worker)"),
+        (
+            "active leases",
+            f"{queue['active_leases']} of {queue['max_leases_total']} "
+            f"(at most {queue['max_leases_per_worker']} per worker)",
+        ),
         ("oldest lease", format_age(queue.get("oldest_lease_seconds"))),
         ("unfinished chunks", f"{unfinished} of {queue['max_queued_chunks']} admitted at most"),
     ]
@@ -240,14 +292,34 @@ def queue_view(queue: dict) -> str:
 
 def worker_table(workers: list[dict], now: datetime) -> str:
     """Each worker's last heartbeat age, leases, chunks done and peak memory."""
-    rows = [[w["worker_id"], f"{format_age(age_of(w.get('last_seen_at'), now))} ago",
-             w.get("capacity"), ",".join(w.get("workloads") or []) or None, w["leases_held"],
-             w["tasks_done"], format_bytes(w.get("peak_rss_bytes"))] for w in workers]
-    return render_table(["WORKER", "LAST HEARTBEAT", "CAPACITY", "WORKLOADS", "LEASES",
-                         "CHUNKS DONE", "PEAK MEMORY"], rows)
+    rows = [
+        [
+            w["worker_id"],
+            f"{format_age(age_of(w.get('last_seen_at'), now))} ago",
+            w.get("capacity"),
+            ",".join(w.get("workloads") or []) or None,
+            w["leases_held"],
+            w["tasks_done"],
+            format_bytes(w.get("peak_rss_bytes")),
+        ]
+        for w in workers
+    ]
+    return render_table(
+        [
+            "WORKER",
+            "LAST HEARTBEAT",
+            "CAPACITY",
+            "WORKLOADS",
+            "LEASES",
+            "CHUNKS DONE",
+            "PEAK MEMORY",
+        ],
+        rows,
+    )
 
 
 # -- progress -------------------------------------------------------------------------------
+
 
 class ProgressDisplay:
     """A job's progress on stderr: a redrawn bar on a terminal, a line now and then otherwise."""

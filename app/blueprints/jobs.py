@@ -28,21 +28,32 @@ def create_job():
     else:
         body = schemas.load_json(schemas.JobCreateSchema())
         spec = jobs.JobSpec(**{**body, "tasks": [jobs.TaskSpec(**t) for t in body["tasks"]]})
-        view = jobs.create_job(get_runtime(), current_principal(), spec,
-                               trace_id=current_trace_id(), idempotency_key=key)
+        view = jobs.create_job(
+            get_runtime(),
+            current_principal(),
+            spec,
+            trace_id=current_trace_id(),
+            idempotency_key=key,
+        )
     return _dump_job(view), 201 if view.created else 200, _etag(view)
 
 
 def _submit_csv(key: str | None) -> jobs.JobView:
     form = schemas.CsvJobFormSchema().load(
-        {**request.form.to_dict(), "label": request.form.getlist("label")})
+        {**request.form.to_dict(), "label": request.form.getlist("label")}
+    )
     upload = uploaded("file")
     if upload is None:
         raise InvalidInput.field("file", "a CSV file part named 'file' is required")
     labels = dict(item.split("=", 1) for item in form.pop("label"))
-    return csvjobs.submit_csv_job(get_runtime(), current_principal(), upload,
-                                  csvjobs.CsvJobRequest(**form, labels=labels),
-                                  trace_id=current_trace_id(), idempotency_key=key)
+    return csvjobs.submit_csv_job(
+        get_runtime(),
+        current_principal(),
+        upload,
+        csvjobs.CsvJobRequest(**form, labels=labels),
+        trace_id=current_trace_id(),
+        idempotency_key=key,
+    )
 
 
 def _idempotency_key() -> str | None:
@@ -71,8 +82,13 @@ def get_job(job_id: UUID):
     """A job's aggregate status; 304 while it is the If-None-Match version, up to wait_seconds."""
     query = schemas.JobWaitQuerySchema().load(request.args.to_dict())
     known = _known_version()
-    view = jobs.get_job(get_runtime(), current_principal(), job_id, unless_version=known,
-                        wait_seconds=query["wait_seconds"])
+    view = jobs.get_job(
+        get_runtime(),
+        current_principal(),
+        job_id,
+        unless_version=known,
+        wait_seconds=query["wait_seconds"],
+    )
     if view.version == known:
         return Response(status=304, headers=_etag(view))
     return _dump_job(view), 200, _etag(view)
@@ -98,14 +114,12 @@ def list_results(job_id: UUID):
 @bp.post("/<uuid:job_id>/cancel")
 def cancel_job(job_id: UUID):
     """Cancel a job (a no-op for a cancelled one)."""
-    view = jobs.cancel_job(get_runtime(), current_principal(), job_id,
-                           trace_id=current_trace_id())
+    view = jobs.cancel_job(get_runtime(), current_principal(), job_id, trace_id=current_trace_id())
     return _dump_job(view)
 
 
 @bp.post("/<uuid:job_id>/retry")
 def retry_job(job_id: UUID):
     """Re-queue a recoverable failed job."""
-    view = jobs.retry_job(get_runtime(), current_principal(), job_id,
-                          trace_id=current_trace_id())
+    view = jobs.retry_job(get_runtime(), current_principal(), job_id, trace_id=current_trace_id())
     return _dump_job(view)

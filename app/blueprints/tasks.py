@@ -24,7 +24,8 @@ def claim():
     if not claimed:
         return Response(status=204)
     return schemas.ClaimResponseSchema().dump(
-        {"tasks": claimed, "heartbeat_seconds": rt.limits.heartbeat_seconds})
+        {"tasks": claimed, "heartbeat_seconds": rt.limits.heartbeat_seconds}
+    )
 
 
 @bp.get("/<uuid:task_id>/input")
@@ -44,8 +45,9 @@ def read_input(task_id: UUID):
                 left -= len(block)
                 yield block
 
-    return Response(stream(), mimetype="application/octet-stream",
-                    headers={"Content-Length": str(where.length)})
+    return Response(
+        stream(), mimetype="application/octet-stream", headers={"Content-Length": str(where.length)}
+    )
 
 
 @bp.post("/<uuid:task_id>/heartbeat")
@@ -61,8 +63,7 @@ def result(task_id: UUID):
     """Complete the task under the caller's attempt (idempotent for the same result)."""
     body = schemas.load_json(schemas.ResultSchema())
     worker_id, attempt = body.pop("worker_id"), body.pop("attempt")
-    task = tasks.complete_task(get_runtime(), task_id, worker_id, attempt,
-                               tasks.TaskResult(**body))
+    task = tasks.complete_task(get_runtime(), task_id, worker_id, attempt, tasks.TaskResult(**body))
     return schemas.TaskSchema().dump(task)
 
 

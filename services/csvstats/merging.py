@@ -60,9 +60,11 @@ def _check_plans(plans: Sequence[ChunkPlan]) -> None:
         if plan.index != position:
             raise MergeError(f"plan {position} is for chunk {plan.index}", position)
         if plan.record_start != expected_start or plan.record_end < plan.record_start:
-            raise MergeError(f"chunk {position}: plan covers records {plan.record_start}-"
-                             f"{plan.record_end}, expected a range from {expected_start}",
-                             position)
+            raise MergeError(
+                f"chunk {position}: plan covers records {plan.record_start}-"
+                f"{plan.record_end}, expected a range from {expected_start}",
+                position,
+            )
         expected_start = plan.record_end
 
 
@@ -73,17 +75,25 @@ def _check_summary(plan: ChunkPlan, summary: Summary, plans: Sequence[ChunkPlan]
     if summary.digest != plan.sha256:
         elsewhere = [p.index for p in plans if p.sha256 == summary.digest]
         hint = f" (it is chunk {elsewhere[0]}'s)" if elsewhere else ""
-        raise MergeError(f"chunk {index}: the summary's digest is not of the planned bytes"
-                         f"{hint}", index)
+        raise MergeError(
+            f"chunk {index}: the summary's digest is not of the planned bytes{hint}", index
+        )
     planned = plan.record_end - plan.record_start
     if summary.error is None:
         if summary.records != planned:
-            raise MergeError(f"chunk {index}: summary covers {summary.records} records, the "
-                             f"plan {planned}", index)
-    elif (summary.records >= planned
-          or summary.error.record != plan.record_start + summary.records + 1):
-        raise MergeError(f"chunk {index}: invalid record {summary.error.record} is not the "
-                         f"one after the {summary.records} records summarised", index)
+            raise MergeError(
+                f"chunk {index}: summary covers {summary.records} records, the plan {planned}",
+                index,
+            )
+    elif (
+        summary.records >= planned
+        or summary.error.record != plan.record_start + summary.records + 1
+    ):
+        raise MergeError(
+            f"chunk {index}: invalid record {summary.error.record} is not the "
+            f"one after the {summary.records} records summarised",
+            index,
+        )
 
 
 def _lesser(a: int | None, b: int | None) -> int | None:

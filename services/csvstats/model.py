@@ -69,13 +69,15 @@ class ChunkPlan:
         """Rebuild a plan from to_dict() output, raising ValueError if it is malformed."""
         what = "chunk plan"
         _require_keys(d, what, {f for f in cls.__dataclass_fields__})
-        plan = cls(index=_int(d, "index", what, 0),
-                   record_start=_int(d, "record_start", what, 0),
-                   record_end=_int(d, "record_end", what, 0),
-                   first_line=_int(d, "first_line", what, 1),
-                   byte_start=_int(d, "byte_start", what, 0),
-                   byte_end=_int(d, "byte_end", what, 0),
-                   sha256=_str(d, "sha256", what))
+        plan = cls(
+            index=_int(d, "index", what, 0),
+            record_start=_int(d, "record_start", what, 0),
+            record_end=_int(d, "record_end", what, 0),
+            first_line=_int(d, "first_line", what, 1),
+            byte_start=_int(d, "byte_start", what, 0),
+            byte_end=_int(d, "byte_end", what, 0),
+            sha256=_str(d, "sha256", what),
+        )
         if plan.record_end < plan.record_start or plan.byte_end < plan.byte_start:
             raise ValueError(f"{what} has a range that ends before it starts")
         if not _SHA256_HEX.fullmatch(plan.sha256):
@@ -117,9 +119,13 @@ class InvalidRecord:
         """Rebuild an InvalidRecord from to_dict() output, raising ValueError if malformed."""
         what = "invalid record"
         _require_keys(d, what, {f for f in cls.__dataclass_fields__})
-        return cls(record=_int(d, "record", what, 1), line=_int(d, "line", what, 1),
-                   column=_str(d, "column", what), reason=_str(d, "reason", what),
-                   excerpt=_str(d, "excerpt", what))
+        return cls(
+            record=_int(d, "record", what, 1),
+            line=_int(d, "line", what, 1),
+            column=_str(d, "column", what),
+            reason=_str(d, "reason", what),
+            excerpt=_str(d, "excerpt", what),
+        )
 
 
 @dataclass(frozen=True)
@@ -154,12 +160,17 @@ class Summary:
         required = {f for f in cls.__dataclass_fields__} - {"error"}
         _require_keys(d, what, required, frozenset({"error"}))
         error = d.get("error")
-        summary = cls(records=_int(d, "records", what, 0), count=_int(d, "count", what, 0),
-                      sum=_int(d, "sum", what), min=_optional_int64(d, "min", what),
-                      max=_optional_int64(d, "max", what),
-                      min_prefix=_int(d, "min_prefix", what),
-                      max_prefix=_int(d, "max_prefix", what), digest=_str(d, "digest", what),
-                      error=None if error is None else InvalidRecord.from_dict(error))
+        summary = cls(
+            records=_int(d, "records", what, 0),
+            count=_int(d, "count", what, 0),
+            sum=_int(d, "sum", what),
+            min=_optional_int64(d, "min", what),
+            max=_optional_int64(d, "max", what),
+            min_prefix=_int(d, "min_prefix", what),
+            max_prefix=_int(d, "max_prefix", what),
+            digest=_str(d, "digest", what),
+            error=None if error is None else InvalidRecord.from_dict(error),
+        )
         summary._check_consistent()
         return summary
 
@@ -194,8 +205,9 @@ class Checkpoint:
         """Rebuild a checkpoint from to_dict() output, raising ValueError if malformed."""
         what = "checkpoint"
         _require_keys(d, what, {"records_done", "partial"})
-        checkpoint = cls(records_done=_int(d, "records_done", what, 0),
-                         partial=Summary.from_dict(d["partial"]))
+        checkpoint = cls(
+            records_done=_int(d, "records_done", what, 0), partial=Summary.from_dict(d["partial"])
+        )
         checkpoint.check()
         return checkpoint
 

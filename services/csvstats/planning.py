@@ -65,8 +65,11 @@ class FileLayout:
         if self.quoted_breaks_before[-1]:
             i = bisect_right(self.section_starts, offset) - 1
             start = self.section_starts[i]
-            quoted = (self.quoted_breaks_before[i] + line_breaks(data, start, offset)
-                      - self.terminators.count(b"\n", start, offset))
+            quoted = (
+                self.quoted_breaks_before[i]
+                + line_breaks(data, start, offset)
+                - self.terminators.count(b"\n", start, offset)
+            )
         return 1 + terminators_before + quoted
 
 
@@ -82,8 +85,10 @@ def scan_file(data: bytes, delimiter: str) -> FileLayout:
         pieces = data[start:].split(QUOTE)
         line = _line_at(data, start + first_misplaced_quote(pieces, separators))
         raise CsvFormatError(
-            "file", f"line {line}: misplaced quote (RFC 4180 allows quotes only around"
-            " a whole field, and doubled inside one)")
+            "file",
+            f"line {line}: misplaced quote (RFC 4180 allows quotes only around"
+            " a whole field, and doubled inside one)",
+        )
     masked, section_starts, quoted_breaks_before = scanned
     terminators = terminator_view(masked)
     newline = terminators.find(b"\n", start)
@@ -92,8 +97,9 @@ def scan_file(data: bytes, delimiter: str) -> FileLayout:
     records = terminators.count(b"\n", body_start)
     if body_start < len(data) and not terminators.endswith(b"\n"):
         records += 1  # the final newline is optional
-    return FileLayout(header, body_start, records, terminators, section_starts,
-                      quoted_breaks_before)
+    return FileLayout(
+        header, body_start, records, terminators, section_starts, quoted_breaks_before
+    )
 
 
 def find_column(header: tuple[str, ...], column: str) -> int:
@@ -126,19 +132,26 @@ def split(data: bytes, column: str, delimiter: str = ",", chunks: int = 1) -> Sp
         record_start = index * size
         last = index == count - 1
         byte_end = len(data) if last else offset_after_lines(layout.terminators, byte_start, size)
-        plans.append(ChunkPlan(
-            index=index, record_start=record_start,
-            record_end=min(layout.records, record_start + size),
-            first_line=layout.line_of(data, record_start, byte_start),
-            byte_start=byte_start, byte_end=byte_end,
-            sha256=hashlib.sha256(view[byte_start:byte_end]).hexdigest()))
+        plans.append(
+            ChunkPlan(
+                index=index,
+                record_start=record_start,
+                record_end=min(layout.records, record_start + size),
+                first_line=layout.line_of(data, record_start, byte_start),
+                byte_start=byte_start,
+                byte_end=byte_end,
+                sha256=hashlib.sha256(view[byte_start:byte_end]).hexdigest(),
+            )
+        )
         byte_start = byte_end
-    return SplitResult(header=layout.header, column_index=column_index,
-                       records=layout.records, plans=tuple(plans))
+    return SplitResult(
+        header=layout.header, column_index=column_index, records=layout.records, plans=tuple(plans)
+    )
 
 
-def _hide_quoted_line_breaks(data: bytes, start: int, separators: tuple
-                             ) -> tuple[bytes, tuple[int, ...], tuple[int, ...]] | None:
+def _hide_quoted_line_breaks(
+    data: bytes, start: int, separators: tuple
+) -> tuple[bytes, tuple[int, ...], tuple[int, ...]] | None:
     """Return data with the CR and LF bytes inside quotes hidden, where each section starts
     and how many line breaks quotes hold before it (then in all); None if a quote is misplaced.
 
@@ -152,7 +165,7 @@ def _hide_quoted_line_breaks(data: bytes, start: int, separators: tuple
     while True:
         cut = data.find(QUOTE, at + _QUOTE_SCAN_STEP)
         last = cut < 0
-        block = data[at:len(data) if last else cut]
+        block = data[at : len(data) if last else cut]
         pieces = block.split(QUOTE)
         outside = pieces[inside::2]
         # A non-empty piece outside quotes must follow a closing quote with a separator
@@ -162,14 +175,17 @@ def _hide_quoted_line_breaks(data: bytes, start: int, separators: tuple
         before_quote = set(outside[:-1] if last and ends_outside else outside)
         after_quote.discard(b"")
         before_quote.discard(b"")
-        if not (all(map(bytes.startswith, after_quote, repeat(separators)))
-                and all(map(bytes.endswith, before_quote, repeat(separators)))):
+        if not (
+            all(map(bytes.startswith, after_quote, repeat(separators)))
+            and all(map(bytes.endswith, before_quote, repeat(separators)))
+        ):
             return None
-        quoted = QUOTE.join(pieces[1 - inside::2])
+        quoted = QUOTE.join(pieces[1 - inside :: 2])
         hidden = line_breaks(quoted) if b"\n" in quoted or b"\r" in quoted else 0
         if hidden:
-            pieces[1 - inside::2] = map(bytes.translate, pieces[1 - inside::2],
-                                        repeat(_HIDE_LINE_BREAKS))
+            pieces[1 - inside :: 2] = map(
+                bytes.translate, pieces[1 - inside :: 2], repeat(_HIDE_LINE_BREAKS)
+            )
             block = QUOTE.join(pieces)
         blocks.append(block)
         starts.append(at)
@@ -202,8 +218,10 @@ def _check_utf8(data: bytes, start: int) -> None:
         except UnicodeDecodeError as exc:
             offset = pos + exc.start
             raise CsvFormatError(
-                "file", f"is not UTF-8: byte {offset} (line {_line_at(data, offset)})"
-                f" is {data[offset:offset + 1]!r}") from None
+                "file",
+                f"is not UTF-8: byte {offset} (line {_line_at(data, offset)})"
+                f" is {data[offset : offset + 1]!r}",
+            ) from None
         pos = end
 
 

@@ -41,13 +41,17 @@ def sequential_totals(data: bytes, column: str, delimiter: str = ",") -> Totals:
             record += 1
             if row:  # csv.reader yields [] for an empty line: a record with an empty value
                 if len(row) <= column_index:
-                    raise InvalidInput(InvalidRecord(
-                        record, line, column, too_few_fields(len(row), column_index), ""))
+                    raise InvalidInput(
+                        InvalidRecord(
+                            record, line, column, too_few_fields(len(row), column_index), ""
+                        )
+                    )
                 try:
                     value = read_integer(row[column_index])
                 except BadValue as exc:
-                    raise InvalidInput(InvalidRecord(
-                        record, line, column, str(exc), excerpt(row[column_index]))) from None
+                    raise InvalidInput(
+                        InvalidRecord(record, line, column, str(exc), excerpt(row[column_index]))
+                    ) from None
                 if value is not None:
                     total += value
                     if not INT64_MIN <= total <= INT64_MAX:

@@ -35,8 +35,9 @@ _BATCH_BYTES = 32 << 10  # small enough that a batch's objects stay in cache
 _BLANK_BYTES = BLANKS.encode()
 _DIGITS_SIGNS_NEWLINE = b"0123456789+-\n"
 # Maps a run of values to its shape: blanks stay, newlines stay, anything else becomes "d".
-_SHAPE = bytes.maketrans(bytes(range(256)), bytes(
-    c if c in b" \n" else 0x20 if c == 0x09 else 0x64 for c in range(256)))
+_SHAPE = bytes.maketrans(
+    bytes(range(256)), bytes(c if c in b" \n" else 0x20 if c == 0x09 else 0x64 for c in range(256))
+)
 
 
 def _integers(values: list[bytes]) -> list[int] | None:
@@ -79,10 +80,18 @@ def _blank_inside_value(joined: bytes) -> bool:
     return b"d d" in shape
 
 
-def summarise(blocks: Iterable[bytes], *, column_index: int, column: str, delimiter: str = ",",
-              record_start: int = 0, first_line: int = 2, checkpoint: Checkpoint | None = None,
-              on_checkpoint: Callable[[Checkpoint], None] | None = None,
-              checkpoint_every: int = 50_000) -> Summary:
+def summarise(
+    blocks: Iterable[bytes],
+    *,
+    column_index: int,
+    column: str,
+    delimiter: str = ",",
+    record_start: int = 0,
+    first_line: int = 2,
+    checkpoint: Checkpoint | None = None,
+    on_checkpoint: Callable[[Checkpoint], None] | None = None,
+    checkpoint_every: int = 50_000,
+) -> Summary:
     """Summarise the column of one chunk's records, given as byte blocks of any sizes."""
     validate_delimiter(delimiter)
     if not isinstance(column_index, int) or column_index < 0:
@@ -91,8 +100,16 @@ def summarise(blocks: Iterable[bytes], *, column_index: int, column: str, delimi
         raise ValueError("checkpoint_every must be a positive integer")
     if checkpoint is not None:
         checkpoint.check()
-    chunk = _ChunkSummariser(column_index, column, delimiter, record_start, first_line,
-                             checkpoint, on_checkpoint, checkpoint_every)
+    chunk = _ChunkSummariser(
+        column_index,
+        column,
+        delimiter,
+        record_start,
+        first_line,
+        checkpoint,
+        on_checkpoint,
+        checkpoint_every,
+    )
     hasher = hashlib.sha256()
     pending = bytearray()
     threshold = _BATCH_BYTES
@@ -102,7 +119,7 @@ def summarise(blocks: Iterable[bytes], *, column_index: int, column: str, delimi
             continue  # the digest still covers every byte
         view = memoryview(block)
         for offset in range(0, len(view), _BATCH_BYTES):
-            pending += view[offset:offset + _BATCH_BYTES]
+            pending += view[offset : offset + _BATCH_BYTES]
             if len(pending) < threshold:
                 continue
             cut = last_record_end(pending)
@@ -123,9 +140,17 @@ def summarise(blocks: Iterable[bytes], *, column_index: int, column: str, delimi
 class _ChunkSummariser:
     """Running statistics of a chunk, fed batches of whole records in order."""
 
-    def __init__(self, column_index: int, column: str, delimiter: str, record_start: int,
-                 first_line: int, checkpoint: Checkpoint | None,
-                 on_checkpoint: Callable[[Checkpoint], None] | None, every: int):
+    def __init__(
+        self,
+        column_index: int,
+        column: str,
+        delimiter: str,
+        record_start: int,
+        first_line: int,
+        checkpoint: Checkpoint | None,
+        on_checkpoint: Callable[[Checkpoint], None] | None,
+        every: int,
+    ):
         self.column_index = column_index
         self.column = column
         self.delimiter = delimiter
@@ -181,14 +206,23 @@ class _ChunkSummariser:
     def finish(self) -> None:
         """Raise ValueError if a resumed checkpoint claimed more records than the chunk has."""
         if self.records < self.skip:
-            raise ValueError(f"the checkpoint is at record {self.skip} of a chunk of "
-                             f"{self.records} records")
+            raise ValueError(
+                f"the checkpoint is at record {self.skip} of a chunk of {self.records} records"
+            )
 
     def summary(self, digest: str) -> Summary:
         """Return the statistics so far as a Summary over the given digest."""
-        return Summary(records=self.records, count=self.count, sum=self.total,
-                       min=self.minimum, max=self.maximum, min_prefix=self.low,
-                       max_prefix=self.high, digest=digest, error=self.error)
+        return Summary(
+            records=self.records,
+            count=self.count,
+            sum=self.total,
+            min=self.minimum,
+            max=self.maximum,
+            min_prefix=self.low,
+            max_prefix=self.high,
+            digest=digest,
+            error=self.error,
+        )
 
     def _checkpoint(self) -> None:
         if self.on_checkpoint is not None:
@@ -265,7 +299,7 @@ class _ChunkSummariser:
         # one's first come out joined, which only the first and last columns need to undo.
         parts = batch.split(self.delimiter_byte)
         if 0 < self.column_index < width:
-            return parts[self.column_index::width]
+            return parts[self.column_index :: width]
         edges = b"\n".join(parts[::width]).split(b"\n")
         return edges[0::2] if self.column_index == 0 else edges[1::2]
 
@@ -274,8 +308,7 @@ class _ChunkSummariser:
         ends before it."""
         d, index = self.delimiter_byte, self.column_index
         if index == 0:
-            return list(map(itemgetter(0), map(bytes.partition, batch.split(b"\n"),
-                                                repeat(d))))
+            return list(map(itemgetter(0), map(bytes.partition, batch.split(b"\n"), repeat(d))))
         fields = map(bytes.split, batch.split(b"\n"), repeat(d), repeat(index + 1))
         try:
             return list(map(itemgetter(index), fields))
@@ -305,7 +338,8 @@ class _ChunkSummariser:
         elif not unquoted and QUOTE in odd:
             # Quoted values still carry their quotes here; unquote them and look again.
             return self._add_checked_values(
-                [v[1:-1] if v.startswith(QUOTE) else v for v in values], unquoted=True)
+                [v[1:-1] if v.startswith(QUOTE) else v for v in values], unquoted=True
+            )
         else:
             return False
         try:
@@ -337,8 +371,13 @@ class _ChunkSummariser:
                 problem = self._read_record(batch[start:content_end])
                 if problem is not None:
                     reason, shown = problem
-                    self.error = InvalidRecord(record=self.record_start + index + 1, line=line,
-                                               column=self.column, reason=reason, excerpt=shown)
+                    self.error = InvalidRecord(
+                        record=self.record_start + index + 1,
+                        line=line,
+                        column=self.column,
+                        reason=reason,
+                        excerpt=shown,
+                    )
                     self.records, self.line = index, line
                     return
                 self.records = index + 1
@@ -353,7 +392,7 @@ class _ChunkSummariser:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return "invalid UTF-8", excerpt(raw[exc.start:exc.end])
+            return "invalid UTF-8", excerpt(raw[exc.start : exc.end])
         if '"' in text:
             pieces = text.split('"')
             if first_misplaced_quote(pieces, (self.delimiter,)) is not None:

@@ -41,8 +41,9 @@ def quotes_well_placed(pieces: list, separators: tuple) -> bool:
     middle = set(pieces[2:-1:2])
     middle.discard(first[:0])
     kind = type(first)
-    return (all(map(kind.startswith, middle, repeat(separators)))
-            and all(map(kind.endswith, middle, repeat(separators))))
+    return all(map(kind.startswith, middle, repeat(separators))) and all(
+        map(kind.endswith, middle, repeat(separators))
+    )
 
 
 def first_misplaced_quote(pieces: list, separators: tuple) -> int | None:

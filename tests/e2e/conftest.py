@@ -14,8 +14,12 @@ from bench.stack import LocalStack
 from services.csvstats import sequential_totals
 
 # Short timings keep the suite quick; the test of the default timings overrides them.
-FAST = {"CHUNKWISE_LEASE_SECONDS": "4", "CHUNKWISE_HEARTBEAT_SECONDS": "1",
-        "CHUNKWISE_MAINTENANCE_SECONDS": "0.5", "CHUNKWISE_LOG_LEVEL": "INFO"}
+FAST = {
+    "CHUNKWISE_LEASE_SECONDS": "4",
+    "CHUNKWISE_HEARTBEAT_SECONDS": "1",
+    "CHUNKWISE_MAINTENANCE_SECONDS": "0.5",
+    "CHUNKWISE_LOG_LEVEL": "INFO",
+}
 
 
 @pytest.fixture
@@ -64,13 +68,18 @@ class Jobs:
         self.db = db
         self.session = stack.api()
 
-    def post(self, data: bytes, chunks: int, *, key: str | None = None,
-             session=None) -> requests.Response:
+    def post(
+        self, data: bytes, chunks: int, *, key: str | None = None, session=None
+    ) -> requests.Response:
         """POST a CSV job over `session` (default: one kept-alive user session)."""
         headers = {"Idempotency-Key": key} if key is not None else {}
         return (session or self.session).post(
-            f"{self.stack.url}/api/v1/jobs", files={"file": ("data.csv", data)},
-            data={"column": "value", "chunks": str(chunks)}, headers=headers, timeout=60)
+            f"{self.stack.url}/api/v1/jobs",
+            files={"file": ("data.csv", data)},
+            data={"column": "value", "chunks": str(chunks)},
+            headers=headers,
+            timeout=60,
+        )
 
     def submit(self, data: bytes, chunks: int, *, key: str | None = None) -> dict:
         """Submit a CSV job that must be created; return it."""
@@ -102,7 +111,8 @@ class Jobs:
                 job = None  # the coordinator is restarting; the job lives on in the database
             if job is not None:
                 assert not progress or job["progress"] >= progress[-1], (
-                    f"progress went down: {progress[-5:]} then {job['progress']}")
+                    f"progress went down: {progress[-5:]} then {job['progress']}"
+                )
                 progress.append(job["progress"])
                 if job["status"] in wanted:
                     break
@@ -116,8 +126,10 @@ class Jobs:
 
 def assert_one_summary_per_chunk(db, job: dict) -> None:
     """A succeeded job holds exactly one accepted summary for each of its chunks."""
-    rows = db.execute("SELECT chunk_index FROM chunk_summaries WHERE job_id = %s "
-                      "ORDER BY chunk_index", (job["id"],)).fetchall()
+    rows = db.execute(
+        "SELECT chunk_index FROM chunk_summaries WHERE job_id = %s ORDER BY chunk_index",
+        (job["id"],),
+    ).fetchall()
     assert [r["chunk_index"] for r in rows] == list(range(job["chunks_total"]))
 
 
@@ -164,18 +176,24 @@ class Scrape:
 
     def __init__(self, text: str):
         self.text = text
-        self.samples = [s for family in text_string_to_metric_families(text)
-                        for s in family.samples]
+        self.samples = [
+            s for family in text_string_to_metric_families(text) for s in family.samples
+        ]
 
     def value(self, name: str, **labels: str) -> float:
         """Sum of the samples called `name` whose labels include `labels` (0 when none)."""
-        return sum(s.value for s in self.samples if s.name == name
-                   and all(s.labels.get(k) == v for k, v in labels.items()))
+        return sum(
+            s.value
+            for s in self.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        )
 
     def has(self, name: str, **labels: str) -> bool:
         """Whether any sample called `name` has these labels."""
-        return any(s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-                   for s in self.samples)
+        return any(
+            s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+            for s in self.samples
+        )
 
 
 def scrape(stack: LocalStack) -> Scrape:

@@ -17,23 +17,42 @@ from tests.e2e.conftest import SHORT_POLL, totals_of, wait_for
 CHUNKWISE = str(Path(sys.executable).parent / "chunkwise")
 
 
-def chunkwise(stack, *argv: str, token: str | None = None, url: str | None = None,
-              timeout: float = 60) -> subprocess.CompletedProcess:
+def chunkwise(
+    stack, *argv: str, token: str | None = None, url: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
     """Run the CLI with the user's token (or `token`) and return what it did."""
-    env = {**os.environ, "CHUNKWISE_URL": url or stack.url,
-           "CHUNKWISE_TOKEN": stack.tokens.user if token is None else token}
-    return subprocess.run([CHUNKWISE, *argv], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    env = {
+        **os.environ,
+        "CHUNKWISE_URL": url or stack.url,
+        "CHUNKWISE_TOKEN": stack.tokens.user if token is None else token,
+    }
+    return subprocess.run(
+        [CHUNKWISE, *argv], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
-def chunkwise_all(stack, *commands: list[str], token: str | None = None
-                  ) -> list[subprocess.CompletedProcess]:
+def chunkwise_all(
+    stack, *commands: list[str], token: str | None = None
+) -> list[subprocess.CompletedProcess]:
     """Run independent commands at once (each pays Python's start-up); results in order."""
-    env = {**os.environ, "CHUNKWISE_URL": stack.url,
-           "CHUNKWISE_TOKEN": stack.tokens.user if token is None else token}
-    running = [(argv, subprocess.Popen([CHUNKWISE, *argv], env=env, text=True,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-               for argv in commands]
+    env = {
+        **os.environ,
+        "CHUNKWISE_URL": stack.url,
+        "CHUNKWISE_TOKEN": stack.tokens.user if token is None else token,
+    }
+    running = [
+        (
+            argv,
+            subprocess.Popen(
+                [CHUNKWISE, *argv],
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            ),
+        )
+        for argv in commands
+    ]
     done = []
     for argv, process in running:
         out, err = process.communicate(timeout=60)
@@ -57,8 +76,18 @@ def test_submit_wait_prints_the_sequential_result_and_resubmitting_finds_the_sam
     data = generate_csv(20000, seed=5)
     path = write_csv(stack, "data.csv", data)
     stack.start_worker("worker-1", *SHORT_POLL)
-    submit = ["submit", path, "--column", "value", "--chunks", "4",
-              "--label", "team=blue", "--label", "run=7"]
+    submit = [
+        "submit",
+        path,
+        "--column",
+        "value",
+        "--chunks",
+        "4",
+        "--label",
+        "team=blue",
+        "--label",
+        "run=7",
+    ]
 
     waited = chunkwise(stack, *submit, "--wait")
     assert waited.returncode == 0, waited.stderr
@@ -70,34 +99,51 @@ def test_submit_wait_prints_the_sequential_result_and_resubmitting_finds_the_sam
     again, again_as_json = chunkwise_all(stack, submit, [*submit, "--json"])
     assert (again.returncode, again.stdout.strip()) == (0, job_id)
     job = as_json(again_as_json)
-    assert (job["id"], job["result"], job["labels"]) == (job_id, totals,
-                                                         {"team": "blue", "run": "7"})
+    assert (job["id"], job["result"], job["labels"]) == (
+        job_id,
+        totals,
+        {"team": "blue", "run": "7"},
+    )
 
     status, result, chunks, feed, followed, quiet = chunkwise_all(
-        stack, ["status", job_id, "--json"], ["result", job_id, "--json"],
-        ["chunks", job_id, "--json"], ["events", "--json"],
+        stack,
+        ["status", job_id, "--json"],
+        ["result", job_id, "--json"],
+        ["chunks", job_id, "--json"],
+        ["events", "--json"],
         ["events", "--follow", "--json", "--after", "1", "--max-events", "2"],
-        ["events", "--follow", "--after", "6", "--timeout", "1"])
+        ["events", "--follow", "--after", "6", "--timeout", "1"],
+    )
     assert as_json(status)["result"] == as_json(result)["result"] == totals
     chunks = as_json(chunks)["chunks"]
     assert [(c["record_start"], c["record_end"]) for c in chunks] == [
-        (0, 5000), (5000, 10000), (10000, 15000), (15000, 20000)]
+        (0, 5000),
+        (5000, 10000),
+        (10000, 15000),
+        (15000, 20000),
+    ]
     assert [e["event"] for e in as_json(feed)["events"]] == (
-        ["job.created"] + ["chunk.completed"] * 4 + ["job.succeeded"])
+        ["job.created"] + ["chunk.completed"] * 4 + ["job.succeeded"]
+    )
     assert [json.loads(line)["id"] for line in followed.stdout.splitlines()] == [2, 3]
     assert (quiet.returncode, quiet.stdout) == (0, "")
-    by_id, by_index = chunkwise_all(stack, ["chunk", job_id, chunks[2]["id"], "--json"],
-                                    ["chunk", job_id, "2", "--json"])
+    by_id, by_index = chunkwise_all(
+        stack, ["chunk", job_id, chunks[2]["id"], "--json"], ["chunk", job_id, "2", "--json"]
+    )
     by_id, by_index = as_json(by_id), as_json(by_index)
     assert by_id["id"] == by_index["id"] == chunks[2]["id"]
     assert by_id["attempts"][0]["worker_id"] == "worker-1"
 
     other = write_csv(stack, "other.csv", generate_csv(100, seed=6))
-    other_id = chunkwise(stack, "submit", other, "--column", "value", "--label", "team=red"
-                         ).stdout.strip()
-    listed, blue, red = chunkwise_all(stack, ["jobs", "--json"],
-                                      ["jobs", "--label", "team=blue", "--json"],
-                                      ["jobs", "--label", "team=red"])
+    other_id = chunkwise(
+        stack, "submit", other, "--column", "value", "--label", "team=red"
+    ).stdout.strip()
+    listed, blue, red = chunkwise_all(
+        stack,
+        ["jobs", "--json"],
+        ["jobs", "--label", "team=blue", "--json"],
+        ["jobs", "--label", "team=red"],
+    )
     assert [j["id"] for j in as_json(listed)["jobs"]] == [other_id, job_id]
     assert [j["id"] for j in as_json(blue)["jobs"]] == [job_id]
     human = red.stdout.splitlines()
@@ -111,7 +157,8 @@ def test_failed_and_cancelled_jobs_exit_1_and_retry_and_cancel_round_trip(stack)
     job_id = chunkwise(stack, "submit", path, "--column", "value", "--chunks", "2").stdout.strip()
     fail(stack, claim_as_a_worker(stack))
     assert as_json(chunkwise(stack, "status", job_id, "--json"), 1)["error"]["code"] == (
-        "attempts_exhausted")
+        "attempts_exhausted"
+    )
     assert as_json(chunkwise(stack, "retry", job_id, "--json"))["status"] == "running"
     not_failed = chunkwise(stack, "retry", job_id)
     assert not_failed.returncode == 3 and "not_failed" in not_failed.stderr
@@ -121,14 +168,15 @@ def test_failed_and_cancelled_jobs_exit_1_and_retry_and_cancel_round_trip(stack)
     assert done["result"] == totals_of(data)
     bad = write_csv(stack, "bad.csv", generate_csv(2000, seed=5, malformed_at=10))
     failed, not_cancellable = chunkwise_all(
-        stack, ["submit", bad, "--column", "value", "--chunks", "2", "--wait"],
-        ["cancel", job_id])
+        stack, ["submit", bad, "--column", "value", "--chunks", "2", "--wait"], ["cancel", job_id]
+    )
     assert not_cancellable.returncode == 3 and "not_cancellable" in not_cancellable.stderr
     assert failed.returncode == 1
     bad_id = failed.stdout.strip()
     assert f"job {bad_id} failed: invalid_input: record 10 (line 11)" in failed.stderr
-    status, result, refused = chunkwise_all(stack, ["status", bad_id, "--json"],
-                                            ["result", bad_id], ["retry", bad_id])
+    status, result, refused = chunkwise_all(
+        stack, ["status", bad_id, "--json"], ["result", bad_id], ["retry", bad_id]
+    )
     assert as_json(status, 1)["status"] == "failed"
     assert result.returncode == 1
     assert refused.returncode == 3
@@ -144,11 +192,14 @@ def test_failed_and_cancelled_jobs_exit_1_and_retry_and_cancel_round_trip(stack)
     assert as_json(chunkwise(stack, "cancel", running_id, "--json"))["status"] == "cancelled"
     assert chunkwise(stack, "cancel", running_id).stdout.strip() == f"job {running_id} is cancelled"
     heartbeat = stack.api(stack.tokens.worker).post(
-        f"{stack.url}/api/v1/tasks/{task['task_id']}/heartbeat", timeout=10,
-        json={"worker_id": "by-hand", "attempt": task["attempt"]})
+        f"{stack.url}/api/v1/tasks/{task['task_id']}/heartbeat",
+        timeout=10,
+        json={"worker_id": "by-hand", "attempt": task["attempt"]},
+    )
     assert heartbeat.status_code == 409 and heartbeat.json()["error"]["code"] == "task_cancelled"
-    cancelled, result = chunkwise_all(stack, ["status", running_id],
-                                      ["result", running_id, "--json"])
+    cancelled, result = chunkwise_all(
+        stack, ["status", running_id], ["result", running_id, "--json"]
+    )
     assert cancelled.returncode == 1 and "was cancelled" in cancelled.stderr
     assert as_json(result, 1)["status"] == "cancelled"
 
@@ -156,8 +207,10 @@ def test_failed_and_cancelled_jobs_exit_1_and_retry_and_cancel_round_trip(stack)
 def claim_as_a_worker(stack) -> dict:
     """Lease one chunk with the worker token, as a worker called by-hand."""
     claim = stack.api(stack.tokens.worker).post(
-        f"{stack.url}/api/v1/tasks/claim", timeout=10,
-        json={"worker_id": "by-hand", "workloads": ["csv_stats"]})
+        f"{stack.url}/api/v1/tasks/claim",
+        timeout=10,
+        json={"worker_id": "by-hand", "workloads": ["csv_stats"]},
+    )
     assert claim.status_code == 200, claim.text
     return claim.json()["tasks"][0]
 
@@ -165,9 +218,16 @@ def claim_as_a_worker(stack) -> dict:
 def fail(stack, task: dict) -> None:
     """Report the chunk failed, not retryably, and not because of its input."""
     failure = stack.api(stack.tokens.worker).post(
-        f"{stack.url}/api/v1/tasks/{task['task_id']}/failure", timeout=10,
-        json={"worker_id": "by-hand", "attempt": task["attempt"], "error_code": "disk_full",
-              "error_message": "no space left", "retryable": False})
+        f"{stack.url}/api/v1/tasks/{task['task_id']}/failure",
+        timeout=10,
+        json={
+            "worker_id": "by-hand",
+            "attempt": task["attempt"],
+            "error_code": "disk_full",
+            "error_message": "no space left",
+            "retryable": False,
+        },
+    )
     assert failure.status_code == 200, failure.text
 
 
@@ -175,10 +235,16 @@ def test_errors_exit_2_3_or_4_naming_code_and_trace_id(stack):
     stack.start_worker("worker-1", *SHORT_POLL)
     closed = f"http://127.0.0.1:{free_port()}"
     usage, no_file, unknown, queue, workers = chunkwise_all(
-        stack, ["status", "not-a-job"], ["submit", "absent.csv", "--column", "value"],
-        ["status", str(uuid.uuid4())], ["queue", "--json"], ["workers", "--json"])
-    no_token, bad_token = [chunkwise_all(stack, ["jobs"], token=token)[0]
-                           for token in ("", "cwu_not-a-token")]
+        stack,
+        ["status", "not-a-job"],
+        ["submit", "absent.csv", "--column", "value"],
+        ["status", str(uuid.uuid4())],
+        ["queue", "--json"],
+        ["workers", "--json"],
+    )
+    no_token, bad_token = [
+        chunkwise_all(stack, ["jobs"], token=token)[0] for token in ("", "cwu_not-a-token")
+    ]
     unreachable = chunkwise(stack, "jobs", url=closed)
 
     assert usage.returncode == no_file.returncode == no_token.returncode == 2
@@ -194,8 +260,11 @@ def test_errors_exit_2_3_or_4_naming_code_and_trace_id(stack):
     assert f"coordinator unreachable at {closed}" in unreachable.stderr
 
     operator = stack.tokens.operator
-    wait_for(lambda: as_json(chunkwise(stack, "workers", "--json", token=operator))["workers"],
-             15, what="the worker to be seen")
+    wait_for(
+        lambda: as_json(chunkwise(stack, "workers", "--json", token=operator))["workers"],
+        15,
+        what="the worker to be seen",
+    )
     queue, workers = chunkwise_all(stack, ["queue", "--json"], ["workers"], token=operator)
     assert as_json(queue)["max_leases_total"] > 0
     assert workers.returncode == 0 and workers.stdout.splitlines()[1].startswith("worker-1 ")

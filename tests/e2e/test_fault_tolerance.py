@@ -65,12 +65,28 @@ def test_crashed_and_stale_workers_do_not_change_the_sequential_result(stack, jo
     assert jobs.post(data, CHUNKS, key="faults-1").json()["id"] == job["id"]
 
     # Chunk 0: computed, then the worker dies before committing it.
-    crasher = stack.start_worker("crasher", *SHORT_POLL, "--capacity", "1", "--max-tasks", "1",
-                                 "--fault", "crash-after-compute")
+    crasher = stack.start_worker(
+        "crasher",
+        *SHORT_POLL,
+        "--capacity",
+        "1",
+        "--max-tasks",
+        "1",
+        "--fault",
+        "crash-after-compute",
+    )
     assert crasher.wait(timeout=20) == 17
     # Chunk 1: computed, then the worker goes silent past its lease and submits late.
-    sleeper = stack.start_worker("sleeper", *SHORT_POLL, "--capacity", "1", "--max-tasks", "1",
-                                 "--fault", "pause-after-compute=8")
+    sleeper = stack.start_worker(
+        "sleeper",
+        *SHORT_POLL,
+        "--capacity",
+        "1",
+        "--max-tasks",
+        "1",
+        "--fault",
+        "pause-after-compute=8",
+    )
     wait_for(lambda: events(stack, "sleeper", "fault"), 20, what="the sleeper to pause")
     stack.start_worker("steady", *SHORT_POLL, "--capacity", "2")
     replay = jobs.post(data, CHUNKS, key="faults-1")
@@ -83,13 +99,16 @@ def test_crashed_and_stale_workers_do_not_change_the_sequential_result(stack, jo
     chunks = jobs.chunks(job["id"])
     assert attempts_by_worker(chunks[0]) == [("crasher", "lease_expired"), ("steady", "completed")]
     assert attempts_by_worker(chunks[1]) == [("sleeper", "lease_expired"), ("steady", "completed")]
-    assert [(e["event"], e.get("code")) for e in events(stack, "sleeper", "lease_lost",
-                                                         "dropped")] == [
-        ("lease_lost", "stale_attempt")]
-    accepted = db.execute("SELECT chunk_index, attempt FROM chunk_summaries WHERE job_id = %s "
-                          "ORDER BY chunk_index", (job["id"],)).fetchall()
+    assert [
+        (e["event"], e.get("code")) for e in events(stack, "sleeper", "lease_lost", "dropped")
+    ] == [("lease_lost", "stale_attempt")]
+    accepted = db.execute(
+        "SELECT chunk_index, attempt FROM chunk_summaries WHERE job_id = %s ORDER BY chunk_index",
+        (job["id"],),
+    ).fetchall()
     assert [(r["chunk_index"], r["attempt"]) for r in accepted] == [
-        (c["index"], c["attempt"]) for c in chunks]
+        (c["index"], c["attempt"]) for c in chunks
+    ]
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 1
 
 
@@ -107,12 +126,15 @@ def test_malformed_record_fails_its_job_naming_the_record_and_line(stack, jobs):
     assert failed["error"]["code"] == "invalid_input"
     assert f"record {bad.record} (line {bad.line})" in failed["error"]["message"]
     assert (failed["error"]["details"]["record"], failed["error"]["details"]["line"]) == (
-        bad.record, bad.line)
+        bad.record,
+        bad.line,
+    )
     assert bad.line > bad.record + 1, "the quoted line breaks should push lines past records"
 
 
-def test_repeating_a_submission_with_its_idempotency_key_returns_the_same_job(stack, jobs, db,
-                                                                            data):
+def test_repeating_a_submission_with_its_idempotency_key_returns_the_same_job(
+    stack, jobs, db, data
+):
     answers = [jobs.post(data, CHUNKS, key="same-request") for _ in range(3)]
 
     assert [a.status_code for a in answers] == [201, 200, 200]
@@ -123,7 +145,10 @@ def test_repeating_a_submission_with_its_idempotency_key_returns_the_same_job(st
     jobs.wait(job_id, "succeeded", timeout=30)
     late = jobs.post(data, CHUNKS, key="same-request")
     assert (late.status_code, late.json()["id"], late.json()["status"]) == (
-        200, job_id, "succeeded")
+        200,
+        job_id,
+        "succeeded",
+    )
 
 
 @pytest.mark.slow
@@ -132,15 +157,20 @@ def test_lost_lease_is_recovered_within_40_seconds_with_the_default_timings(stac
     data = generate_csv(5_000, seed=12)
     job = jobs.submit(data, 1)
     # The victim holds its lease and stays quiet until it is killed.
-    stack.start_worker("victim", *SHORT_POLL, "--capacity", "1",
-                       "--fault", "pause-after-compute=300")
+    stack.start_worker(
+        "victim", *SHORT_POLL, "--capacity", "1", "--fault", "pause-after-compute=300"
+    )
     wait_for(lambda: events(stack, "victim", "fault"), 20, what="the victim to hold its lease")
     stack.start_worker("rescuer", *SHORT_POLL, "--capacity", "1")
 
     killed_at, killed_clock = datetime.now(UTC), time.monotonic()
     stack.kill("victim", signal.SIGKILL)
-    wait_for(lambda: len(jobs.chunks(job["id"])[0]["attempts"]) == 2, 45, interval=0.25,
-             what="the chunk to be leased again")
+    wait_for(
+        lambda: len(jobs.chunks(job["id"])[0]["attempts"]) == 2,
+        45,
+        interval=0.25,
+        what="the chunk to be leased again",
+    )
     observed = time.monotonic() - killed_clock
 
     again = jobs.chunks(job["id"])[0]["attempts"][1]
@@ -152,7 +182,8 @@ def test_lost_lease_is_recovered_within_40_seconds_with_the_default_timings(stac
 
 
 def test_merge_cut_short_by_a_coordinator_kill_is_finished_by_the_next_coordinator(
-        stack, jobs, db, data):
+    stack, jobs, db, data
+):
     # The completion of the last chunk and the merge both lock the job row, so a row lock
     # taken from here would block the completion, not the merge. A trigger on the merge's
     # final UPDATE waits on a lock this test holds instead: the merge is then stuck inside
@@ -172,10 +203,14 @@ def test_merge_cut_short_by_a_coordinator_kill_is_finished_by_the_next_coordinat
         waiting = db.execute(
             "SELECT count(*) AS n FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
             "WHERE d.datname = current_database() AND l.locktype = 'advisory' "
-            "AND l.objid = %s AND NOT l.granted", (MERGE_HOLD,)).fetchone()["n"]
+            "AND l.objid = %s AND NOT l.granted",
+            (MERGE_HOLD,),
+        ).fetchone()["n"]
         row = job_row(db, job["id"])
-        done = db.execute("SELECT count(*) AS n FROM tasks WHERE job_id = %s "
-                          "AND status = 'completed'", (job["id"],)).fetchone()["n"]
+        done = db.execute(
+            "SELECT count(*) AS n FROM tasks WHERE job_id = %s AND status = 'completed'",
+            (job["id"],),
+        ).fetchone()["n"]
         return waiting > 0 and row["status"] == "merging" and done == CHUNKS
 
     wait_for(merge_blocked, 30, interval=0.05, what="the merge to block mid-transaction")
@@ -192,12 +227,17 @@ def test_merge_cut_short_by_a_coordinator_kill_is_finished_by_the_next_coordinat
 
 
 def test_coordinator_killed_right_after_the_merge_commit_merges_nothing_again(
-        stack, jobs, db, data):
+    stack, jobs, db, data
+):
     job = jobs.submit(data, CHUNKS)
     stack.start_worker("worker-a", *SHORT_POLL, "--capacity", "2")
     stack.start_worker("worker-b", *SHORT_POLL, "--capacity", "2")
-    wait_for(lambda: job_row(db, job["id"])["status"] == "succeeded", 30, interval=0.01,
-             what="the merge to commit")
+    wait_for(
+        lambda: job_row(db, job["id"])["status"] == "succeeded",
+        30,
+        interval=0.01,
+        what="the merge to commit",
+    )
     stack.kill("coordinator", signal.SIGKILL)
     merged = job_row(db, job["id"])
 
@@ -208,12 +248,14 @@ def test_coordinator_killed_right_after_the_merge_commit_merges_nothing_again(
     assert again["result"] == merged["result"] == totals_of(data)
     after = job_row(db, job["id"])
     assert (after["revision"], after["merge_seconds"], after["completed_at"]) == (
-        merged["revision"], merged["merge_seconds"], merged["completed_at"])
+        merged["revision"],
+        merged["merge_seconds"],
+        merged["completed_at"],
+    )
     assert outbox_events(db, job["id"]).count("job.succeeded") == 1
 
 
-def test_submission_peak_beyond_the_queue_limit_rejects_one_job_without_a_trace(
-        stack, jobs, db):
+def test_submission_peak_beyond_the_queue_limit_rejects_one_job_without_a_trace(stack, jobs, db):
     # Five jobs of 64 chunks against the default limit of 256 queued chunks: four fit.
     uploads = [generate_csv(640, seed=20 + n) for n in range(5)]
     answers: list = [None] * 5
@@ -236,8 +278,12 @@ def test_submission_peak_beyond_the_queue_limit_rejects_one_job_without_a_trace(
     assert answers[refused].json()["error"]["code"] == "queue_full"
     assert answers[refused].headers["Retry-After"]
     digest = hashlib.sha256(uploads[refused]).hexdigest()
-    assert db.execute("SELECT count(*) AS n FROM jobs WHERE input_sha256 = %s",
-                      (digest,)).fetchone()["n"] == 0
+    assert (
+        db.execute("SELECT count(*) AS n FROM jobs WHERE input_sha256 = %s", (digest,)).fetchone()[
+            "n"
+        ]
+        == 0
+    )
     assert db.execute("SELECT count(*) AS n FROM tasks").fetchone()["n"] == 256
     assert db.execute("SELECT count(*) AS n FROM outbox").fetchone()["n"] == 4
     assert not archive_path(stack.run_dir / "archive", digest).exists()
@@ -250,8 +296,7 @@ def test_submission_peak_beyond_the_queue_limit_rejects_one_job_without_a_trace(
             assert done["result"] == totals_of(uploads[n])
 
 
-def test_cancel_during_a_run_stops_running_chunks_and_publishes_no_partial_result(
-        stack, jobs, db):
+def test_cancel_during_a_run_stops_running_chunks_and_publishes_no_partial_result(stack, jobs, db):
     # Three chunks of 400,000 records: one finishes first, then the other two are cancelled
     # while they run, so there is an accepted summary a partial result could be made from.
     job = jobs.submit(big_csv(1_200_000), 3)
@@ -259,24 +304,31 @@ def test_cancel_during_a_run_stops_running_chunks_and_publishes_no_partial_resul
     assert first.wait(timeout=30) == 0
     for name in ("worker-a", "worker-b"):
         stack.start_worker(name, *SHORT_POLL, "--capacity", "1")
-    wait_for(lambda: [c["state"] for c in jobs.chunks(job["id"])] == [
-        "completed", "leased", "leased"], 20, interval=0.05, what="chunks 1 and 2 to run")
+    wait_for(
+        lambda: [c["state"] for c in jobs.chunks(job["id"])] == ["completed", "leased", "leased"],
+        20,
+        interval=0.05,
+        what="chunks 1 and 2 to run",
+    )
 
     response = jobs.session.post(f"{stack.url}/api/v1/jobs/{job['id']}/cancel", timeout=10)
     assert response.status_code == 200, response.text
 
     for name in ("worker-a", "worker-b"):
-        stopped = wait_for(lambda name=name: events(stack, name, "dropped", "lease_lost"), 5,
-                           what=f"{name} to stop its chunk")
+        stopped = wait_for(
+            lambda name=name: events(stack, name, "dropped", "lease_lost"),
+            5,
+            what=f"{name} to stop its chunk",
+        )
         assert stopped[0].get("reason", stopped[0].get("code")) == "task_cancelled"
     time.sleep(1.5)  # a result that was still on its way would have landed by now
     final = jobs.get(job["id"])
-    assert (final["status"], final["result"], final["partial_result"]) == (
-        "cancelled", None, None)
+    assert (final["status"], final["result"], final["partial_result"]) == ("cancelled", None, None)
     row = job_row(db, job["id"])
     assert (row["result"], row["partial_result"]) == (None, None)
     assert [c["state"] for c in jobs.chunks(job["id"])] == ["completed", "cancelled", "cancelled"]
-    accepted = db.execute("SELECT chunk_index FROM chunk_summaries WHERE job_id = %s",
-                          (job["id"],)).fetchall()
+    accepted = db.execute(
+        "SELECT chunk_index FROM chunk_summaries WHERE job_id = %s", (job["id"],)
+    ).fetchall()
     assert [r["chunk_index"] for r in accepted] == [0]
     assert "job.cancelled" in outbox_events(db, job["id"])

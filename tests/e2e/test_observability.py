@@ -43,34 +43,53 @@ def rejections_by_process(stack) -> dict[int, float]:
 
 def test_chunk_gauges_follow_a_job_from_pending_to_completed(stack, jobs):
     job = jobs.submit(generate_csv(8_000, seed=30), 8)
-    wait_for(lambda: scraped(stack, "chunkwise_chunks", 8, state="pending"), 10,
-             what="8 pending chunks on /metrics")
+    wait_for(
+        lambda: scraped(stack, "chunkwise_chunks", 8, state="pending"),
+        10,
+        what="8 pending chunks on /metrics",
+    )
 
     stack.start_worker("worker", *SHORT_POLL, "--capacity", "2")
     jobs.wait(job["id"], "succeeded", timeout=30)
 
     def all_completed() -> bool:
         metrics = scrape(stack)
-        return (metrics.value("chunkwise_chunks", state="completed"),
-                metrics.value("chunkwise_chunks", state="pending")) == (8, 0)
+        return (
+            metrics.value("chunkwise_chunks", state="completed"),
+            metrics.value("chunkwise_chunks", state="pending"),
+        ) == (8, 0)
 
     wait_for(all_completed, 10, what="8 completed and no pending chunks on /metrics")
 
 
 def test_lease_expiry_counter_counts_the_lease_of_a_crashed_worker(stack, jobs):
     job = jobs.submit(generate_csv(4_000, seed=31), 2)
-    wait_for(lambda: scrape(stack).has("chunkwise_lease_expiries_total"), 10,
-             what="the lease expiry counter on /metrics")
+    wait_for(
+        lambda: scrape(stack).has("chunkwise_lease_expiries_total"),
+        10,
+        what="the lease expiry counter on /metrics",
+    )
     assert scrape(stack).value("chunkwise_lease_expiries_total") == 0
-    crasher = stack.start_worker("crasher", *SHORT_POLL, "--capacity", "1", "--max-tasks", "1",
-                                 "--fault", "crash-after-compute")
+    crasher = stack.start_worker(
+        "crasher",
+        *SHORT_POLL,
+        "--capacity",
+        "1",
+        "--max-tasks",
+        "1",
+        "--fault",
+        "crash-after-compute",
+    )
     assert crasher.wait(timeout=20) == CRASH_EXIT_STATUS
     stack.start_worker("survivor", *SHORT_POLL, "--capacity", "2")
 
     jobs.wait(job["id"], "succeeded", timeout=30)
 
-    wait_for(lambda: scraped(stack, "chunkwise_lease_expiries_total", 1), 10,
-             what="one lease expiry on /metrics")
+    wait_for(
+        lambda: scraped(stack, "chunkwise_lease_expiries_total", 1),
+        10,
+        what="one lease expiry on /metrics",
+    )
 
 
 def test_merge_counter_and_duration_histogram_count_one_merge(stack, jobs):
@@ -92,12 +111,15 @@ def test_heartbeat_age_is_exported_for_each_worker(stack, jobs):
     stack.start_worker("watched", *SHORT_POLL, "--capacity", "1")
     wait_for(lambda: events(stack, "watched", "started"), 10, what="the worker to start")
 
-    wait_for(lambda: scrape(stack).has("chunkwise_worker_heartbeat_age_seconds",
-                                        worker_id="watched"), 10,
-             what="the worker's heartbeat age on /metrics")
+    wait_for(
+        lambda: scrape(stack).has("chunkwise_worker_heartbeat_age_seconds", worker_id="watched"),
+        10,
+        what="the worker's heartbeat age on /metrics",
+    )
 
-    assert 0 <= scrape(stack).value("chunkwise_worker_heartbeat_age_seconds",
-                                    worker_id="watched") < 10
+    assert (
+        0 <= scrape(stack).value("chunkwise_worker_heartbeat_age_seconds", worker_id="watched") < 10
+    )
 
 
 def test_http_metrics_are_labelled_with_the_route_template_not_the_path(stack, jobs):
@@ -108,8 +130,15 @@ def test_http_metrics_are_labelled_with_the_route_template_not_the_path(stack, j
     metrics = scrape(stack)
 
     route = "/api/v1/jobs/<uuid:job_id>"
-    assert metrics.value("chunkwise_http_request_duration_seconds_count", method="GET",
-                         url_rule=route, status="200") == 3
+    assert (
+        metrics.value(
+            "chunkwise_http_request_duration_seconds_count",
+            method="GET",
+            url_rule=route,
+            status="200",
+        )
+        == 3
+    )
     assert metrics.value("chunkwise_http_request_total", method="GET", status="200") >= 3
     assert job["id"] not in metrics.text, "a raw path leaked into a label"
 
@@ -147,19 +176,24 @@ def test_coordinator_and_worker_lines_of_one_attempt_share_trace_and_attempt_ids
 
     claimed = claimed_attempt(stack, "traced")
     trace_id, attempt_id = claimed["trace_id"], claimed["attempt_id"]
-    worker_lines = [line for line in log_lines(stack, "traced")
-                    if line.get("attempt_id") == attempt_id]
+    worker_lines = [
+        line for line in log_lines(stack, "traced") if line.get("attempt_id") == attempt_id
+    ]
     assert {line["event"] for line in worker_lines} >= {"claimed", "computed", "submitted"}
     assert {line["trace_id"] for line in worker_lines} == {trace_id}
 
     coordinator = log_lines(stack, "coordinator")
-    leased = [line for line in coordinator if line.get("event") == "task_leased"
-              and line.get("attempt_id") == attempt_id]
+    leased = [
+        line
+        for line in coordinator
+        if line.get("event") == "task_leased" and line.get("attempt_id") == attempt_id
+    ]
     assert [line["attempt_trace_id"] for line in leased] == [trace_id]
     traced = [line for line in coordinator if line.get("trace_id") == trace_id]
     assert "task_completed" in {line["event"] for line in traced}
     assert {line.get("attempt_id") for line in traced} == {attempt_id}, (
-        f"the coordinator's lines of the attempt do not name it: {traced}")
+        f"the coordinator's lines of the attempt do not name it: {traced}"
+    )
 
 
 def test_chunk_view_shows_the_trace_id_the_worker_logged_for_each_attempt(stack, jobs):
@@ -169,8 +203,9 @@ def test_chunk_view_shows_the_trace_id_the_worker_logged_for_each_attempt(stack,
     logged = {line["attempt_id"]: line["trace_id"] for line in events(stack, "traced", "claimed")}
 
     for chunk in jobs.chunks(job["id"]):
-        view = jobs.session.get(f"{stack.url}/api/v1/jobs/{job['id']}/chunks/{chunk['id']}",
-                                timeout=10)
+        view = jobs.session.get(
+            f"{stack.url}/api/v1/jobs/{job['id']}/chunks/{chunk['id']}", timeout=10
+        )
         assert view.status_code == 200, view.text
         attempts = view.json()["attempts"]
         assert attempts and all(a["trace_id"] == logged[a["attempt_id"]] for a in attempts)

@@ -42,8 +42,7 @@ class SlowLink:
                 return  # closed
             far = socket.create_connection(("127.0.0.1", self._target))
             threading.Thread(target=self._relay, args=(near, far, None), daemon=True).start()
-            threading.Thread(target=self._relay, args=(far, near, self._rate),
-                             daemon=True).start()
+            threading.Thread(target=self._relay, args=(far, near, self._rate), daemon=True).start()
 
     @staticmethod
     def _relay(source: socket.socket, sink: socket.socket, rate: int | None) -> None:
@@ -79,17 +78,28 @@ def test_two_workers_finish_a_multi_chunk_job_with_the_sequential_result(stack, 
     done = jobs.wait(job["id"], "succeeded", timeout=30)
 
     assert done["result"] == totals_of(data)
-    accepted = [a["worker_id"] for c in jobs.chunks(job["id"]) for a in c["attempts"]
-                if a["state"] == "completed"]
+    accepted = [
+        a["worker_id"]
+        for c in jobs.chunks(job["id"])
+        for a in c["attempts"]
+        if a["state"] == "completed"
+    ]
     assert sorted(accepted) == ["worker-a"] * 4 + ["worker-b"] * 4
 
 
-def test_chunk_of_a_crashed_worker_is_completed_by_the_other_after_its_lease_expires(
-        stack, jobs):
+def test_chunk_of_a_crashed_worker_is_completed_by_the_other_after_its_lease_expires(stack, jobs):
     data = generate_csv(20_003, seed=2)
     job = jobs.submit(data, 4)
-    crasher = stack.start_worker("crasher", *SHORT_POLL, "--capacity", "1", "--max-tasks", "1",
-                                 "--fault", "crash-after-compute")
+    crasher = stack.start_worker(
+        "crasher",
+        *SHORT_POLL,
+        "--capacity",
+        "1",
+        "--max-tasks",
+        "1",
+        "--fault",
+        "crash-after-compute",
+    )
     assert crasher.wait(timeout=20) == CRASH_EXIT_STATUS
     first = jobs.chunks(job["id"])[0]
     assert (first["state"], first["lease_owner"]) == ("leased", "crasher")
@@ -104,14 +114,24 @@ def test_chunk_of_a_crashed_worker_is_completed_by_the_other_after_its_lease_exp
 
 
 def test_late_result_of_a_paused_worker_is_rejected_and_the_other_workers_summary_is_kept(
-        stack, jobs, db):
+    stack, jobs, db
+):
     data = generate_csv(20_003, seed=3)
     job = jobs.submit(data, 4)
-    rejected_before = scrape(stack).value("chunkwise_fenced_writes_rejected_total",
-                                          endpoint="tasks.result")
+    rejected_before = scrape(stack).value(
+        "chunkwise_fenced_writes_rejected_total", endpoint="tasks.result"
+    )
     # Silent for twice the lease: by the time it submits, its chunk belongs to someone else.
-    sleeper = stack.start_worker("sleeper", *SHORT_POLL, "--capacity", "1", "--max-tasks", "1",
-                                 "--fault", "pause-after-compute=8")
+    sleeper = stack.start_worker(
+        "sleeper",
+        *SHORT_POLL,
+        "--capacity",
+        "1",
+        "--max-tasks",
+        "1",
+        "--fault",
+        "pause-after-compute=8",
+    )
     wait_for(lambda: events(stack, "sleeper", "fault"), 20, what="the sleeper to pause")
     stack.start_worker("steady", *SHORT_POLL, "--capacity", "2")
 
@@ -123,13 +143,17 @@ def test_late_result_of_a_paused_worker_is_rejected_and_the_other_workers_summar
     assert attempts_by_worker(first) == [("sleeper", "lease_expired"), ("steady", "completed")]
     refused = events(stack, "sleeper", "lease_lost", "dropped")
     assert [(line["event"], line.get("code")) for line in refused] == [
-        ("lease_lost", "stale_attempt")]
+        ("lease_lost", "stale_attempt")
+    ]
     assert not events(stack, "sleeper", "submitted")
-    summary = db.execute("SELECT attempt FROM chunk_summaries WHERE task_id = %s",
-                         (first["id"],)).fetchone()
+    summary = db.execute(
+        "SELECT attempt FROM chunk_summaries WHERE task_id = %s", (first["id"],)
+    ).fetchone()
     assert summary["attempt"] == first["attempts"][1]["attempt"]
-    assert scrape(stack).value("chunkwise_fenced_writes_rejected_total",
-                               endpoint="tasks.result") == rejected_before + 1
+    assert (
+        scrape(stack).value("chunkwise_fenced_writes_rejected_total", endpoint="tasks.result")
+        == rejected_before + 1
+    )
 
 
 @pytest.fixture
@@ -146,22 +170,26 @@ def test_cancelling_a_job_stops_its_running_chunks(stack, jobs, db, slow_link):
     job = jobs.submit(big_csv(400_000), 2)
     for name in ("worker-a", "worker-b"):
         stack.start_worker(name, *SHORT_POLL, "--capacity", "1", "--coordinator", slow_link.url)
-    wait_for(lambda: len(leased_chunks(jobs, job["id"])) == 2, 20, interval=0.05,
-             what="both chunks to be leased")
+    wait_for(
+        lambda: len(leased_chunks(jobs, job["id"])) == 2,
+        20,
+        interval=0.05,
+        what="both chunks to be leased",
+    )
 
     cancelled_at = time.monotonic()
     response = jobs.session.post(f"{stack.url}/api/v1/jobs/{job['id']}/cancel", timeout=10)
     assert response.status_code == 200, response.text
 
     for name in ("worker-a", "worker-b"):
-        stopped = wait_for(lambda name=name: events(stack, name, "dropped"), 5,
-                           what=f"{name} to stop its chunk")
+        stopped = wait_for(
+            lambda name=name: events(stack, name, "dropped"), 5, what=f"{name} to stop its chunk"
+        )
         assert stopped[0]["reason"] == "task_cancelled"
         assert not events(stack, name, "computed", "submitted"), "the chunk ran to its end"
     assert time.monotonic() - cancelled_at < 5
     time.sleep(1.5)  # a result that was still on its way would have landed by now
     final = jobs.get(job["id"])
-    assert (final["status"], final["result"], final["partial_result"]) == (
-        "cancelled", None, None)
+    assert (final["status"], final["result"], final["partial_result"]) == ("cancelled", None, None)
     assert all(c["state"] == "cancelled" for c in jobs.chunks(job["id"]))
     assert db.execute("SELECT count(*) AS n FROM chunk_summaries").fetchone()["n"] == 0

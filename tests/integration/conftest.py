@@ -24,8 +24,11 @@ def manifest(chunks: int | list[int] = 1, **job: object) -> dict:
     count = len(chunks) if indexes is not None else chunks
     tasks = []
     for n in range(count):
-        task = {"input_uri": f"s3://in/{n}", "input_sha256": sha256_of(f"in-{n}"),
-                "parameters": {"n": n}}
+        task = {
+            "input_uri": f"s3://in/{n}",
+            "input_sha256": sha256_of(f"in-{n}"),
+            "parameters": {"n": n},
+        }
         if indexes is not None:
             task["chunk_index"] = indexes[n]
         tasks.append(task)
@@ -35,8 +38,13 @@ def manifest(chunks: int | list[int] = 1, **job: object) -> dict:
 def result_body(claimed: dict, worker_id: str = WORKER, tag: str = "out") -> dict:
     """A result manifest for a claimed task under its own attempt."""
     uri = f"s3://out/{claimed['task_id']}/{tag}"
-    return {"worker_id": worker_id, "attempt": claimed["attempt"], "result_uri": uri,
-            "result_sha256": sha256_of(uri), "metrics": {"rows": 1}}
+    return {
+        "worker_id": worker_id,
+        "attempt": claimed["attempt"],
+        "result_uri": uri,
+        "result_sha256": sha256_of(uri),
+        "metrics": {"rows": 1},
+    }
 
 
 @pytest.fixture
@@ -75,8 +83,9 @@ def task_call(client, headers) -> Callable[..., object]:
     """POST to /api/v1/tasks/{id}/{heartbeat|result|failure} as a worker; returns the response."""
 
     def call(task_id: str, action: str, body: dict):
-        return client.post(f"/api/v1/tasks/{task_id}/{action}", json=body,
-                           headers=headers["worker"])
+        return client.post(
+            f"/api/v1/tasks/{task_id}/{action}", json=body, headers=headers["worker"]
+        )
 
     return call
 

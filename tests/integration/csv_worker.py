@@ -24,19 +24,31 @@ def settings(**env: str):
     return pytest.mark.parametrize("app_config", [env], indirect=True, ids=["settings"])
 
 
-def upload(client, headers: dict, data: bytes, *, column: str | None = "value",
-           chunks: int | str = 4, key: str | None = None, labels: tuple[str, ...] = (),
-           **form: object):
+def upload(
+    client,
+    headers: dict,
+    data: bytes,
+    *,
+    column: str | None = "value",
+    chunks: int | str = 4,
+    key: str | None = None,
+    labels: tuple[str, ...] = (),
+    **form: object,
+):
     """POST a CSV job as multipart; `column=None` leaves the field out."""
-    fields: dict[str, object] = {"file": (io.BytesIO(data), "data.csv"), "chunks": str(chunks),
-                                 **{name: str(value) for name, value in form.items()}}
+    fields: dict[str, object] = {
+        "file": (io.BytesIO(data), "data.csv"),
+        "chunks": str(chunks),
+        **{name: str(value) for name, value in form.items()},
+    }
     if column is not None:
         fields["column"] = column
     if labels:
         fields["label"] = list(labels)
     sent = {**headers, **({"Idempotency-Key": key} if key is not None else {})}
-    return client.post("/api/v1/jobs", data=fields, headers=sent,
-                       content_type="multipart/form-data")
+    return client.post(
+        "/api/v1/jobs", data=fields, headers=sent, content_type="multipart/form-data"
+    )
 
 
 def submit(client, headers: dict, data: bytes, **options: object) -> dict:
@@ -55,8 +67,10 @@ def get_job(client, headers: dict, job_id: str) -> dict:
 
 def row_counts(db) -> dict[str, int]:
     """How many rows each table holds."""
-    return {table: db.execute(f"SELECT count(*) AS n FROM {table}").fetchone()["n"]  # noqa: S608
-            for table in TABLES}
+    return {
+        table: db.execute(f"SELECT count(*) AS n FROM {table}").fetchone()["n"]  # noqa: S608
+        for table in TABLES
+    }
 
 
 def files_under(directory: Path) -> list[Path]:
@@ -74,8 +88,11 @@ class CsvWorker:
 
     def claim(self, capacity: int = 1) -> list[dict]:
         """Lease up to `capacity` chunks; [] when the coordinator answers 204."""
-        response = self.client.post("/api/v1/tasks/claim", headers=self.headers, json={
-            "worker_id": self.worker_id, "workloads": WORKLOADS, "capacity": capacity})
+        response = self.client.post(
+            "/api/v1/tasks/claim",
+            headers=self.headers,
+            json={"worker_id": self.worker_id, "workloads": WORKLOADS, "capacity": capacity},
+        )
         assert response.status_code in (200, 204), response.get_json()
         return [] if response.status_code == 204 else response.get_json()["tasks"]
 
@@ -88,8 +105,11 @@ class CsvWorker:
     def read_input(self, task: dict, attempt: int | None = None):
         """GET the chunk's bytes under this worker's lease (or another attempt number)."""
         attempt = task["attempt"] if attempt is None else attempt
-        return self.client.get(task["input_uri"], headers=self.headers,
-                               query_string={"worker_id": self.worker_id, "attempt": attempt})
+        return self.client.get(
+            task["input_uri"],
+            headers=self.headers,
+            query_string={"worker_id": self.worker_id, "attempt": attempt},
+        )
 
     def read_bytes(self, task: dict) -> bytes:
         """The chunk's bytes, which this worker must be allowed to read."""
@@ -100,34 +120,51 @@ class CsvWorker:
     def summarise(self, task: dict) -> csvstats.Summary:
         """Read the chunk and summarise its column, exactly as the real handler does."""
         p = task["parameters"]
-        return csvstats.summarise([self.read_bytes(task)], column_index=p["column_index"],
-                                  column=p["column"], delimiter=p["delimiter"],
-                                  record_start=p["record_start"], first_line=p["first_line"])
+        return csvstats.summarise(
+            [self.read_bytes(task)],
+            column_index=p["column_index"],
+            column=p["column"],
+            delimiter=p["delimiter"],
+            record_start=p["record_start"],
+            first_line=p["first_line"],
+        )
 
     def call(self, task: dict, action: str, **body: object):
         """POST heartbeat, result or failure under this worker's id and the task's attempt."""
         body = {"worker_id": self.worker_id, "attempt": task["attempt"], **body}
-        return self.client.post(f"/api/v1/tasks/{task['task_id']}/{action}",
-                                headers=self.headers, json=body)
+        return self.client.post(
+            f"/api/v1/tasks/{task['task_id']}/{action}", headers=self.headers, json=body
+        )
 
     def report_result(self, task: dict, summary: dict | None = None, **body: object):
         """Report a chunk's summary (computed from its bytes unless given)."""
         if summary is None:
             summary = self.summarise(task).to_dict()
-        return self.call(task, "result", summary=summary,
-                         metrics={"records": summary["records"]}, **body)
+        return self.call(
+            task, "result", summary=summary, metrics={"records": summary["records"]}, **body
+        )
 
     def report_invalid_input(self, task: dict, summary: csvstats.Summary):
         """Report a chunk whose summary stopped at a bad record, as the real worker does."""
-        return self.call(task, "failure", error_code="invalid_input",
-                         error_message=summary.error.message(), retryable=False,
-                         details={**summary.error.to_dict(), "summary": summary.to_dict()})
+        return self.call(
+            task,
+            "failure",
+            error_code="invalid_input",
+            error_message=summary.error.message(),
+            retryable=False,
+            details={**summary.error.to_dict(), "summary": summary.to_dict()},
+        )
 
     def report_unreadable(self, task: dict):
         """Report a transient failure to read the chunk's input."""
-        return self.call(task, "failure", error_code="input_unavailable",
-                         error_message="connection reset while reading input", retryable=True,
-                         details={"status": 503})
+        return self.call(
+            task,
+            "failure",
+            error_code="input_unavailable",
+            error_message="connection reset while reading input",
+            retryable=True,
+            details={"status": 503},
+        )
 
     def heartbeat(self, task: dict):
         """Renew the lease."""

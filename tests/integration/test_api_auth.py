@@ -12,8 +12,10 @@ TASK_ROUTES = [
     ("/api/v1/tasks/claim", {"worker_id": WORKER, "workloads": ["echo"]}),
     (f"/api/v1/tasks/{MISSING_JOB}/heartbeat", {"worker_id": WORKER, "attempt": 1}),
     (f"/api/v1/tasks/{MISSING_JOB}/result", {"worker_id": WORKER, "attempt": 1}),
-    (f"/api/v1/tasks/{MISSING_JOB}/failure", {"worker_id": WORKER, "attempt": 1,
-                                              "error_code": "x", "retryable": False}),
+    (
+        f"/api/v1/tasks/{MISSING_JOB}/failure",
+        {"worker_id": WORKER, "attempt": 1, "error_code": "x", "retryable": False},
+    ),
 ]
 # Every route that names one job; {id} is filled in.
 JOB_ROUTES = [
@@ -26,6 +28,7 @@ JOB_ROUTES = [
 
 
 # --- authentication ---------------------------------------------------------------------------
+
 
 def test_a_request_without_a_valid_token_is_401(client, tokens):
     for authorization in [
@@ -47,8 +50,10 @@ def test_a_request_without_a_valid_token_is_401(client, tokens):
 
 def test_a_revoked_token_is_401(client, headers, tokens, db):
     assert client.get("/api/v1/events", headers=headers["user"]).status_code == 200
-    db.execute("UPDATE api_tokens SET revoked_at = now() WHERE token_sha256 = %s",
-               (auth.token_digest(tokens["user"]),))
+    db.execute(
+        "UPDATE api_tokens SET revoked_at = now() WHERE token_sha256 = %s",
+        (auth.token_digest(tokens["user"]),),
+    )
 
     response = client.get("/api/v1/events", headers=headers["user"])
 
@@ -64,6 +69,7 @@ def test_job_creation_without_a_token_is_401_and_stores_nothing(client, db):
 
 # --- worker routes and user routes ------------------------------------------------------------
 
+
 def test_a_user_token_is_403_on_the_task_routes(client, headers):
     for path, body in TASK_ROUTES:
         for who in ("user", "operator"):
@@ -74,9 +80,12 @@ def test_a_user_token_is_403_on_the_task_routes(client, headers):
 
 
 def test_a_worker_token_is_403_on_the_job_routes(client, headers, db):
-    for method, path in [("GET", "/api/v1/jobs"), ("POST", "/api/v1/jobs"),
-                         *[(m, r.format(id=MISSING_JOB)) for m, r in JOB_ROUTES],
-                         ("GET", "/api/v1/events")]:
+    for method, path in [
+        ("GET", "/api/v1/jobs"),
+        ("POST", "/api/v1/jobs"),
+        *[(m, r.format(id=MISSING_JOB)) for m, r in JOB_ROUTES],
+        ("GET", "/api/v1/events"),
+    ]:
         response = client.open(path, method=method, json=manifest(1), headers=headers["worker"])
 
         assert response.status_code == 403, (method, path)
@@ -90,21 +99,22 @@ def test_a_worker_token_may_read_the_openapi_document(client, headers):
 
 # --- ownership --------------------------------------------------------------------------------
 
+
 def test_another_users_job_is_404_exactly_like_a_missing_one_on_every_job_route(
-        submit, client, headers):
+    submit, client, headers
+):
     theirs = submit(manifest(1), as_="other")
 
     for method, route in JOB_ROUTES:
-        hidden = client.open(route.format(id=theirs["id"]), method=method,
-                             headers=headers["user"])
-        missing = client.open(route.format(id=MISSING_JOB), method=method,
-                              headers=headers["user"])
+        hidden = client.open(route.format(id=theirs["id"]), method=method, headers=headers["user"])
+        missing = client.open(route.format(id=MISSING_JOB), method=method, headers=headers["user"])
 
         assert hidden.status_code == missing.status_code == 404, route
         hidden_error, missing_error = hidden.get_json()["error"], missing.get_json()["error"]
         assert hidden_error["code"] == missing_error["code"] == "not_found", route
-        assert hidden_error["message"].replace(theirs["id"], "ID") == \
-            missing_error["message"].replace(MISSING_JOB, "ID"), route
+        assert hidden_error["message"].replace(theirs["id"], "ID") == missing_error[
+            "message"
+        ].replace(MISSING_JOB, "ID"), route
         assert hidden_error["details"] == missing_error["details"], route
         assert set(hidden.headers.keys()) == set(missing.headers.keys()), route
     # Neither the cancel nor the retry touched it.
@@ -148,12 +158,16 @@ def seed(app) -> str:
 
 def states(output: str) -> dict[str, str]:
     """Principal name -> "registered" or "already" from seed-local's table."""
-    return {line.split()[1]: line.split()[2] for line in output.splitlines()
-            if line.split()[0] in ("user", "worker")}
+    return {
+        line.split()[1]: line.split()[2]
+        for line in output.splitlines()
+        if line.split()[0] in ("user", "worker")
+    }
 
 
 def test_seed_local_with_given_tokens_is_idempotent_and_the_tokens_work(
-        app, rt, client, db, monkeypatch):
+    app, rt, client, db, monkeypatch
+):
     for name, token in GIVEN.items():
         monkeypatch.setenv(name, token)
 
@@ -166,21 +180,29 @@ def test_seed_local_with_given_tokens_is_idempotent_and_the_tokens_work(
     for token in GIVEN.values():
         assert token in first and token in second
     users = db.execute("SELECT name, role FROM users ORDER BY name").fetchall()
-    assert users == [{"name": "compute_user", "role": "user"},
-                     {"name": "operator", "role": "operator"}]
+    assert users == [
+        {"name": "compute_user", "role": "user"},
+        {"name": "operator", "role": "operator"},
+    ]
     tokens = db.execute("SELECT kind, name FROM api_tokens ORDER BY name").fetchall()
-    assert tokens == [{"kind": "user", "name": "compute_user"},
-                      {"kind": "worker", "name": "local-worker"},
-                      {"kind": "user", "name": "operator"}]
+    assert tokens == [
+        {"kind": "user", "name": "compute_user"},
+        {"kind": "worker", "name": "local-worker"},
+        {"kind": "user", "name": "operator"},
+    ]
     principals = {name: auth.authenticate(rt.pool, token) for name, token in GIVEN.items()}
     assert principals["CHUNKWISE_SEED_USER_TOKEN"].role == "user"
     assert principals["CHUNKWISE_SEED_OPERATOR_TOKEN"].role == "operator"
     assert principals["CHUNKWISE_SEED_WORKER_TOKEN"].kind == "worker"
     bearer = {name: {"Authorization": f"Bearer {token}"} for name, token in GIVEN.items()}
-    assert client.get("/api/v1/events",
-                      headers=bearer["CHUNKWISE_SEED_USER_TOKEN"]).status_code == 200
-    claim = client.post("/api/v1/tasks/claim", headers=bearer["CHUNKWISE_SEED_WORKER_TOKEN"],
-                        json={"worker_id": WORKER, "workloads": ["echo"]})
+    assert (
+        client.get("/api/v1/events", headers=bearer["CHUNKWISE_SEED_USER_TOKEN"]).status_code == 200
+    )
+    claim = client.post(
+        "/api/v1/tasks/claim",
+        headers=bearer["CHUNKWISE_SEED_WORKER_TOKEN"],
+        json={"worker_id": WORKER, "workloads": ["echo"]},
+    )
     assert claim.status_code == 204
 
 
@@ -198,12 +220,17 @@ def test_seed_local_without_tokens_mints_each_credential_once(app, rt, db, monke
     assert db.execute("SELECT count(*) AS n FROM users").fetchone()["n"] == 2
     for token in minted:
         assert auth.authenticate(rt.pool, token).name in {
-            "compute_user", "operator", "local-worker"}
+            "compute_user",
+            "operator",
+            "local-worker",
+        }
 
 
 def test_a_job_submitted_by_one_user_is_owned_by_that_user(submit, db, rt, tokens):
     job = submit(manifest(1))
 
-    owner = db.execute("SELECT u.name FROM jobs j JOIN users u ON u.id = j.owner_id"
-                       " WHERE j.id = %s", (uuid.UUID(job["id"]),)).fetchone()
+    owner = db.execute(
+        "SELECT u.name FROM jobs j JOIN users u ON u.id = j.owner_id WHERE j.id = %s",
+        (uuid.UUID(job["id"]),),
+    ).fetchone()
     assert owner["name"] == auth.authenticate(rt.pool, tokens["user"]).name

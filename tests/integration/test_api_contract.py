@@ -38,6 +38,7 @@ def claim_body(**extra: object) -> dict:
 
 # --- status codes -----------------------------------------------------------------------------
 
+
 def test_a_claim_on_an_empty_queue_is_204_with_no_body(client, headers):
     response = client.post("/api/v1/tasks/claim", json=claim_body(), headers=headers["worker"])
 
@@ -78,8 +79,9 @@ def test_a_job_creation_is_201_with_the_aggregate_status_and_an_etag(client, hea
     body = response.get_json()
     assert body["status"] == "queued" and body["chunks_total"] == 2
     etag = response.headers["ETag"]
-    again = client.get(f"/api/v1/jobs/{body['id']}",
-                       headers={**headers["user"], "If-None-Match": etag})
+    again = client.get(
+        f"/api/v1/jobs/{body['id']}", headers={**headers["user"], "If-None-Match": etag}
+    )
     assert (again.status_code, again.headers["ETag"]) == (304, etag)
 
 
@@ -100,6 +102,7 @@ def test_a_wrong_method_is_a_json_405_that_says_which_methods_are_allowed(client
 
 # --- trace ids --------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def calls(client, headers, submit, claim) -> dict[str, Callable[[], object]]:
     """One request of each kind of outcome the API has, by name."""
@@ -110,26 +113,34 @@ def calls(client, headers, submit, claim) -> dict[str, Callable[[], object]]:
         "healthz 200": lambda: client.get("/healthz"),
         "readyz 200": lambda: client.get("/readyz"),
         "openapi 200": lambda: client.get("/api/v1/openapi.json", headers=headers["user"]),
-        "job 201": lambda: client.post("/api/v1/jobs", json=manifest(1),
-                                       headers=headers["user"]),
+        "job 201": lambda: client.post("/api/v1/jobs", json=manifest(1), headers=headers["user"]),
         "job 200": lambda: client.get(f"/api/v1/jobs/{job['id']}", headers=headers["user"]),
-        "results 200": lambda: client.get(f"/api/v1/jobs/{job['id']}/results",
-                                          headers=headers["user"]),
+        "results 200": lambda: client.get(
+            f"/api/v1/jobs/{job['id']}/results", headers=headers["user"]
+        ),
         "events 200": lambda: client.get("/api/v1/events", headers=headers["user"]),
-        "claim 200": lambda: client.post("/api/v1/tasks/claim", json=claim_body(worker_id="z"),
-                                         headers=headers["worker"]),
-        "claim 204": lambda: client.post("/api/v1/tasks/claim",
-                                         json=claim_body(workloads=["render"]),
-                                         headers=headers["worker"]),
-        "heartbeat 200": lambda: client.post(f"{tasks_path}/heartbeat", headers=headers["worker"],
-                                             json={"worker_id": WORKER, "attempt": 1}),
-        "heartbeat 409": lambda: client.post(f"{tasks_path}/heartbeat", headers=headers["worker"],
-                                             json={"worker_id": "intruder", "attempt": 1}),
+        "claim 200": lambda: client.post(
+            "/api/v1/tasks/claim", json=claim_body(worker_id="z"), headers=headers["worker"]
+        ),
+        "claim 204": lambda: client.post(
+            "/api/v1/tasks/claim", json=claim_body(workloads=["render"]), headers=headers["worker"]
+        ),
+        "heartbeat 200": lambda: client.post(
+            f"{tasks_path}/heartbeat",
+            headers=headers["worker"],
+            json={"worker_id": WORKER, "attempt": 1},
+        ),
+        "heartbeat 409": lambda: client.post(
+            f"{tasks_path}/heartbeat",
+            headers=headers["worker"],
+            json={"worker_id": "intruder", "attempt": 1},
+        ),
         "unauthenticated 401": lambda: client.get("/api/v1/events"),
         "forbidden 403": lambda: client.get("/api/v1/events", headers=headers["worker"]),
         "missing 404": lambda: client.get(f"/api/v1/jobs/{MISSING}", headers=headers["user"]),
-        "malformed 400": lambda: client.post("/api/v1/jobs", data="{", headers=headers["user"],
-                                             content_type="application/json"),
+        "malformed 400": lambda: client.post(
+            "/api/v1/jobs", data="{", headers=headers["user"], content_type="application/json"
+        ),
         "invalid 422": lambda: client.post("/api/v1/jobs", json={}, headers=headers["user"]),
     }
 
@@ -163,8 +174,9 @@ def test_an_incoming_traceparent_is_honoured_on_every_response(calls, client):
 
 
 def test_a_job_created_under_a_traceparent_keeps_its_trace_id(client, headers, db):
-    response = client.post("/api/v1/jobs", json=manifest(1),
-                           headers={**headers["user"], "traceparent": TRACEPARENT})
+    response = client.post(
+        "/api/v1/jobs", json=manifest(1), headers={**headers["user"], "traceparent": TRACEPARENT}
+    )
 
     assert response.get_json()["trace_id"] == TRACE_ID
     assert db.execute("SELECT trace_id FROM jobs").fetchone()["trace_id"] == TRACE_ID
@@ -172,8 +184,11 @@ def test_a_job_created_under_a_traceparent_keeps_its_trace_id(client, headers, d
 
 
 def test_an_invalid_traceparent_gets_a_fresh_trace_id(client):
-    for traceparent in ["00-00000000000000000000000000000000-00f067aa0ba902b7-01",
-                        "garbage", f"00-{TRACE_ID}-short-01"]:
+    for traceparent in [
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        "garbage",
+        f"00-{TRACE_ID}-short-01",
+    ]:
         response = client.get("/healthz", headers={"traceparent": traceparent})
 
         trace_id = response.headers["X-Trace-Id"]
@@ -189,13 +204,15 @@ def test_each_request_gets_its_own_trace_id(client):
 
 # --- request validation -----------------------------------------------------------------------
 
-@pytest.mark.parametrize(("path", "who"), [("/api/v1/jobs", "user"),
-                                           ("/api/v1/tasks/claim", "worker")])
-def test_a_body_that_is_not_a_json_object_is_400_with_an_error_body(
-        path, who, client, headers, db):
+
+@pytest.mark.parametrize(
+    ("path", "who"), [("/api/v1/jobs", "user"), ("/api/v1/tasks/claim", "worker")]
+)
+def test_a_body_that_is_not_a_json_object_is_400_with_an_error_body(path, who, client, headers, db):
     for data in ["{not json", "[1, 2]", '"a string"', ""]:
-        response = client.post(path, data=data, content_type="application/json",
-                               headers=headers[who])
+        response = client.post(
+            path, data=data, content_type="application/json", headers=headers[who]
+        )
 
         assert response.status_code == 400, data
         body = response.get_json()
@@ -256,7 +273,8 @@ def test_a_task_whose_input_sha256_is_not_64_lowercase_hex_is_422(client, header
 
         assert response.status_code == 422, sha
         assert response.get_json()["error"]["details"]["fields"] == {
-            "tasks": {"0": {"input_sha256": ["must be 64 lowercase hex digits"]}}}, sha
+            "tasks": {"0": {"input_sha256": ["must be 64 lowercase hex digits"]}}
+        }, sha
 
 
 ONE_BAD_CLAIM_FIELD = [
@@ -270,14 +288,16 @@ ONE_BAD_CLAIM_FIELD = [
 
 def test_a_bad_claim_is_422_naming_the_field(client, headers):
     for change, field in ONE_BAD_CLAIM_FIELD:
-        response = client.post("/api/v1/tasks/claim", json=claim_body(**change),
-                               headers=headers["worker"])
+        response = client.post(
+            "/api/v1/tasks/claim", json=claim_body(**change), headers=headers["worker"]
+        )
 
         assert response.status_code == 422, change
         assert list(response.get_json()["error"]["details"]["fields"]) == [field], change
 
 
 # --- the OpenAPI document ---------------------------------------------------------------------
+
 
 def test_the_openapi_document_needs_a_token(client):
     assert client.get("/api/v1/openapi.json").status_code == 401
@@ -289,8 +309,11 @@ def test_the_openapi_document_lists_every_endpoint_of_the_issue(client, headers)
     assert response.status_code == 200
     document = response.get_json()
     assert document["openapi"].startswith("3.")
-    missing = [(method, path) for method, path in ISSUE_ENDPOINTS
-               if method not in document["paths"].get(path, {})]
+    missing = [
+        (method, path)
+        for method, path in ISSUE_ENDPOINTS
+        if method not in document["paths"].get(path, {})
+    ]
     assert missing == []
 
 
@@ -309,5 +332,9 @@ def test_the_openapi_document_describes_bodies_and_bearer_auth(client, headers):
     assert paths["/api/v1/tasks/claim"]["post"]["security"] == [{"bearer": []}]
     assert "204" in paths["/api/v1/tasks/claim"]["post"]["responses"]
     assert "security" not in paths["/healthz"]["get"]
-    assert {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}} in \
-        paths["/api/v1/jobs/{job_id}"]["get"]["parameters"]
+    assert {
+        "name": "job_id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
+    } in paths["/api/v1/jobs/{job_id}"]["get"]["parameters"]

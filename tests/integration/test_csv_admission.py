@@ -27,12 +27,14 @@ def archive_dir(app_config) -> Path:
 
 def unfinished_chunks(db) -> int:
     """Chunks that count against the limit: pending or leased."""
-    return db.execute("SELECT count(*) AS n FROM tasks WHERE status IN ('pending', 'leased')"
-                      ).fetchone()["n"]
+    return db.execute(
+        "SELECT count(*) AS n FROM tasks WHERE status IN ('pending', 'leased')"
+    ).fetchone()["n"]
 
 
 def test_a_job_that_would_overfill_the_queue_is_429_with_retry_after_and_leaves_nothing(
-        client, headers, db, archive_dir):
+    client, headers, db, archive_dir
+):
     submit(client, headers["user"], generate_csv(40, seed=1), chunks=4)
     submit(client, headers["user"], generate_csv(40, seed=2), chunks=4)
     assert unfinished_chunks(db) == 8
@@ -60,17 +62,16 @@ def test_a_job_that_exactly_fills_the_queue_is_admitted(client, headers, db):
 
 def test_finished_chunks_make_room_for_new_jobs(client, headers, db):
     submit(client, headers["user"], generate_csv(40, seed=1), chunks=8)
-    assert upload(client, headers["user"], generate_csv(40, seed=2), chunks=4
-                  ).status_code == 429
+    assert upload(client, headers["user"], generate_csv(40, seed=2), chunks=4).status_code == 429
 
     CsvWorker(client, headers["worker"], "csv-a").drain()
 
-    assert upload(client, headers["user"], generate_csv(40, seed=2), chunks=4
-                  ).status_code == 201
+    assert upload(client, headers["user"], generate_csv(40, seed=2), chunks=4).status_code == 201
 
 
 def test_concurrent_submitters_never_overfill_the_queue_and_each_accepted_job_is_whole(
-        app, headers, db, archive_dir):
+    app, headers, db, archive_dir
+):
     submitters = 6
     barrier = threading.Barrier(submitters)
     statuses: list[int] = []
@@ -91,8 +92,10 @@ def test_concurrent_submitters_never_overfill_the_queue_and_each_accepted_job_is
 
     assert sorted(statuses) == [201, 201] + [429] * (submitters - 2)
     assert unfinished_chunks(db) <= LIMIT
-    per_job = db.execute("SELECT j.id, j.chunks_total, count(t.id) AS n FROM jobs j "
-                         "LEFT JOIN tasks t ON t.job_id = j.id GROUP BY j.id").fetchall()
+    per_job = db.execute(
+        "SELECT j.id, j.chunks_total, count(t.id) AS n FROM jobs j "
+        "LEFT JOIN tasks t ON t.job_id = j.id GROUP BY j.id"
+    ).fetchall()
     assert len(per_job) == 2
     assert all(row["n"] == row["chunks_total"] == 4 for row in per_job)
     assert row_counts(db)["outbox"] == 2

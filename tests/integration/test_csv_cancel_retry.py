@@ -53,8 +53,9 @@ def retry(client, headers: dict, job_id: str, **extra: str):
 
 def stored_outcome(db, job_id: str) -> dict:
     """The job's status and what it holds as its answer, as PostgreSQL has them."""
-    return db.execute("SELECT status, result, partial_result FROM jobs WHERE id = %s",
-                      (job_id,)).fetchone()
+    return db.execute(
+        "SELECT status, result, partial_result FROM jobs WHERE id = %s", (job_id,)
+    ).fetchone()
 
 
 def exhaust_read_retries(worker: CsvWorker, task: dict) -> dict:
@@ -66,8 +67,10 @@ def exhaust_read_retries(worker: CsvWorker, task: dict) -> dict:
 
 # --- cancel -----------------------------------------------------------------------------------
 
+
 def test_cancelling_a_queued_job_cancels_every_chunk_and_leaves_no_result(
-        client, headers, db, worker):
+    client, headers, db, worker
+):
     job = submit(client, headers["user"], DATA, chunks=4)
 
     response = cancel(client, headers["user"], job["id"])
@@ -76,13 +79,17 @@ def test_cancelling_a_queued_job_cancels_every_chunk_and_leaves_no_result(
     body = response.get_json()
     assert (body["status"], body["result"], body["partial_result"]) == ("cancelled", None, None)
     assert body["chunks_by_state"]["cancelled"] == 4
-    assert stored_outcome(db, job["id"]) == {"status": "cancelled", "result": None,
-                                             "partial_result": None}
+    assert stored_outcome(db, job["id"]) == {
+        "status": "cancelled",
+        "result": None,
+        "partial_result": None,
+    }
     assert worker.claim() == []
 
 
 def test_cancelling_a_running_job_fences_its_lease_holder_with_task_cancelled(
-        client, headers, db, worker):
+    client, headers, db, worker
+):
     job = submit(client, headers["user"], DATA, chunks=4)
     assert worker.run(worker.claim_one()).status_code == 200
     held = worker.claim_one()
@@ -92,21 +99,34 @@ def test_cancelling_a_running_job_fences_its_lease_holder_with_task_cancelled(
 
     assert response.status_code == 200
     assert response.get_json()["status"] == "cancelled"
-    late = [worker.report_result(held, summary), worker.heartbeat(held),
-            worker.report_unreadable(held), worker.read_input(held)]
+    late = [
+        worker.report_result(held, summary),
+        worker.heartbeat(held),
+        worker.report_unreadable(held),
+        worker.read_input(held),
+    ]
     for answer in late:
         assert answer.status_code == 409
         assert answer.get_json()["error"]["code"] == "task_cancelled"
     shown = get_job(client, headers["user"], job["id"])
-    assert (shown["status"], shown["result"], shown["partial_result"]) == (
-        "cancelled", None, None)
-    assert stored_outcome(db, job["id"]) == {"status": "cancelled", "result": None,
-                                             "partial_result": None}
-    assert [r["chunk_index"] for r in db.execute(
-        "SELECT chunk_index FROM chunk_summaries ORDER BY chunk_index").fetchall()] == [0]
-    assert [r["outcome"] for r in db.execute(
-        "SELECT outcome FROM task_attempts WHERE task_id = %s", (held["task_id"],))] == [
-        "cancelled"]
+    assert (shown["status"], shown["result"], shown["partial_result"]) == ("cancelled", None, None)
+    assert stored_outcome(db, job["id"]) == {
+        "status": "cancelled",
+        "result": None,
+        "partial_result": None,
+    }
+    assert [
+        r["chunk_index"]
+        for r in db.execute(
+            "SELECT chunk_index FROM chunk_summaries ORDER BY chunk_index"
+        ).fetchall()
+    ] == [0]
+    assert [
+        r["outcome"]
+        for r in db.execute(
+            "SELECT outcome FROM task_attempts WHERE task_id = %s", (held["task_id"],)
+        )
+    ] == ["cancelled"]
 
 
 def test_cancelling_a_cancelled_job_again_is_a_no_op(client, headers, db):
@@ -164,8 +184,10 @@ def test_cancel_racing_the_last_chunk_ends_in_exactly_one_outcome(app, headers, 
             t.join(timeout=30)
 
         stored = stored_outcome(db, job["id"])
-        result_status, cancel_status = (answers["result"].status_code,
-                                        answers["cancel"].status_code)
+        result_status, cancel_status = (
+            answers["result"].status_code,
+            answers["cancel"].status_code,
+        )
         if stored["status"] == "succeeded":
             assert stored["result"] == expected
             assert (result_status, cancel_status) == (200, 409)
@@ -179,16 +201,23 @@ def test_cancel_racing_the_last_chunk_ends_in_exactly_one_outcome(app, headers, 
         shown = get_job(app.test_client(), headers["user"], job["id"])
         assert shown["status"] == stored["status"]
         assert shown["partial_result"] is None
-        endings = [r["event"] for r in db.execute(
-            "SELECT event FROM outbox WHERE job_id = %s AND event IN "
-            "('job.succeeded', 'job.cancelled', 'job.failed')", (job["id"],))]
+        endings = [
+            r["event"]
+            for r in db.execute(
+                "SELECT event FROM outbox WHERE job_id = %s AND event IN "
+                "('job.succeeded', 'job.cancelled', 'job.failed')",
+                (job["id"],),
+            )
+        ]
         assert endings == [f"job.{stored['status']}"]
 
 
 # --- retry ------------------------------------------------------------------------------------
 
+
 def test_retrying_a_job_that_ran_out_of_read_retries_finishes_it_and_keeps_accepted_summaries(
-        client, headers, db, worker):
+    client, headers, db, worker
+):
     job = submit(client, headers["user"], DATA, chunks=4)
     assert worker.run(worker.claim_one()).status_code == 200
     exhaust_read_retries(worker, worker.claim_one())
@@ -272,8 +301,10 @@ def test_only_a_failed_job_can_be_retried(client, headers, worker):
 
 # --- progress and audit -----------------------------------------------------------------------
 
+
 def test_progress_never_decreases_through_a_lost_lease_and_a_retry_and_is_one_only_on_success(
-        client, headers, rt, worker):
+    client, headers, rt, worker
+):
     samples: list[tuple[str, float]] = []
     job = submit(client, headers["user"], DATA, chunks=3)
 
@@ -307,7 +338,8 @@ def test_progress_never_decreases_through_a_lost_lease_and_a_retry_and_is_one_on
 
 
 def test_cancel_and_retry_are_audited_with_the_actor_and_the_trace_id(
-        client, headers, db, rt, worker):
+    client, headers, db, rt, worker
+):
     job = submit(client, headers["user"], DATA, chunks=2)
     for _ in range(2):
         worker.claim_one()
@@ -321,15 +353,24 @@ def test_cancel_and_retry_are_audited_with_the_actor_and_the_trace_id(
     assert retried.status_code == cancelled.status_code == 200
     assert retried.headers["X-Trace-Id"] == retry_trace
     assert cancelled.headers["X-Trace-Id"] == cancel_trace
-    audit = db.execute("SELECT actor, action, target, trace_id FROM audit_log "
-                       "WHERE action <> 'job.create' ORDER BY id").fetchall()
+    audit = db.execute(
+        "SELECT actor, action, target, trace_id FROM audit_log "
+        "WHERE action <> 'job.create' ORDER BY id"
+    ).fetchall()
     assert audit == [
-        {"actor": "operator", "action": "job.retry", "target": job["id"],
-         "trace_id": retry_trace},
-        {"actor": "compute_user", "action": "job.cancel", "target": job["id"],
-         "trace_id": cancel_trace},
+        {"actor": "operator", "action": "job.retry", "target": job["id"], "trace_id": retry_trace},
+        {
+            "actor": "compute_user",
+            "action": "job.cancel",
+            "target": job["id"],
+            "trace_id": cancel_trace,
+        },
     ]
-    events = db.execute("SELECT event, trace_id FROM outbox WHERE event IN "
-                        "('job.retried', 'job.cancelled') ORDER BY id").fetchall()
-    assert events == [{"event": "job.retried", "trace_id": retry_trace},
-                      {"event": "job.cancelled", "trace_id": cancel_trace}]
+    events = db.execute(
+        "SELECT event, trace_id FROM outbox WHERE event IN "
+        "('job.retried', 'job.cancelled') ORDER BY id"
+    ).fetchall()
+    assert events == [
+        {"event": "job.retried", "trace_id": retry_trace},
+        {"event": "job.cancelled", "trace_id": cancel_trace},
+    ]

@@ -44,8 +44,9 @@ def chunk_state(db, task_id: str) -> dict:
     """Everything a result could change about a chunk: its row, attempts and summaries."""
     return {
         "task": db.execute("SELECT * FROM tasks WHERE id = %s", (task_id,)).fetchone(),
-        "attempts": db.execute("SELECT * FROM task_attempts WHERE task_id = %s ORDER BY attempt",
-                               (task_id,)).fetchall(),
+        "attempts": db.execute(
+            "SELECT * FROM task_attempts WHERE task_id = %s ORDER BY attempt", (task_id,)
+        ).fetchall(),
         "summaries": db.execute("SELECT * FROM chunk_summaries ORDER BY chunk_index").fetchall(),
         "events": db.execute("SELECT * FROM outbox ORDER BY id").fetchall(),
     }
@@ -53,8 +54,9 @@ def chunk_state(db, task_id: str) -> dict:
 
 def attempt_outcomes(db, task_id: str) -> list[str | None]:
     """The outcome of each attempt at a chunk, oldest first."""
-    rows = db.execute("SELECT outcome FROM task_attempts WHERE task_id = %s ORDER BY attempt",
-                      (task_id,)).fetchall()
+    rows = db.execute(
+        "SELECT outcome FROM task_attempts WHERE task_id = %s ORDER BY attempt", (task_id,)
+    ).fetchall()
     return [r["outcome"] for r in rows]
 
 
@@ -66,8 +68,10 @@ def test_the_sample_file_has_what_the_merge_must_get_right():
 
 # --- the claim payload and the input ------------------------------------------------------------
 
+
 def test_claimed_chunks_carry_their_plan_and_an_input_uri_serving_exactly_their_bytes(
-        client, headers, worker, other_worker):
+    client, headers, worker, other_worker
+):
     job = submit(client, headers["user"], DATA, chunks=4)
     claimed = worker.claim(capacity=2) + other_worker.claim(capacity=2)
     holders = [worker, worker, other_worker, other_worker]
@@ -81,17 +85,23 @@ def test_claimed_chunks_carry_their_plan_and_an_input_uri_serving_exactly_their_
         assert task["input_uri"] == f"/api/v1/tasks/{task['task_id']}/input"
         start = task["chunk_index"] * 251
         assert task["parameters"] == {
-            "column": "value", "column_index": 2, "delimiter": ",", "record_start": start,
-            "record_end": min(start + 251, 1001), "first_line": line}
+            "column": "value",
+            "column_index": 2,
+            "delimiter": ",",
+            "record_start": start,
+            "record_end": min(start + 251, 1001),
+            "first_line": line,
+        }
         body = holder.read_bytes(task)
         assert hashlib.sha256(body).hexdigest() == task["input_sha256"]
         line += body.count(b"\n")  # the sample's only line breaks are LF and CRLF
         pieces.append(body)
-    assert b"".join(pieces) == DATA[len(HEADER):]
+    assert b"".join(pieces) == DATA[len(HEADER) :]
 
 
 def test_reading_a_chunks_input_needs_the_current_attempt_of_its_lease_holder(
-        client, headers, worker, other_worker):
+    client, headers, worker, other_worker
+):
     submit(client, headers["user"], DATA)
     task = worker.claim_one()
 
@@ -107,9 +117,11 @@ def test_reading_a_chunks_input_needs_the_current_attempt_of_its_lease_holder(
 
 # --- merging ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("chunks", [1, 4, 64])
 def test_the_merged_result_equals_one_sequential_pass_over_the_file(
-        client, headers, worker, chunks):
+    client, headers, worker, chunks
+):
     job = submit(client, headers["user"], DATA, chunks=chunks)
 
     ran = worker.drain()
@@ -123,7 +135,8 @@ def test_the_merged_result_equals_one_sequential_pass_over_the_file(
 
 
 def test_each_chunk_keeps_exactly_one_accepted_summary_and_a_replayed_result_adds_nothing(
-        client, headers, db, worker):
+    client, headers, db, worker
+):
     job = submit(client, headers["user"], DATA, chunks=4)
     for _ in range(3):
         assert worker.run(worker.claim_one()).status_code == 200
@@ -138,8 +151,10 @@ def test_each_chunk_keeps_exactly_one_accepted_summary_and_a_replayed_result_add
     assert replay.status_code == 200
     assert replay.get_json()["status"] == "completed"
     assert row_counts(db) == before
-    rows = db.execute("SELECT chunk_index, attempt FROM chunk_summaries WHERE job_id = %s "
-                      "ORDER BY chunk_index", (job["id"],)).fetchall()
+    rows = db.execute(
+        "SELECT chunk_index, attempt FROM chunk_summaries WHERE job_id = %s ORDER BY chunk_index",
+        (job["id"],),
+    ).fetchall()
     assert rows == [{"chunk_index": i, "attempt": 1} for i in range(4)]
 
 
@@ -150,8 +165,9 @@ def test_a_different_result_for_an_accepted_attempt_is_a_conflict(client, header
     assert worker.report_result(task, summary).status_code == 200
     before = chunk_state(db, task["task_id"])
 
-    changed = worker.report_result(task, {**summary, "sum": summary["sum"] + 1,
-                                          "max_prefix": summary["max_prefix"] + 10**9})
+    changed = worker.report_result(
+        task, {**summary, "sum": summary["sum"] + 1, "max_prefix": summary["max_prefix"] + 10**9}
+    )
 
     assert changed.status_code == 409
     assert changed.get_json()["error"]["code"] == "result_conflict"
@@ -172,8 +188,7 @@ def test_a_summary_with_a_wrong_digest_is_422_and_not_accepted(client, headers, 
     assert worker.report_result(task, summary).status_code == 200  # the lease is still held
 
 
-def test_a_summary_with_a_wrong_record_count_is_422_and_not_accepted(
-        client, headers, db, worker):
+def test_a_summary_with_a_wrong_record_count_is_422_and_not_accepted(client, headers, db, worker):
     submit(client, headers["user"], DATA, chunks=4)
     task = worker.claim_one()
     summary = worker.summarise(task).to_dict()
@@ -188,8 +203,10 @@ def test_a_summary_with_a_wrong_record_count_is_422_and_not_accepted(
 
 # --- fencing ----------------------------------------------------------------------------------
 
+
 def test_a_result_from_an_attempt_whose_lease_expired_and_was_reclaimed_is_409_stale(
-        client, headers, db, rt, worker, other_worker):
+    client, headers, db, rt, worker, other_worker
+):
     submit(client, headers["user"], DATA, chunks=4)
     stale = worker.claim_one()
     summary = worker.summarise(stale).to_dict()
@@ -207,7 +224,8 @@ def test_a_result_from_an_attempt_whose_lease_expired_and_was_reclaimed_is_409_s
 
 
 def test_a_result_from_another_worker_under_the_current_attempt_is_409_lease_lost(
-        client, headers, db, worker, other_worker):
+    client, headers, db, worker, other_worker
+):
     submit(client, headers["user"], DATA, chunks=4)
     task = worker.claim_one()
     summary = worker.summarise(task).to_dict()
@@ -222,8 +240,10 @@ def test_a_result_from_another_worker_under_the_current_attempt_is_409_lease_los
 
 # --- failure classes --------------------------------------------------------------------------
 
+
 def test_invalid_input_is_never_retried_and_fails_the_job_naming_the_record_and_line(
-        client, headers, db, worker, other_worker):
+    client, headers, db, worker, other_worker
+):
     data = generate_csv(1001, seed=7, malformed_at=MALFORMED_AT)
     with pytest.raises(csvstats.InvalidInput) as sequential:
         csvstats.sequential_totals(data, "value")
@@ -242,16 +262,19 @@ def test_invalid_input_is_never_retried_and_fails_the_job_naming_the_record_and_
     assert failed["status"] == "failed"
     error = failed["error"]
     assert error["code"] == "invalid_input"
-    assert (error["details"]["record"], error["details"]["line"]) == (
-        sequential.value.record.record, sequential.value.record.line) == (
-        MALFORMED_AT, sequential.value.record.line)
+    assert (
+        (error["details"]["record"], error["details"]["line"])
+        == (sequential.value.record.record, sequential.value.record.line)
+        == (MALFORMED_AT, sequential.value.record.line)
+    )
     assert f"record {MALFORMED_AT} (line {sequential.value.record.line})" in error["message"]
     assert attempt_outcomes(db, bad["task_id"]) == ["failed"]
     assert worker.claim() == []
 
 
 def test_unreadable_input_is_retried_twice_then_fails_the_job_as_attempts_exhausted(
-        client, headers, db, worker):
+    client, headers, db, worker
+):
     job = submit(client, headers["user"], DATA, chunks=4)
     task = worker.claim_one()
     for attempt in (1, 2, 3):
@@ -265,8 +288,10 @@ def test_unreadable_input_is_retried_twice_then_fails_the_job_as_attempts_exhaus
     assert failed["error"]["code"] == "attempts_exhausted"
     assert failed["error"]["details"]["error_code"] == "input_unavailable"
     assert attempt_outcomes(db, task["task_id"]) == ["retried", "retried", "failed"]
-    assert db.execute("SELECT attempt < max_attempts AS budget_stopped FROM tasks WHERE id = %s",
-                      (task["task_id"],)).fetchone()["budget_stopped"]
+    assert db.execute(
+        "SELECT attempt < max_attempts AS budget_stopped FROM tasks WHERE id = %s",
+        (task["task_id"],),
+    ).fetchone()["budget_stopped"]
     assert worker.claim() == []
 
 
@@ -287,7 +312,8 @@ def test_a_lost_lease_is_retried_once_then_fails_the_job(client, headers, db, rt
 
 
 def test_a_failed_job_shows_its_completed_chunks_as_a_partial_result_and_no_result(
-        client, headers, db, worker):
+    client, headers, db, worker
+):
     job = submit(client, headers["user"], DATA, chunks=4)
     completed = b""
     for _ in range(3):
@@ -303,29 +329,44 @@ def test_a_failed_job_shows_its_completed_chunks_as_a_partial_result_and_no_resu
     assert failed["result"] is None
     expected = csvstats.sequential_totals(HEADER.encode() + completed, "value").to_dict()
     assert failed["partial_result"] == {**expected, "chunks": [0, 1, 2], "partial": True}
-    assert db.execute("SELECT result FROM jobs WHERE id = %s", (job["id"],)
-                      ).fetchone()["result"] is None
+    assert (
+        db.execute("SELECT result FROM jobs WHERE id = %s", (job["id"],)).fetchone()["result"]
+        is None
+    )
 
 
 # Three chunks of two records each; the first error of a sequential pass decides the outcome.
 NEAR_MAX = 9223372036854775800  # int64 max is ...807
 FIRST_ERRORS = {
     "overflow-in-an-earlier-chunk": (
-        [f"{NEAR_MAX}", "7", "1", "-5", "2", "not-a-number"], "sum_overflow", 1),
+        [f"{NEAR_MAX}", "7", "1", "-5", "2", "not-a-number"],
+        "sum_overflow",
+        1,
+    ),
     "overflow-before-the-bad-record-in-its-chunk": (
-        ["1", "2", f"{NEAR_MAX}", "1", "9", "not-a-number"], "sum_overflow", 2),
+        ["1", "2", f"{NEAR_MAX}", "1", "9", "not-a-number"],
+        "sum_overflow",
+        2,
+    ),
     "bad-record-before-a-later-overflow": (
-        [f"{NEAR_MAX}", "1", "not-a-number", "3", "9", "9"], "invalid_input", 1),
+        [f"{NEAR_MAX}", "1", "not-a-number", "3", "9", "9"],
+        "invalid_input",
+        1,
+    ),
 }
 
 
-@pytest.mark.parametrize("bad_chunk_reports_first", [True, False],
-                         ids=["bad-chunk-reports-first", "bad-chunk-reports-last"])
-@pytest.mark.parametrize("values, code, chunk_index", FIRST_ERRORS.values(),
-                         ids=FIRST_ERRORS.keys())
+@pytest.mark.parametrize(
+    "bad_chunk_reports_first",
+    [True, False],
+    ids=["bad-chunk-reports-first", "bad-chunk-reports-last"],
+)
+@pytest.mark.parametrize(
+    "values, code, chunk_index", FIRST_ERRORS.values(), ids=FIRST_ERRORS.keys()
+)
 def test_the_job_fails_with_the_first_error_a_sequential_pass_would_meet(
-        client, headers, worker, other_worker, values, code, chunk_index,
-        bad_chunk_reports_first):
+    client, headers, worker, other_worker, values, code, chunk_index, bad_chunk_reports_first
+):
     data = b"id,value\n" + b"".join(f"{n},{v}\n".encode() for n, v in enumerate(values, 1))
     sequential = {"sum_overflow": csvstats.SumOverflow, "invalid_input": csvstats.InvalidInput}
     with pytest.raises(sequential[code]):
@@ -341,9 +382,11 @@ def test_the_job_fails_with_the_first_error_a_sequential_pass_would_meet(
     for i in order:
         if get_job(client, headers["user"], job["id"])["status"] != "running":
             break  # a failure before the bad chunk may end the job early; never here
-        report = (holders[i].report_invalid_input(claimed[i], summaries[i])
-                  if summaries[i].error else holders[i].report_result(claimed[i],
-                                                                      summaries[i].to_dict()))
+        report = (
+            holders[i].report_invalid_input(claimed[i], summaries[i])
+            if summaries[i].error
+            else holders[i].report_result(claimed[i], summaries[i].to_dict())
+        )
         assert report.status_code == 200, report.get_json()
 
     failed = get_job(client, headers["user"], job["id"])
@@ -354,8 +397,10 @@ def test_the_job_fails_with_the_first_error_a_sequential_pass_would_meet(
 
 # --- views and events -------------------------------------------------------------------------
 
+
 def test_chunk_views_show_each_chunk_with_its_attempts_summary_and_error(
-        client, headers, db, rt, worker, other_worker):
+    client, headers, db, rt, worker, other_worker
+):
     job = submit(client, headers["user"], DATA, chunks=4)
     assert worker.run(worker.claim_one()).status_code == 200
     lost = worker.claim_one()
@@ -367,35 +412,53 @@ def test_chunk_views_show_each_chunk_with_its_attempts_summary_and_error(
 
     assert response.status_code == 200
     chunks = response.get_json()["chunks"]
-    accepted = {r["task_id"]: r["summary"] for r in db.execute(
-        "SELECT task_id::text, summary FROM chunk_summaries").fetchall()}
+    accepted = {
+        r["task_id"]: r["summary"]
+        for r in db.execute("SELECT task_id::text, summary FROM chunk_summaries").fetchall()
+    }
     assert [c["index"] for c in chunks] == [0, 1, 2, 3]
     for c in chunks:
-        assert {"id", "index", "record_start", "record_end", "state", "attempt", "attempts",
-                "summary", "error"} <= c.keys()
-        assert (c["record_start"], c["record_end"]) == (c["index"] * 251,
-                                                        min(c["index"] * 251 + 251, 1001))
+        assert {
+            "id",
+            "index",
+            "record_start",
+            "record_end",
+            "state",
+            "attempt",
+            "attempts",
+            "summary",
+            "error",
+        } <= c.keys()
+        assert (c["record_start"], c["record_end"]) == (
+            c["index"] * 251,
+            min(c["index"] * 251 + 251, 1001),
+        )
         assert c["state"] == "completed"
         assert c["summary"] == accepted[c["id"]]
         assert c["error"] is None
         for a in c["attempts"]:
-            assert {"attempt_id", "attempt", "worker_id", "state", "started_at", "finished_at",
-                    "error", "trace_id"} <= a.keys()
+            assert {
+                "attempt_id",
+                "attempt",
+                "worker_id",
+                "state",
+                "started_at",
+                "finished_at",
+                "error",
+                "trace_id",
+            } <= a.keys()
     retried = chunks[1]
     assert retried["id"] == lost["task_id"]
     assert retried["attempt"] == 2
     first, second = retried["attempts"]
-    assert (first["attempt"], first["worker_id"], first["state"]) == (1, "csv-a",
-                                                                     "lease_expired")
+    assert (first["attempt"], first["worker_id"], first["state"]) == (1, "csv-a", "lease_expired")
     assert first["error"]["code"] == "lease_expired"
-    assert (second["attempt"], second["worker_id"], second["state"]) == (2, "csv-b",
-                                                                        "completed")
+    assert (second["attempt"], second["worker_id"], second["state"]) == (2, "csv-b", "completed")
     assert first["attempt_id"] != second["attempt_id"]
     assert first["trace_id"] != second["trace_id"]
     assert first["finished_at"] and second["finished_at"]
 
-    one = client.get(f"/api/v1/jobs/{job['id']}/chunks/{lost['task_id']}",
-                     headers=headers["user"])
+    one = client.get(f"/api/v1/jobs/{job['id']}/chunks/{lost['task_id']}", headers=headers["user"])
     assert one.status_code == 200
     assert {k: v for k, v in one.get_json().items() if k != "trace_id"} == retried
 
@@ -406,8 +469,9 @@ def test_a_failed_chunk_shows_its_error_in_the_chunk_view(client, headers, worke
     while worker.report_unreadable(task).get_json()["status"] == "pending":
         task = worker.claim_one()
 
-    view = client.get(f"/api/v1/jobs/{job['id']}/chunks/{task['task_id']}",
-                      headers=headers["user"]).get_json()
+    view = client.get(
+        f"/api/v1/jobs/{job['id']}/chunks/{task['task_id']}", headers=headers["user"]
+    ).get_json()
 
     assert view["state"] == "failed"
     assert view["error"]["code"] == "input_unavailable"
@@ -416,7 +480,8 @@ def test_a_failed_chunk_shows_its_error_in_the_chunk_view(client, headers, worke
 
 
 def test_the_event_feed_shows_the_job_created_each_chunk_completed_then_the_job_succeeded(
-        client, headers, worker):
+    client, headers, worker
+):
     job = submit(client, headers["user"], DATA, chunks=4)
     worker.drain()
 
@@ -424,18 +489,23 @@ def test_the_event_feed_shows_the_job_created_each_chunk_completed_then_the_job_
 
     events = feed.get_json()["events"]
     assert [e["event"] for e in events] == ["job.created"] + ["chunk.completed"] * 4 + [
-        "job.succeeded"]
+        "job.succeeded"
+    ]
     assert {e["job_id"] for e in events} == {job["id"]}
     assert [e["payload"]["chunk_index"] for e in events[1:5]] == [0, 1, 2, 3]
-    assert events[-1]["payload"]["result"] == get_job(client, headers["user"], job["id"])[
-        "result"]
+    assert events[-1]["payload"]["result"] == get_job(client, headers["user"], job["id"])["result"]
     assert [e["id"] for e in events] == sorted(e["id"] for e in events)
-    assert client.get("/api/v1/events", query_string={"after": 0},
-                      headers=headers["other"]).get_json()["events"] == []
+    assert (
+        client.get(
+            "/api/v1/events", query_string={"after": 0}, headers=headers["other"]
+        ).get_json()["events"]
+        == []
+    )
 
 
 def test_another_users_job_is_404_on_every_route_while_owner_and_operator_see_it(
-        client, headers, db, worker):
+    client, headers, db, worker
+):
     job = submit(client, headers["user"], DATA, chunks=2)
     chunk = worker.claim_one()
     base = f"/api/v1/jobs/{job['id']}"

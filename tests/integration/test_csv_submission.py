@@ -41,8 +41,10 @@ def archive_dir(app_config):
 
 # --- idempotency ------------------------------------------------------------------------------
 
+
 def test_replaying_a_submission_with_its_idempotency_key_returns_the_same_job_and_writes_nothing(
-        client, headers, db, archive_dir):
+    client, headers, db, archive_dir
+):
     first = upload(client, headers["user"], DATA, key="k-1")
     assert first.status_code == 201
     before, archived = row_counts(db), files_under(archive_dir)
@@ -68,11 +70,14 @@ def test_reusing_an_idempotency_key_for_a_different_file_is_a_conflict(client, h
     assert row_counts(db) == before
 
 
-@pytest.mark.parametrize("changed", [{"chunks": 3}, {"column": "id"}, {"priority": 9},
-                                     {"labels": ("team=data",)}],
-                         ids=["chunks", "column", "priority", "labels"])
+@pytest.mark.parametrize(
+    "changed",
+    [{"chunks": 3}, {"column": "id"}, {"priority": 9}, {"labels": ("team=data",)}],
+    ids=["chunks", "column", "priority", "labels"],
+)
 def test_reusing_an_idempotency_key_with_different_parameters_is_a_conflict(
-        client, headers, db, changed):
+    client, headers, db, changed
+):
     submit(client, headers["user"], DATA, key="k-1")
     before = row_counts(db)
 
@@ -83,8 +88,7 @@ def test_reusing_an_idempotency_key_with_different_parameters_is_a_conflict(
     assert row_counts(db) == before
 
 
-def test_concurrent_submissions_with_one_idempotency_key_create_exactly_one_job(
-        app, headers, db):
+def test_concurrent_submissions_with_one_idempotency_key_create_exactly_one_job(app, headers, db):
     submitters = 8
     barrier = threading.Barrier(submitters)
     responses = []
@@ -109,8 +113,10 @@ def test_concurrent_submissions_with_one_idempotency_key_create_exactly_one_job(
     counts = row_counts(db)
     assert counts["jobs"] == 1
     assert counts["tasks"] == 4
-    assert db.execute("SELECT count(*) AS n FROM outbox WHERE event = 'job.created'"
-                      ).fetchone()["n"] == 1
+    assert (
+        db.execute("SELECT count(*) AS n FROM outbox WHERE event = 'job.created'").fetchone()["n"]
+        == 1
+    )
 
 
 def test_idempotency_keys_are_per_user(client, headers, db):
@@ -125,11 +131,14 @@ def test_idempotency_keys_are_per_user(client, headers, db):
 
 # --- the size limit ---------------------------------------------------------------------------
 
+
 @settings(CHUNKWISE_MAX_UPLOAD_BYTES="1000")
-@pytest.mark.parametrize("size", [1001, 1000 + 1024 * 1024 + 1],
-                         ids=["just-over", "over-the-request-cap"])
+@pytest.mark.parametrize(
+    "size", [1001, 1000 + 1024 * 1024 + 1], ids=["just-over", "over-the-request-cap"]
+)
 def test_an_upload_over_the_size_limit_is_413_and_leaves_no_rows_and_no_spool(
-        client, headers, db, temp_dir, archive_dir, size):
+    client, headers, db, temp_dir, archive_dir, size
+):
     data = generate_csv(size // 10, seed=3)
     data = (data * (size // len(data) + 1))[:size]
     before = row_counts(db)
@@ -175,14 +184,20 @@ BAD_SUBMISSIONS = {
 }
 
 
-@pytest.mark.parametrize("field, data, options", BAD_SUBMISSIONS.values(),
-                         ids=BAD_SUBMISSIONS.keys())
+@pytest.mark.parametrize(
+    "field, data, options", BAD_SUBMISSIONS.values(), ids=BAD_SUBMISSIONS.keys()
+)
 def test_each_bad_field_is_422_naming_it_and_writes_nothing(
-        client, headers, db, temp_dir, archive_dir, field, data, options):
+    client, headers, db, temp_dir, archive_dir, field, data, options
+):
     before = row_counts(db)
     if data is NO_FILE:
-        response = client.post("/api/v1/jobs", data={"column": "value", "chunks": "2"},
-                               headers=headers["user"], content_type="multipart/form-data")
+        response = client.post(
+            "/api/v1/jobs",
+            data={"column": "value", "chunks": "2"},
+            headers=headers["user"],
+            content_type="multipart/form-data",
+        )
     else:
         response = upload(client, headers["user"], data, **{"chunks": 2, **options})
 
@@ -197,16 +212,23 @@ def test_each_bad_field_is_422_naming_it_and_writes_nothing(
 
 # --- labels -----------------------------------------------------------------------------------
 
+
 def test_labels_are_stored_returned_and_filterable(client, headers, db):
     tagged = submit(client, headers["user"], DATA, labels=("team=data", "env=test"))
     submit(client, headers["user"], OTHER_DATA, labels=("team=web",))
 
     assert tagged["labels"] == {"team": "data", "env": "test"}
     assert get_job(client, headers["user"], tagged["id"])["labels"] == tagged["labels"]
-    assert db.execute("SELECT labels FROM jobs WHERE id = %s", (tagged["id"],)
-                      ).fetchone()["labels"] == {"team": "data", "env": "test"}
-    listed = client.get("/api/v1/jobs", query_string={"label": "team=data"},
-                        headers=headers["user"]).get_json()["jobs"]
+    assert db.execute("SELECT labels FROM jobs WHERE id = %s", (tagged["id"],)).fetchone()[
+        "labels"
+    ] == {"team": "data", "env": "test"}
+    listed = client.get(
+        "/api/v1/jobs", query_string={"label": "team=data"}, headers=headers["user"]
+    ).get_json()["jobs"]
     assert [j["id"] for j in listed] == [tagged["id"]]
-    assert client.get("/api/v1/jobs", query_string={"label": "team=ops"},
-                      headers=headers["user"]).get_json()["jobs"] == []
+    assert (
+        client.get(
+            "/api/v1/jobs", query_string={"label": "team=ops"}, headers=headers["user"]
+        ).get_json()["jobs"]
+        == []
+    )

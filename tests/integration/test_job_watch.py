@@ -21,8 +21,10 @@ def version_of(client, headers, job_id: str) -> str:
 
 def watch(client, headers, job_id: str, etag: str, wait_seconds: float, as_: str = "user"):
     """GET the job naming the version the caller has, waiting up to wait_seconds."""
-    return client.get(f"/api/v1/jobs/{job_id}?wait_seconds={wait_seconds}",
-                      headers={**headers[as_], "If-None-Match": etag})
+    return client.get(
+        f"/api/v1/jobs/{job_id}?wait_seconds={wait_seconds}",
+        headers={**headers[as_], "If-None-Match": etag},
+    )
 
 
 def test_a_get_naming_the_current_version_is_304_without_a_body(submit, client, headers):
@@ -46,7 +48,8 @@ def test_a_weakened_etag_names_the_same_version(submit, client, headers):
 
 
 def test_the_version_changes_when_a_chunk_is_leased_and_again_when_it_completes(
-        submit, claim, complete, client, headers):
+    submit, claim, complete, client, headers
+):
     job = submit(manifest(2))
     queued = version_of(client, headers, job["id"])
     [leased] = claim(WORKER)
@@ -61,7 +64,8 @@ def test_the_version_changes_when_a_chunk_is_leased_and_again_when_it_completes(
 
 
 def test_a_waiting_get_answers_as_soon_as_another_coordinator_completes_a_chunk(
-        rt, submit, claim, client, headers):
+    rt, submit, claim, client, headers
+):
     job = submit(manifest(2))
     [leased] = claim(WORKER)
     etag = version_of(client, headers, job["id"])
@@ -71,8 +75,13 @@ def test_a_waiting_get_answers_as_soon_as_another_coordinator_completes_a_chunk(
 
     def complete_soon() -> None:
         time.sleep(0.3)
-        tasks.complete_task(elsewhere, uuid.UUID(leased["task_id"]), WORKER, leased["attempt"],
-                            tasks.TaskResult(uri, sha256_of(uri), {}))
+        tasks.complete_task(
+            elsewhere,
+            uuid.UUID(leased["task_id"]),
+            WORKER,
+            leased["attempt"],
+            tasks.TaskResult(uri, sha256_of(uri), {}),
+        )
 
     completer = threading.Thread(target=complete_soon)
     started = time.monotonic()
@@ -89,7 +98,8 @@ def test_a_waiting_get_answers_as_soon_as_another_coordinator_completes_a_chunk(
 
 
 def test_a_waiting_get_on_a_job_that_does_not_change_is_304_after_wait_seconds(
-        submit, client, headers):
+    submit, client, headers
+):
     job = submit(manifest(1))
     etag = version_of(client, headers, job["id"])
 
@@ -100,8 +110,7 @@ def test_a_waiting_get_on_a_job_that_does_not_change_is_304_after_wait_seconds(
     assert 1.2 <= time.monotonic() - started < 3
 
 
-def test_a_get_naming_an_old_version_answers_at_once_with_the_job(
-        submit, claim, client, headers):
+def test_a_get_naming_an_old_version_answers_at_once_with_the_job(submit, claim, client, headers):
     job = submit(manifest(1))
     etag = version_of(client, headers, job["id"])
     claim(WORKER)
@@ -129,7 +138,8 @@ def test_a_wait_outside_0_to_30_seconds_is_422_naming_wait_seconds(submit, clien
     job = submit(manifest(1))
 
     for bad in ("31", "-1", "soon"):
-        response = client.get(f"/api/v1/jobs/{job['id']}?wait_seconds={bad}",
-                              headers=headers["user"])
+        response = client.get(
+            f"/api/v1/jobs/{job['id']}?wait_seconds={bad}", headers=headers["user"]
+        )
         assert response.status_code == 422
         assert "wait_seconds" in response.get_json()["error"]["details"]["fields"]

@@ -39,20 +39,31 @@ def later(minutes: int = 5) -> datetime:
 
 def echo_spec(chunks: int, **job: object) -> JobSpec:
     """A manifest job of `chunks` echo tasks, for calling services directly."""
-    return JobSpec(workload="echo", input_uri="s3://in/", parameters={},
-                   tasks=[TaskSpec(input_uri=f"s3://in/{n}", input_sha256=sha256_of(str(n)),
-                                   parameters={}) for n in range(chunks)], **job)
+    return JobSpec(
+        workload="echo",
+        input_uri="s3://in/",
+        parameters={},
+        tasks=[
+            TaskSpec(input_uri=f"s3://in/{n}", input_sha256=sha256_of(str(n)), parameters={})
+            for n in range(chunks)
+        ],
+        **job,
+    )
 
 
 # --- concurrency and caps ---------------------------------------------------------------------
 
-def test_concurrent_workers_lease_each_task_once_lose_none_and_respect_the_caps(
-        rt, user, db):
+
+def test_concurrent_workers_lease_each_task_once_lose_none_and_respect_the_caps(rt, user, db):
     assert (rt.limits.max_leases_per_worker, rt.limits.max_leases_total) == (
-        PER_WORKER_CAP, TOTAL_CAP)
+        PER_WORKER_CAP,
+        TOTAL_CAP,
+    )
     # Several jobs: completing a chunk re-reads its whole job, which is not what this measures.
-    created = [jobs.create_job(rt, user, echo_spec(TASKS // JOBS), trace_id=uuid.uuid4().hex)
-               for _ in range(JOBS)]
+    created = [
+        jobs.create_job(rt, user, echo_spec(TASKS // JOBS), trace_id=uuid.uuid4().hex)
+        for _ in range(JOBS)
+    ]
     leases: dict[str, list[tuple[uuid.UUID, int]]] = {f"w{n}": [] for n in range(WORKERS)}
     problems: list[str] = []
     largest_claim = Counter()
@@ -73,8 +84,13 @@ def test_concurrent_workers_lease_each_task_once_lose_none_and_respect_the_caps(
                 for c in claimed:
                     leases[worker_id].append((c.task.id, c.task.attempt))
                     uri = f"s3://out/{c.task.id}"
-                    tasks.complete_task(rt, c.task.id, worker_id, c.task.attempt,
-                                        tasks.TaskResult(uri, sha256_of(uri), {}))
+                    tasks.complete_task(
+                        rt,
+                        c.task.id,
+                        worker_id,
+                        c.task.attempt,
+                        tasks.TaskResult(uri, sha256_of(uri), {}),
+                    )
                     with lock:
                         completed["all"] += 1
                         if completed["all"] >= TASKS:
@@ -89,12 +105,15 @@ def test_concurrent_workers_lease_each_task_once_lose_none_and_respect_the_caps(
         with rt.pool.connection() as conn:
             while not stop.is_set() and time.monotonic() < deadline:
                 # One statement, one snapshot: both numbers describe the same instant.
-                samples.append(conn.execute(
-                    """
+                samples.append(
+                    conn.execute(
+                        """
                     SELECT COALESCE(sum(n), 0)::int AS leased, COALESCE(max(n), 0) AS busiest
                     FROM (SELECT count(*) AS n FROM tasks WHERE status = 'leased'
                           GROUP BY lease_owner) held
-                    """).fetchone())
+                    """
+                    ).fetchone()
+                )
                 conn.commit()
                 time.sleep(0.002)
 
@@ -119,14 +138,21 @@ def test_concurrent_workers_lease_each_task_once_lose_none_and_respect_the_caps(
     assert set(handed_out.values()) == {1}
     assert len(handed_out) == TASKS
     assert {task_id for task_id, _ in handed_out} == {
-        r["id"] for r in db.execute("SELECT id FROM tasks").fetchall()}
+        r["id"] for r in db.execute("SELECT id FROM tasks").fetchall()
+    }
     # The attempt history agrees: one row per (task, attempt), opened for the worker told.
     claimed_by = {lease: worker for worker, held in leases.items() for lease in held}
-    history = db.execute("SELECT task_id, attempt, worker_id, outcome FROM task_attempts"
-                         ).fetchall()
+    history = db.execute(
+        "SELECT task_id, attempt, worker_id, outcome FROM task_attempts"
+    ).fetchall()
     assert len(history) == TASKS
-    assert db.execute("SELECT task_id, attempt FROM task_attempts GROUP BY task_id, attempt"
-                      " HAVING count(*) > 1").fetchall() == []
+    assert (
+        db.execute(
+            "SELECT task_id, attempt FROM task_attempts GROUP BY task_id, attempt"
+            " HAVING count(*) > 1"
+        ).fetchall()
+        == []
+    )
     for row in history:
         assert claimed_by[(row["task_id"], row["attempt"])] == row["worker_id"]
         assert row["outcome"] == "completed"
@@ -134,7 +160,8 @@ def test_concurrent_workers_lease_each_task_once_lose_none_and_respect_the_caps(
     assert statuses == [{"status": "completed", "n": TASKS}]
     assert db.execute("SELECT sum(tasks_done) AS n FROM workers").fetchone()["n"] == TASKS
     assert db.execute("SELECT status, count(*) AS n FROM jobs GROUP BY status").fetchall() == [
-        {"status": "succeeded", "n": len(created)}]
+        {"status": "succeeded", "n": len(created)}
+    ]
 
 
 def test_a_worker_at_its_cap_gets_nothing_until_it_finishes_a_task(submit, claim, complete):
@@ -157,26 +184,32 @@ def test_claims_stop_at_the_total_cap_across_workers(submit, claim, db):
 
     assert len(leased) == TOTAL_CAP
     assert claim("one-more", capacity=PER_WORKER_CAP) == []
-    assert db.execute("SELECT count(*) AS n FROM tasks WHERE status = 'leased'"
-                      ).fetchone()["n"] == TOTAL_CAP
+    assert (
+        db.execute("SELECT count(*) AS n FROM tasks WHERE status = 'leased'").fetchone()["n"]
+        == TOTAL_CAP
+    )
 
 
 # --- lease expiry -----------------------------------------------------------------------------
 
+
 def test_an_expired_lease_returns_the_task_to_pending_for_another_worker(
-        rt, submit, claim, task_row, db):
+    rt, submit, claim, task_row, db
+):
     submit(manifest(1))
     [first] = claim(WORKER)
 
     expired = tasks.expire_leases(rt, now=later())
 
     assert [(e.task.id, e.worker_id, e.task.status) for e in expired] == [
-        (uuid.UUID(first["task_id"]), WORKER, "pending")]
+        (uuid.UUID(first["task_id"]), WORKER, "pending")
+    ]
     row = task_row(first["task_id"])
     assert (row["status"], row["lease_owner"], row["lease_expires_at"]) == ("pending", None, None)
     assert (row["attempt"], row["lost_retries"], row["error_code"]) == (1, 1, "lease_expired")
-    attempt = db.execute("SELECT outcome, error_code FROM task_attempts WHERE task_id = %s",
-                         (first["task_id"],)).fetchone()
+    attempt = db.execute(
+        "SELECT outcome, error_code FROM task_attempts WHERE task_id = %s", (first["task_id"],)
+    ).fetchone()
     assert attempt == {"outcome": "lease_expired", "error_code": "lease_expired"}
     [again] = claim(OTHER_WORKER)
     assert (again["task_id"], again["attempt"]) == (first["task_id"], 2)
@@ -191,7 +224,8 @@ def test_a_lease_that_has_not_run_out_is_not_expired(rt, submit, claim, task_row
 
 
 def test_the_second_lost_lease_fails_the_task_and_the_job_with_lease_expired(
-        rt, submit, claim, task_row, job_row):
+    rt, submit, claim, task_row, job_row
+):
     assert tasks.LOST_RETRY_BUDGET == 1
     job = submit(manifest(3, max_attempts=5))
     [first] = claim(WORKER)
@@ -224,7 +258,8 @@ def test_a_lease_lost_on_the_last_attempt_fails_the_task_at_once(rt, submit, cla
 
 
 def test_a_sweep_leaves_a_job_locked_by_a_completion_alone_instead_of_deadlocking_with_it(
-        rt, submit, claim, task_row, database_url):
+    rt, submit, claim, task_row, database_url
+):
     # A completion locks the job, then its task. A sweep that locked the task first and then
     # waited for the job would deadlock with it (the last attempt's expiry settles the job).
     job = submit(manifest(1, max_attempts=1))
@@ -235,8 +270,9 @@ def test_a_sweep_leaves_a_job_locked_by_a_completion_alone_instead_of_deadlockin
         try:
             assert sweep.result(timeout=5) == []
             # The completion's next step; it would wait on a task lock held by the sweep.
-            completing.execute("UPDATE tasks SET version = version + 1 WHERE id = %s",
-                               (leased["task_id"],))
+            completing.execute(
+                "UPDATE tasks SET version = version + 1 WHERE id = %s", (leased["task_id"],)
+            )
         finally:
             completing.rollback()
 
@@ -252,8 +288,9 @@ def test_the_old_holder_of_an_expired_lease_is_fenced_off(rt, submit, claim, tas
     [second] = claim(OTHER_WORKER)
     before = task_row(first["task_id"])
 
-    response = task_call(first["task_id"], "heartbeat",
-                         {"worker_id": WORKER, "attempt": first["attempt"]})
+    response = task_call(
+        first["task_id"], "heartbeat", {"worker_id": WORKER, "attempt": first["attempt"]}
+    )
 
     assert response.status_code == 409
     assert response.get_json()["error"]["code"] == "stale_attempt"
@@ -262,6 +299,7 @@ def test_the_old_holder_of_an_expired_lease_is_fenced_off(rt, submit, claim, tas
 
 
 # --- claim order ------------------------------------------------------------------------------
+
 
 def claim_all_in_order(claim, complete, count: int) -> list[tuple[str, int]]:
     """Claim and complete one task at a time, recording (job_id, chunk_index) in claim order."""
@@ -275,18 +313,26 @@ def claim_all_in_order(claim, complete, count: int) -> list[tuple[str, int]]:
 
 
 def test_a_later_high_priority_job_is_leased_before_an_earlier_low_priority_one(
-        submit, claim, complete):
+    submit, claim, complete
+):
     low = submit(manifest(3, priority=10))
     high = submit(manifest([2, 0, 1], priority=200))
 
     order = claim_all_in_order(claim, complete, 6)
 
-    assert order == [(high["id"], 0), (high["id"], 1), (high["id"], 2),
-                     (low["id"], 0), (low["id"], 1), (low["id"], 2)]
+    assert order == [
+        (high["id"], 0),
+        (high["id"], 1),
+        (high["id"], 2),
+        (low["id"], 0),
+        (low["id"], 1),
+        (low["id"], 2),
+    ]
 
 
 def test_tasks_of_one_job_are_leased_in_chunk_order_whatever_the_manifest_order(
-        submit, claim, complete):
+    submit, claim, complete
+):
     job = submit(manifest([7, 3, 9, 0, 5]))
 
     order = claim_all_in_order(claim, complete, 5)
@@ -305,8 +351,10 @@ def test_jobs_of_equal_priority_are_leased_oldest_first(submit, claim, complete)
 
 # --- long-polling -----------------------------------------------------------------------------
 
+
 def test_a_long_poll_claim_wakes_promptly_when_another_coordinator_creates_a_job(
-        rt, user, client, headers):
+    rt, user, client, headers
+):
     # A second coordinator on the same database: its only way to wake us is NOTIFY.
     elsewhere = replace(rt, wakeups=Wakeups(None))
     created_at: list[float] = []
@@ -319,8 +367,11 @@ def test_a_long_poll_claim_wakes_promptly_when_another_coordinator_creates_a_job
     creator = threading.Thread(target=create_soon)
     started = time.monotonic()
     creator.start()
-    response = client.post("/api/v1/tasks/claim", headers=headers["worker"], json={
-        "worker_id": WORKER, "workloads": ["echo"], "wait_seconds": 5})
+    response = client.post(
+        "/api/v1/tasks/claim",
+        headers=headers["worker"],
+        json={"worker_id": WORKER, "workloads": ["echo"], "wait_seconds": 5},
+    )
     answered = time.monotonic()
     creator.join()
 
@@ -333,8 +384,11 @@ def test_a_long_poll_claim_wakes_promptly_when_another_coordinator_creates_a_job
 
 def test_a_long_poll_claim_on_an_empty_queue_answers_204_after_wait_seconds(client, headers):
     started = time.monotonic()
-    response = client.post("/api/v1/tasks/claim", headers=headers["worker"], json={
-        "worker_id": WORKER, "workloads": ["echo"], "wait_seconds": 2})
+    response = client.post(
+        "/api/v1/tasks/claim",
+        headers=headers["worker"],
+        json={"worker_id": WORKER, "workloads": ["echo"], "wait_seconds": 2},
+    )
     elapsed = time.monotonic() - started
 
     assert response.status_code == 204

@@ -18,26 +18,47 @@ TABLES_A_JOB_WRITES = ("jobs", "tasks", "outbox", "audit_log")
 
 def row_counts(db) -> dict[str, int]:
     """How many rows each table a job creation writes holds."""
-    return {t: db.execute(f"SELECT count(*) AS n FROM {t}").fetchone()["n"]  # noqa: S608
-            for t in TABLES_A_JOB_WRITES}
+    return {
+        t: db.execute(f"SELECT count(*) AS n FROM {t}").fetchone()["n"]  # noqa: S608
+        for t in TABLES_A_JOB_WRITES
+    }
 
 
 def new_job(chunks: int) -> NewJob:
     """A job row as create_job would build it."""
-    return NewJob(id=uuid.uuid4(), owner_id=0, workload="echo", input_uri="s3://in/",
-                  input_sha256=None, parameters={}, labels={}, priority=0, chunks_total=chunks,
-                  idempotency_key=None, request_sha256=None, trace_id=uuid.uuid4().hex)
+    return NewJob(
+        id=uuid.uuid4(),
+        owner_id=0,
+        workload="echo",
+        input_uri="s3://in/",
+        input_sha256=None,
+        parameters={},
+        labels={},
+        priority=0,
+        chunks_total=chunks,
+        idempotency_key=None,
+        request_sha256=None,
+        trace_id=uuid.uuid4().hex,
+    )
 
 
 def new_task(job: NewJob, chunk_index: int, task_id: uuid.UUID | None = None) -> NewTask:
     """A task row of `job`."""
-    return NewTask(id=task_id or jobs.task_id(job.id, chunk_index), job_id=job.id,
-                   chunk_index=chunk_index, workload="echo", priority=0,
-                   input_uri=f"s3://in/{chunk_index}", input_sha256=sha256_of(str(chunk_index)),
-                   parameters={}, max_attempts=3)
+    return NewTask(
+        id=task_id or jobs.task_id(job.id, chunk_index),
+        job_id=job.id,
+        chunk_index=chunk_index,
+        workload="echo",
+        priority=0,
+        input_uri=f"s3://in/{chunk_index}",
+        input_sha256=sha256_of(str(chunk_index)),
+        parameters={},
+        max_attempts=3,
+    )
 
 
 # --- admission --------------------------------------------------------------------------------
+
 
 def duplicate_chunk_index(job: NewJob) -> list[NewTask]:
     return [new_task(job, 0), new_task(job, 1), new_task(job, 1, task_id=uuid.uuid4())]
@@ -56,10 +77,11 @@ def task_of_a_missing_job(job: NewJob) -> list[NewTask]:
     return [new_task(job, 0), new_task(new_job(1), 1)]
 
 
-@pytest.mark.parametrize("bad_tasks", [duplicate_chunk_index, negative_chunk_index,
-                                       duplicate_task_id, task_of_a_missing_job])
-def test_a_job_whose_task_insert_fails_leaves_no_job_no_task_and_no_event(
-        bad_tasks, rt, user, db):
+@pytest.mark.parametrize(
+    "bad_tasks",
+    [duplicate_chunk_index, negative_chunk_index, duplicate_task_id, task_of_a_missing_job],
+)
+def test_a_job_whose_task_insert_fails_leaves_no_job_no_task_and_no_event(bad_tasks, rt, user, db):
     job = new_job(3)
     job = NewJob(**{**job.__dict__, "owner_id": user.user_id})
     before = row_counts(db)
@@ -105,13 +127,26 @@ def test_an_idempotent_resubmission_returns_the_original_job(client, headers, db
 
 # --- aggregate status -------------------------------------------------------------------------
 
-JOB_FIELDS = {"id", "workload", "status", "revision", "priority", "chunks_total",
-              "chunks_by_state", "chunks_completed", "progress", "error", "created_at",
-              "started_at", "completed_at"}
+JOB_FIELDS = {
+    "id",
+    "workload",
+    "status",
+    "revision",
+    "priority",
+    "chunks_total",
+    "chunks_by_state",
+    "chunks_completed",
+    "progress",
+    "error",
+    "created_at",
+    "started_at",
+    "completed_at",
+}
 
 
 def test_a_manifest_job_goes_queued_running_succeeded_with_its_aggregate_status(
-        submit, claim, complete, client, headers):
+    submit, claim, complete, client, headers
+):
     created = submit(manifest(2, priority=7))
     etags = []
 
@@ -126,8 +161,13 @@ def test_a_manifest_job_goes_queued_running_succeeded_with_its_aggregate_status(
     assert queued == {**created, "trace_id": queued["trace_id"]}
     assert (queued["status"], queued["workload"], queued["priority"]) == ("queued", "echo", 7)
     assert (queued["chunks_total"], queued["chunks_completed"], queued["progress"]) == (2, 0, 0)
-    assert queued["chunks_by_state"] == {"pending": 2, "leased": 0, "completed": 0,
-                                         "failed": 0, "cancelled": 0}
+    assert queued["chunks_by_state"] == {
+        "pending": 2,
+        "leased": 0,
+        "completed": 0,
+        "failed": 0,
+        "cancelled": 0,
+    }
     assert (queued["error"], queued["started_at"], queued["completed_at"]) == (None, None, None)
 
     [first] = claim(WORKER)
@@ -177,8 +217,10 @@ def test_the_job_list_filters_by_label(submit, client, headers):
 
 # --- results ----------------------------------------------------------------------------------
 
+
 def test_results_come_back_in_chunk_order_whatever_the_order_of_completion(
-        rt, user, submit, claim, task_call, client, headers):
+    rt, user, submit, claim, task_call, client, headers
+):
     shuffle = random.Random(20240601)
     indexes = shuffle.sample(range(100), 8)
     job = submit(manifest(indexes))
@@ -208,16 +250,19 @@ def test_results_list_only_the_completed_chunks(submit, claim, complete, client,
     [first, _still_running] = claim(WORKER, capacity=2)
     complete(first)
 
-    results = client.get(f"/api/v1/jobs/{job['id']}/results",
-                         headers=headers["user"]).get_json()["results"]
+    results = client.get(f"/api/v1/jobs/{job['id']}/results", headers=headers["user"]).get_json()[
+        "results"
+    ]
 
     assert [r["chunk_index"] for r in results] == [1]
 
 
 # --- cancel and retry -------------------------------------------------------------------------
 
+
 def test_cancelling_a_job_cancels_its_tasks_and_fences_off_the_running_one(
-        submit, claim, task_call, client, headers, db):
+    submit, claim, task_call, client, headers, db
+):
     job = submit(manifest(3))
     [running] = claim(WORKER)
 
@@ -228,8 +273,9 @@ def test_cancelling_a_job_cancels_its_tasks_and_fences_off_the_running_one(
     assert response.get_json()["chunks_by_state"]["cancelled"] == 3
     statuses = db.execute("SELECT status FROM tasks WHERE job_id = %s", (job["id"],)).fetchall()
     assert {r["status"] for r in statuses} == {"cancelled"}
-    heartbeat = task_call(running["task_id"], "heartbeat",
-                          {"worker_id": WORKER, "attempt": running["attempt"]})
+    heartbeat = task_call(
+        running["task_id"], "heartbeat", {"worker_id": WORKER, "attempt": running["attempt"]}
+    )
     assert heartbeat.status_code == 409
     assert heartbeat.get_json()["error"]["code"] == "task_cancelled"
     result = task_call(running["task_id"], "result", result_body(running))
@@ -247,8 +293,9 @@ def test_cancelling_a_cancelled_job_again_is_a_200_no_op(submit, client, headers
     assert again.status_code == 200
     assert again.get_json()["status"] == "cancelled"
     assert again.get_json()["revision"] == first.get_json()["revision"]
-    events = db.execute("SELECT count(*) AS n FROM outbox WHERE event = 'job.cancelled'"
-                        ).fetchone()["n"]
+    events = db.execute(
+        "SELECT count(*) AS n FROM outbox WHERE event = 'job.cancelled'"
+    ).fetchone()["n"]
     assert events == 1
 
 
@@ -265,11 +312,15 @@ def test_cancelling_a_succeeded_job_is_409(submit, claim, complete, client, head
 
 
 def test_retrying_a_failed_job_requeues_its_chunks_under_a_new_attempt(
-        submit, claim, task_call, complete, client, headers):
+    submit, claim, task_call, complete, client, headers
+):
     job = submit(manifest(2))
     [doomed] = claim(WORKER)
-    task_call(doomed["task_id"], "failure", {"worker_id": WORKER, "attempt": 1,
-                                             "error_code": "oom", "retryable": False})
+    task_call(
+        doomed["task_id"],
+        "failure",
+        {"worker_id": WORKER, "attempt": 1, "error_code": "oom", "retryable": False},
+    )
 
     response = client.post(f"/api/v1/jobs/{job['id']}/retry", headers=headers["user"])
 
@@ -294,8 +345,10 @@ def test_retrying_a_job_that_has_not_failed_is_409(submit, client, headers):
 
 # --- events -----------------------------------------------------------------------------------
 
+
 def test_the_event_feed_tells_the_owner_its_jobs_story_in_order(
-        submit, claim, complete, client, headers):
+    submit, claim, complete, client, headers
+):
     job = submit(manifest(2))
     for task in claim(WORKER, capacity=2):
         complete(task)
@@ -304,12 +357,18 @@ def test_the_event_feed_tells_the_owner_its_jobs_story_in_order(
     feed = client.get("/api/v1/events?after=0", headers=headers["user"]).get_json()
 
     mine = [(e["event"], e["job_id"]) for e in feed["events"]]
-    assert mine == [("job.created", job["id"]), ("chunk.completed", job["id"]),
-                    ("chunk.completed", job["id"]), ("job.succeeded", job["id"])]
+    assert mine == [
+        ("job.created", job["id"]),
+        ("chunk.completed", job["id"]),
+        ("chunk.completed", job["id"]),
+        ("job.succeeded", job["id"]),
+    ]
     ids = [e["id"] for e in feed["events"]]
     assert ids == sorted(ids) and feed["next_after"] == ids[-1]
-    assert client.get(f"/api/v1/events?after={ids[-1]}",
-                      headers=headers["user"]).get_json()["events"] == []
+    assert (
+        client.get(f"/api/v1/events?after={ids[-1]}", headers=headers["user"]).get_json()["events"]
+        == []
+    )
 
 
 def test_the_event_feed_hides_other_users_events(submit, client, headers):
@@ -327,4 +386,6 @@ def test_an_operator_sees_every_users_events(submit, client, headers):
     feed = client.get("/api/v1/events?after=0", headers=headers["operator"]).get_json()
 
     assert [(e["event"], e["job_id"]) for e in feed["events"]] == [
-        ("job.created", mine["id"]), ("job.created", theirs["id"])]
+        ("job.created", mine["id"]),
+        ("job.created", theirs["id"]),
+    ]

@@ -8,8 +8,16 @@ import pytest
 from app import create_app, migrations
 from app.runtime import close
 
-QUEUE_TABLES = {"users", "api_tokens", "jobs", "tasks", "task_attempts", "workers", "outbox",
-                "audit_log"}
+QUEUE_TABLES = {
+    "users",
+    "api_tokens",
+    "jobs",
+    "tasks",
+    "task_attempts",
+    "workers",
+    "outbox",
+    "audit_log",
+}
 CSV_TABLES = {"chunk_summaries"}
 LATEST = "0003.job_changes"
 LATEST_TRIGGERS = {"jobs_announce_change", "tasks_announce_change"}
@@ -20,15 +28,18 @@ def public_tables(url: str) -> set[str]:
     with psycopg.connect(url) as conn:
         rows = conn.execute(
             "SELECT table_name FROM information_schema.tables"
-            " WHERE table_schema = 'public' AND table_type = 'BASE TABLE'").fetchall()
+            " WHERE table_schema = 'public' AND table_type = 'BASE TABLE'"
+        ).fetchall()
     return {name for (name,) in rows if not name.startswith("_yoyo") and name != "yoyo_lock"}
 
 
 def triggers(url: str) -> set[str]:
     """Names of the triggers on the public schema's tables."""
     with psycopg.connect(url) as conn:
-        rows = conn.execute("SELECT DISTINCT trigger_name FROM information_schema.triggers"
-                            " WHERE trigger_schema = 'public'").fetchall()
+        rows = conn.execute(
+            "SELECT DISTINCT trigger_name FROM information_schema.triggers"
+            " WHERE trigger_schema = 'public'"
+        ).fetchall()
     return {name for (name,) in rows}
 
 
@@ -36,8 +47,7 @@ def test_the_latest_migration_is_the_one_these_tests_roll_back():
     assert migrations.migration_ids()[-1] == LATEST
 
 
-def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(
-        empty_database_url):
+def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(empty_database_url):
     assert public_tables(empty_database_url) == set()
 
     migrations.apply(empty_database_url)
@@ -79,7 +89,8 @@ def rolled_back_app(app_config, database_url):
 
 
 def test_readyz_is_503_naming_the_missing_migration_when_the_schema_is_behind(
-        rolled_back_app, database_url):
+    rolled_back_app, database_url
+):
     client = rolled_back_app.test_client()
 
     response = client.get("/readyz")

@@ -27,8 +27,14 @@ def lease_call(action: str, claimed: dict, worker_id: str, attempt: int) -> dict
 
 def failure(claimed: dict, code: str, retryable: bool, worker_id: str = WORKER) -> dict:
     """A failure report for a claimed task under its own attempt."""
-    return {"worker_id": worker_id, "attempt": claimed["attempt"], "error_code": code,
-            "error_message": f"{code} happened", "retryable": retryable, "details": {"n": 1}}
+    return {
+        "worker_id": worker_id,
+        "attempt": claimed["attempt"],
+        "error_code": code,
+        "error_message": f"{code} happened",
+        "retryable": retryable,
+        "details": {"n": 1},
+    }
 
 
 @pytest.fixture
@@ -36,23 +42,27 @@ def history(db):
     """The attempt rows of a task, oldest first."""
 
     def rows(task_id: str) -> list[dict]:
-        return db.execute("SELECT * FROM task_attempts WHERE task_id = %s ORDER BY attempt",
-                          (task_id,)).fetchall()
+        return db.execute(
+            "SELECT * FROM task_attempts WHERE task_id = %s ORDER BY attempt", (task_id,)
+        ).fetchall()
 
     return rows
 
 
 # --- fencing ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("action", ["heartbeat", "result", "failure"])
 def test_a_worker_cannot_touch_a_task_leased_to_another_worker(
-        action, submit, claim, task_call, task_row, history):
+    action, submit, claim, task_call, task_row, history
+):
     submit(manifest(1))
     [leased] = claim(WORKER)
     before, attempts_before = task_row(leased["task_id"]), history(leased["task_id"])
 
-    response = task_call(leased["task_id"], action,
-                         lease_call(action, leased, OTHER_WORKER, leased["attempt"]))
+    response = task_call(
+        leased["task_id"], action, lease_call(action, leased, OTHER_WORKER, leased["attempt"])
+    )
 
     assert response.status_code == 409
     assert response.get_json()["error"]["code"] == "lease_lost"
@@ -62,7 +72,8 @@ def test_a_worker_cannot_touch_a_task_leased_to_another_worker(
 
 @pytest.mark.parametrize("action", ["heartbeat", "result", "failure"])
 def test_a_worker_cannot_touch_its_task_under_an_old_attempt(
-        action, rt, submit, claim, task_call, task_row, history):
+    action, rt, submit, claim, task_call, task_row, history
+):
     submit(manifest(1))
     [first] = claim(WORKER)
     tasks.expire_leases(rt, now=later())
@@ -81,13 +92,17 @@ def test_a_worker_cannot_touch_its_task_under_an_old_attempt(
 
 
 def test_the_lease_holder_renews_its_lease_and_stores_the_checkpoint(
-        submit, claim, task_call, task_row):
+    submit, claim, task_call, task_row
+):
     submit(manifest(1))
     [leased] = claim(WORKER)
     expires_before = task_row(leased["task_id"])["lease_expires_at"]
 
-    response = task_call(leased["task_id"], "heartbeat",
-                         {"worker_id": WORKER, "attempt": 1, "checkpoint": {"rows": 10}})
+    response = task_call(
+        leased["task_id"],
+        "heartbeat",
+        {"worker_id": WORKER, "attempt": 1, "checkpoint": {"rows": 10}},
+    )
 
     assert response.status_code == 200
     row = task_row(leased["task_id"])
@@ -97,8 +112,11 @@ def test_the_lease_holder_renews_its_lease_and_stores_the_checkpoint(
 
 
 def test_a_heartbeat_for_a_missing_task_is_404(client, headers):
-    response = client.post("/api/v1/tasks/00000000-0000-0000-0000-000000000000/heartbeat",
-                           json={"worker_id": WORKER, "attempt": 1}, headers=headers["worker"])
+    response = client.post(
+        "/api/v1/tasks/00000000-0000-0000-0000-000000000000/heartbeat",
+        json={"worker_id": WORKER, "attempt": 1},
+        headers=headers["worker"],
+    )
 
     assert response.status_code == 404
     assert response.get_json()["error"]["code"] == "not_found"
@@ -106,8 +124,10 @@ def test_a_heartbeat_for_a_missing_task_is_404(client, headers):
 
 # --- results ----------------------------------------------------------------------------------
 
+
 def test_resubmitting_the_same_result_for_the_same_attempt_completes_the_task_once(
-        submit, claim, task_call, task_row, history, db):
+    submit, claim, task_call, task_row, history, db
+):
     submit(manifest(2))
     [leased] = claim(WORKER)
     body = result_body(leased)
@@ -121,15 +141,21 @@ def test_resubmitting_the_same_result_for_the_same_attempt_completes_the_task_on
     assert second.get_json()["result_uri"] == body["result_uri"]
     assert task_row(leased["task_id"]) == after_first
     assert [a["outcome"] for a in history(leased["task_id"])] == ["completed"]
-    completions = db.execute("SELECT count(*) AS n FROM outbox WHERE event = 'chunk.completed'"
-                             ).fetchone()["n"]
+    completions = db.execute(
+        "SELECT count(*) AS n FROM outbox WHERE event = 'chunk.completed'"
+    ).fetchone()["n"]
     assert completions == 1
-    assert db.execute("SELECT tasks_done FROM workers WHERE id = %s", (WORKER,)
-                      ).fetchone()["tasks_done"] == 1
+    assert (
+        db.execute("SELECT tasks_done FROM workers WHERE id = %s", (WORKER,)).fetchone()[
+            "tasks_done"
+        ]
+        == 1
+    )
 
 
 def test_a_different_result_for_an_accepted_attempt_is_a_result_conflict(
-        submit, claim, task_call, task_row):
+    submit, claim, task_call, task_row
+):
     submit(manifest(2))
     [leased] = claim(WORKER)
     assert task_call(leased["task_id"], "result", result_body(leased)).status_code == 200
@@ -149,14 +175,15 @@ def test_a_result_without_a_manifest_is_422_naming_both_fields(submit, claim, ta
     response = task_call(leased["task_id"], "result", {"worker_id": WORKER, "attempt": 1})
 
     assert response.status_code == 422
-    assert set(response.get_json()["error"]["details"]["fields"]) == {
-        "result_uri", "result_sha256"}
+    assert set(response.get_json()["error"]["details"]["fields"]) == {"result_uri", "result_sha256"}
 
 
 # --- failure classes --------------------------------------------------------------------------
 
+
 def test_a_retryable_failure_requeues_the_task_while_attempts_remain_then_fails_it(
-        submit, claim, task_call, task_row, history):
+    submit, claim, task_call, task_row, history
+):
     job = submit(manifest(1, max_attempts=3))
     statuses = []
     for attempt in (1, 2, 3):
@@ -175,20 +202,21 @@ def test_a_retryable_failure_requeues_the_task_while_attempts_remain_then_fails_
 
 
 def test_input_unavailable_is_retried_at_most_twice_even_with_attempts_left(
-        submit, claim, task_call, task_row):
+    submit, claim, task_call, task_row
+):
     assert tasks.READ_RETRY_BUDGET == 2
     submit(manifest(1, max_attempts=10))
     statuses = []
     for _ in range(3):
         [leased] = claim(WORKER)
-        response = task_call(leased["task_id"], "failure",
-                             failure(leased, "input_unavailable", True))
+        response = task_call(
+            leased["task_id"], "failure", failure(leased, "input_unavailable", True)
+        )
         statuses.append(response.get_json()["status"])
 
     assert statuses == ["pending", "pending", "failed"]
     row = task_row(leased["task_id"])
-    assert (row["attempt"], row["read_retries"], row["error_code"]) == (
-        3, 3, "input_unavailable")
+    assert (row["attempt"], row["read_retries"], row["error_code"]) == (3, 3, "input_unavailable")
 
 
 def test_a_non_retryable_failure_fails_the_task_at_once(submit, claim, task_call, task_row):
@@ -205,8 +233,7 @@ def test_a_non_retryable_failure_fails_the_task_at_once(submit, claim, task_call
     assert claim(WORKER) == []
 
 
-def test_invalid_input_is_never_retried_even_when_reported_retryable(
-        submit, claim, task_call):
+def test_invalid_input_is_never_retried_even_when_reported_retryable(submit, claim, task_call):
     submit(manifest(1, max_attempts=5))
     [leased] = claim(WORKER)
 
@@ -216,7 +243,8 @@ def test_invalid_input_is_never_retried_even_when_reported_retryable(
 
 
 def test_a_terminal_task_failure_fails_the_job_and_cancels_its_other_tasks(
-        submit, claim, task_call, task_row, job_row, client, headers):
+    submit, claim, task_call, task_row, job_row, client, headers
+):
     job = submit(manifest(4))
     [doomed, running] = claim(WORKER, capacity=2)
 
@@ -228,13 +256,19 @@ def test_a_terminal_task_failure_fails_the_job_and_cancels_its_other_tasks(
     assert failed["error"]["details"]["error_code"] == "bad_format"
     assert failed["error"]["details"]["chunk_index"] == doomed["chunk_index"]
     view = client.get(f"/api/v1/jobs/{job['id']}", headers=headers["user"]).get_json()
-    assert view["chunks_by_state"] == {"pending": 0, "leased": 0, "completed": 0,
-                                       "failed": 1, "cancelled": 3}
+    assert view["chunks_by_state"] == {
+        "pending": 0,
+        "leased": 0,
+        "completed": 0,
+        "failed": 1,
+        "cancelled": 3,
+    }
     assert view["error"]["code"] == "attempts_exhausted"
     assert claim(OTHER_WORKER) == []
     # The chunk that was still running hears about it on its next heartbeat.
-    heartbeat = task_call(running["task_id"], "heartbeat",
-                          {"worker_id": WORKER, "attempt": running["attempt"]})
+    heartbeat = task_call(
+        running["task_id"], "heartbeat", {"worker_id": WORKER, "attempt": running["attempt"]}
+    )
     assert heartbeat.status_code == 409
     assert heartbeat.get_json()["error"]["code"] == "task_cancelled"
     assert task_row(running["task_id"])["status"] == "cancelled"

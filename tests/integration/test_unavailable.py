@@ -35,7 +35,8 @@ def test_a_statement_that_times_out_is_503_with_retry_after(impatient_app, datab
     try:
         assert locked.wait(5)
         response = impatient_app.test_client().get(
-            "/api/v1/jobs", headers={"Authorization": f"Bearer {token}"})
+            "/api/v1/jobs", headers={"Authorization": f"Bearer {token}"}
+        )
     finally:
         release.set()
         holder.join()
@@ -50,8 +51,9 @@ def test_a_statement_that_times_out_is_503_with_retry_after(impatient_app, datab
 
 def test_readyz_is_503_while_the_database_is_unreachable(app_config):
     # A port nothing listens on: the app still starts and says it is not ready.
-    flask_app = create_app({**app_config,
-                            "DATABASE_URL": "postgresql://postgres@127.0.0.1:1/nowhere"})
+    flask_app = create_app(
+        {**app_config, "DATABASE_URL": "postgresql://postgres@127.0.0.1:1/nowhere"}
+    )
     try:
         response = flask_app.test_client().get("/readyz")
     finally:
@@ -63,8 +65,9 @@ def test_readyz_is_503_while_the_database_is_unreachable(app_config):
 
 
 def test_liveness_does_not_need_the_database(app_config):
-    flask_app = create_app({**app_config,
-                            "DATABASE_URL": "postgresql://postgres@127.0.0.1:1/nowhere"})
+    flask_app = create_app(
+        {**app_config, "DATABASE_URL": "postgresql://postgres@127.0.0.1:1/nowhere"}
+    )
     try:
         response = flask_app.test_client().get("/healthz")
     finally:

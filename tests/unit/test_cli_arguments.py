@@ -21,8 +21,15 @@ class RecordingClient:
         RecordingClient.built.append((url, token))
 
     def get_job(self, job_id, *, trace_id):
-        return {"id": job_id, "status": "queued", "workload": "csv_stats", "progress": 0.0,
-                "chunks_completed": 0, "chunks_total": 1, "priority": 0}
+        return {
+            "id": job_id,
+            "status": "queued",
+            "workload": "csv_stats",
+            "progress": 0.0,
+            "chunks_completed": 0,
+            "chunks_total": 1,
+            "priority": 0,
+        }
 
     def close(self):
         pass
@@ -41,11 +48,14 @@ def test_url_and_token_come_from_the_environment():
     assert RecordingClient.built == [("http://coordinator.test", "cwu_env")]
 
 
-@pytest.mark.parametrize("argv", [
-    ["--url", "http://flag.test", "--token", "cwu_flag", "status", JOB],
-    ["status", JOB, "--url", "http://flag.test", "--token", "cwu_flag"],
-    ["--url", "http://flag.test", "status", "--token", "cwu_flag", JOB],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--url", "http://flag.test", "--token", "cwu_flag", "status", JOB],
+        ["status", JOB, "--url", "http://flag.test", "--token", "cwu_flag"],
+        ["--url", "http://flag.test", "status", "--token", "cwu_flag", JOB],
+    ],
+)
 def test_flags_override_the_environment_before_or_after_the_command(argv):
     status, _, _ = run_quietly(argv)
     assert status == EXIT_OK
@@ -67,18 +77,21 @@ def test_missing_url_or_token_is_a_usage_error_naming_it(missing):
     assert RecordingClient.built == []
 
 
-@pytest.mark.parametrize("argv", [
-    [],
-    ["frobnicate"],
-    ["status"],
-    ["status", "not-a-uuid"],
-    ["submit", "data.csv"],  # --column is required
-    ["submit", "data.csv", "--column", "v", "--label", "no-equals-sign"],
-    ["submit", "data.csv", "--column", "v", "--chunks", "many"],
-    ["jobs", "--status", "sleeping"],
-    ["jobs", "--label", "=value"],
-    ["events", "--after", "yesterday"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["frobnicate"],
+        ["status"],
+        ["status", "not-a-uuid"],
+        ["submit", "data.csv"],  # --column is required
+        ["submit", "data.csv", "--column", "v", "--label", "no-equals-sign"],
+        ["submit", "data.csv", "--column", "v", "--chunks", "many"],
+        ["jobs", "--status", "sleeping"],
+        ["jobs", "--label", "=value"],
+        ["events", "--after", "yesterday"],
+    ],
+)
 def test_bad_usage_exits_2_without_calling_the_coordinator(argv):
     status, _, err = run_quietly(argv)
     assert status == EXIT_USAGE
@@ -106,7 +119,8 @@ def test_help_exits_0(capsys):
 
 def test_labels_repeat_and_split_at_the_first_equals_sign():
     args = build_parser().parse_args(
-        ["submit", "f.csv", "--column", "v", "--label", "team=a", "--label", "expr=x=y"])
+        ["submit", "f.csv", "--column", "v", "--label", "team=a", "--label", "expr=x=y"]
+    )
     assert args.label == [("team", "a"), ("expr", "x=y")]
 
 
@@ -124,10 +138,16 @@ def test_a_tab_delimiter_can_be_spelled_out(spelling):
 def test_submit_defaults_match_the_servers():
     args = build_parser().parse_args(["submit", "f.csv", "--column", "v"])
     assert (args.delimiter, args.chunks, args.priority, args.label, args.wait) == (
-        ",", 1, 0, None, False)
+        ",",
+        1,
+        0,
+        None,
+        False,
+    )
 
 
 def test_events_follow_options_are_bounded_on_request():
     args = build_parser().parse_args(
-        ["events", "--after", "7", "--follow", "--max-events", "3", "--timeout", "2.5"])
+        ["events", "--after", "7", "--follow", "--max-events", "3", "--timeout", "2.5"]
+    )
     assert (args.after, args.follow, args.max_events, args.timeout) == (7, True, 3, 2.5)

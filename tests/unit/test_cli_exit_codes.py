@@ -19,17 +19,33 @@ from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected
 
 JOB_ID = "6e56eaf5-06ec-450f-a4f0-f652955b2d63"
 ENV = {"CHUNKWISE_URL": "http://c.test", "CHUNKWISE_TOKEN": "cwu_t"}
-FORBIDDEN = RequestRejected("this view is for operators", status=403, code="forbidden",
-                            trace_id="4bf92f3577b34da6a3ce929d0e0e4736")
-DB_DOWN = CoordinatorUnavailable("the database is unavailable", status=503, code="unavailable",
-                                 retry_after=2.0, trace_id="t503")
+FORBIDDEN = RequestRejected(
+    "this view is for operators",
+    status=403,
+    code="forbidden",
+    trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
+)
+DB_DOWN = CoordinatorUnavailable(
+    "the database is unavailable", status=503, code="unavailable", retry_after=2.0, trace_id="t503"
+)
 REFUSED = CoordinatorUnavailable("GET /api/v1/jobs: connection refused")
 
 
 def job(status: str, **fields) -> dict:
-    return {"id": JOB_ID, "workload": "csv_stats", "status": status, "progress": 0.5,
-            "chunks_completed": 1, "chunks_total": 2, "chunks_by_state": {}, "priority": 0,
-            "parameters": {}, "labels": {}, "trace_id": "f" * 32, **fields}
+    return {
+        "id": JOB_ID,
+        "workload": "csv_stats",
+        "status": status,
+        "progress": 0.5,
+        "chunks_completed": 1,
+        "chunks_total": 2,
+        "chunks_by_state": {},
+        "priority": 0,
+        "parameters": {},
+        "labels": {},
+        "trace_id": "f" * 32,
+        **fields,
+    }
 
 
 class ScriptedClient:
@@ -72,21 +88,32 @@ class ScriptedClient:
 def run_scripted(argv, replies):
     ScriptedClient.replies, ScriptedClient.calls, ScriptedClient.watched = list(replies), [], []
     out, err, slept = io.StringIO(), io.StringIO(), []
-    status = run(argv, client_factory=ScriptedClient, out=out, err=err, environ=ENV,
-                 sleep=slept.append)
+    status = run(
+        argv, client_factory=ScriptedClient, out=out, err=err, environ=ENV, sleep=slept.append
+    )
     return status, out.getvalue(), err.getvalue(), slept
 
 
-@pytest.mark.parametrize(("status", "expected"), [
-    ("queued", EXIT_OK), ("running", EXIT_OK), ("succeeded", EXIT_OK),
-    ("failed", EXIT_JOB_UNSUCCESSFUL), ("cancelled", EXIT_JOB_UNSUCCESSFUL)])
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ("queued", EXIT_OK),
+        ("running", EXIT_OK),
+        ("succeeded", EXIT_OK),
+        ("failed", EXIT_JOB_UNSUCCESSFUL),
+        ("cancelled", EXIT_JOB_UNSUCCESSFUL),
+    ],
+)
 def test_status_exits_1_only_for_a_failed_or_cancelled_job(status, expected):
     assert run_scripted(["status", JOB_ID], [job(status)])[0] == expected
 
 
 def test_a_failed_jobs_error_and_partial_result_go_to_stderr():
-    failed = job("failed", error={"code": "invalid_input", "message": "record 10 is bad"},
-                 partial_result={"count": 1, "sum": 2, "min": 2, "max": 2})
+    failed = job(
+        "failed",
+        error={"code": "invalid_input", "message": "record 10 is bad"},
+        partial_result={"count": 1, "sum": 2, "min": 2, "max": 2},
+    )
     status, out, err, _ = run_scripted(["result", JOB_ID], [failed])
     assert status == EXIT_JOB_UNSUCCESSFUL
     assert out == ""
@@ -108,8 +135,12 @@ def test_result_of_a_succeeded_job_prints_it_and_exits_0():
 
 
 def test_watch_waits_on_the_jobs_version_until_it_finishes_and_exits_by_its_outcome():
-    replies = [job("queued", chunks_completed=0), (job("running", chunks_completed=0), '"v2"'),
-               (None, '"v2"'), (job("cancelled", chunks_completed=0), '"v3"')]
+    replies = [
+        job("queued", chunks_completed=0),
+        (job("running", chunks_completed=0), '"v2"'),
+        (None, '"v2"'),
+        (job("cancelled", chunks_completed=0), '"v3"'),
+    ]
     status, _, err, slept = run_scripted(["status", JOB_ID, "--watch"], replies)
     assert status == EXIT_JOB_UNSUCCESSFUL
     assert ScriptedClient.calls == ["get_job"] + ["watch_job"] * 3
@@ -121,29 +152,47 @@ def test_watch_waits_on_the_jobs_version_until_it_finishes_and_exits_by_its_outc
 
 def test_watch_counts_records_from_chunks_only_when_a_chunk_completed():
     params = {"records": 10}
-    chunks = {"chunks": [{"state": "completed", "record_start": 0, "record_end": 6},
-                         {"state": "leased", "record_start": 6, "record_end": 10}]}
-    replies = [job("running", parameters=params, chunks_completed=1), chunks,
-               (job("running", parameters=params, chunks_completed=1), '"v2"'),
-               (job("succeeded", parameters=params, chunks_completed=2), '"v3"'),
-               {"chunks": [{**c, "state": "completed"} for c in chunks["chunks"]]}]
+    chunks = {
+        "chunks": [
+            {"state": "completed", "record_start": 0, "record_end": 6},
+            {"state": "leased", "record_start": 6, "record_end": 10},
+        ]
+    }
+    replies = [
+        job("running", parameters=params, chunks_completed=1),
+        chunks,
+        (job("running", parameters=params, chunks_completed=1), '"v2"'),
+        (job("succeeded", parameters=params, chunks_completed=2), '"v3"'),
+        {"chunks": [{**c, "state": "completed"} for c in chunks["chunks"]]},
+    ]
     status, _, err, _ = run_scripted(["status", JOB_ID, "--watch"], replies)
     assert status == EXIT_OK
-    assert ScriptedClient.calls == ["get_job", "list_chunks", "watch_job", "watch_job",
-                                    "list_chunks"]
+    assert ScriptedClient.calls == [
+        "get_job",
+        "list_chunks",
+        "watch_job",
+        "watch_job",
+        "list_chunks",
+    ]
     assert "6/10 records" in err and "10/10 records" in err
 
 
 def test_a_4xx_exits_3_with_code_message_and_trace_id_on_stderr():
     status, out, err, slept = run_scripted(["queue"], [FORBIDDEN])
     assert (status, out, slept) == (EXIT_HTTP_ERROR, "", [])
-    assert err.strip() == ("chunkwise: forbidden: this view is for operators (HTTP 403) "
-                           "(trace id 4bf92f3577b34da6a3ce929d0e0e4736)")
+    assert err.strip() == (
+        "chunkwise: forbidden: this view is for operators (HTTP 403) "
+        "(trace id 4bf92f3577b34da6a3ce929d0e0e4736)"
+    )
 
 
 def test_field_errors_are_listed_under_the_message():
-    invalid = RequestRejected("invalid fields: chunks", status=422, code="invalid_input",
-                              details={"fields": {"chunks": ["must be between 1 and 64"]}})
+    invalid = RequestRejected(
+        "invalid fields: chunks",
+        status=422,
+        code="invalid_input",
+        details={"fields": {"chunks": ["must be between 1 and 64"]}},
+    )
     _, _, err, _ = run_scripted(["queue"], [invalid])
     assert err.splitlines()[1] == "  chunks: must be between 1 and 64"
 
@@ -156,10 +205,19 @@ def test_a_5xx_is_retried_then_exits_3():
 
 
 def test_a_5xx_that_clears_up_is_not_an_error():
-    status, _, _, slept = run_scripted(["queue"], [DB_DOWN, {"chunks": [], "active_leases": 0,
-                                                             "max_leases_total": 8,
-                                                             "max_leases_per_worker": 2,
-                                                             "max_queued_chunks": 256}])
+    status, _, _, slept = run_scripted(
+        ["queue"],
+        [
+            DB_DOWN,
+            {
+                "chunks": [],
+                "active_leases": 0,
+                "max_leases_total": 8,
+                "max_leases_per_worker": 2,
+                "max_queued_chunks": 256,
+            },
+        ],
+    )
     assert status == EXIT_OK and slept == [2.0]
 
 

@@ -10,8 +10,13 @@ import pytest
 from worker_cli.cli import EXIT_OK, KEY_PREFIX, default_idempotency_key, file_sha256, run
 
 DIGEST = "a" * 64
-PARAMS = {"column": "value", "delimiter": ",", "chunks": 4, "priority": 0,
-          "labels": {"team": "a", "run": "7"}}
+PARAMS = {
+    "column": "value",
+    "delimiter": ",",
+    "chunks": 4,
+    "priority": 0,
+    "labels": {"team": "a", "run": "7"},
+}
 
 
 def test_the_same_file_and_parameters_give_the_same_key():
@@ -23,13 +28,21 @@ def test_label_order_does_not_change_the_key():
     assert default_idempotency_key(DIGEST, **reordered) == default_idempotency_key(DIGEST, **PARAMS)
 
 
-@pytest.mark.parametrize("change", [
-    {"column": "other"}, {"delimiter": ";"}, {"chunks": 5}, {"priority": 1},
-    {"labels": {"team": "b", "run": "7"}}, {"labels": {"team": "a"}},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"column": "other"},
+        {"delimiter": ";"},
+        {"chunks": 5},
+        {"priority": 1},
+        {"labels": {"team": "b", "run": "7"}},
+        {"labels": {"team": "a"}},
+    ],
+)
 def test_any_changed_parameter_changes_the_key(change):
-    assert (default_idempotency_key(DIGEST, **{**PARAMS, **change})
-            != default_idempotency_key(DIGEST, **PARAMS))
+    assert default_idempotency_key(DIGEST, **{**PARAMS, **change}) != default_idempotency_key(
+        DIGEST, **PARAMS
+    )
 
 
 def test_other_file_bytes_change_the_key():
@@ -65,8 +78,9 @@ class SubmitRecorder:
 def submit(argv):
     out = io.StringIO()
     env = {"CHUNKWISE_URL": "http://c.test", "CHUNKWISE_TOKEN": "cwu_t"}
-    status = run(["submit", *argv], client_factory=SubmitRecorder, out=out, err=io.StringIO(),
-                 environ=env)
+    status = run(
+        ["submit", *argv], client_factory=SubmitRecorder, out=out, err=io.StringIO(), environ=env
+    )
     return status, out.getvalue(), SubmitRecorder.last.calls
 
 
@@ -77,9 +91,14 @@ def test_submitting_twice_sends_the_same_derived_key(tmp_path):
     (first, out, [call]), (second, _, [again]) = submit(argv), submit(argv)
     assert first == second == EXIT_OK
     assert out == "6e56eaf5-06ec-450f-a4f0-f652955b2d63\n"
-    expected = default_idempotency_key(hashlib.sha256(path.read_bytes()).hexdigest(),
-                                       column="value", delimiter=",", chunks=2, priority=0,
-                                       labels={"team": "a"})
+    expected = default_idempotency_key(
+        hashlib.sha256(path.read_bytes()).hexdigest(),
+        column="value",
+        delimiter=",",
+        chunks=2,
+        priority=0,
+        labels={"team": "a"},
+    )
     assert call["idempotency_key"] == again["idempotency_key"] == expected
     assert call["bytes"] == path.read_bytes()
     assert call["labels"] == {"team": "a"} and call["chunks"] == 2

@@ -17,43 +17,104 @@ RESULT = {"count": 19392, "sum": -4137222543941, "min": -999662326938, "max": 99
 
 
 def job(**overrides) -> dict:
-    base = {"id": JOB_ID, "workload": "csv_stats", "status": "running", "revision": 3,
-            "parameters": {"column": "value", "delimiter": ",", "chunks": 4,
-                           "column_index": 2, "records": 20000},
-            "labels": {"team": "a"}, "priority": 0, "chunks_total": 4, "chunks_completed": 2,
-            "chunks_by_state": {"pending": 1, "leased": 1, "completed": 2, "failed": 0,
-                                "cancelled": 0},
-            "progress": 0.4, "result": None, "partial_result": None, "error": None,
-            "input_digest": "sha256:" + "a" * 64, "created_at": "2026-01-02T03:04:05.123+00:00",
-            "started_at": "2026-01-02T03:04:06+00:00", "completed_at": None,
-            "trace_id": "f" * 32}
+    base = {
+        "id": JOB_ID,
+        "workload": "csv_stats",
+        "status": "running",
+        "revision": 3,
+        "parameters": {
+            "column": "value",
+            "delimiter": ",",
+            "chunks": 4,
+            "column_index": 2,
+            "records": 20000,
+        },
+        "labels": {"team": "a"},
+        "priority": 0,
+        "chunks_total": 4,
+        "chunks_completed": 2,
+        "chunks_by_state": {"pending": 1, "leased": 1, "completed": 2, "failed": 0, "cancelled": 0},
+        "progress": 0.4,
+        "result": None,
+        "partial_result": None,
+        "error": None,
+        "input_digest": "sha256:" + "a" * 64,
+        "created_at": "2026-01-02T03:04:05.123+00:00",
+        "started_at": "2026-01-02T03:04:06+00:00",
+        "completed_at": None,
+        "trace_id": "f" * 32,
+    }
     return {**base, **overrides}
 
 
 def chunk(index: int, state: str = "completed", **overrides) -> dict:
-    base = {"id": CHUNK_ID, "index": index, "record_start": index * 5000,
-            "record_end": (index + 1) * 5000, "state": state, "attempt": 1, "max_attempts": 3,
-            "lease_owner": None, "lease_expires_at": None, "input_sha256": "b" * 64,
-            "summary": None, "metrics": None, "checkpoint": None, "error": None,
-            "attempts": [{"attempt_id": "x", "attempt": 1, "worker_id": "worker-1",
-                          "state": "completed", "trace_id": "e" * 32,
-                          "started_at": "2026-01-02T03:04:06+00:00",
-                          "finished_at": "2026-01-02T03:04:07+00:00", "error": None}]}
+    base = {
+        "id": CHUNK_ID,
+        "index": index,
+        "record_start": index * 5000,
+        "record_end": (index + 1) * 5000,
+        "state": state,
+        "attempt": 1,
+        "max_attempts": 3,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "input_sha256": "b" * 64,
+        "summary": None,
+        "metrics": None,
+        "checkpoint": None,
+        "error": None,
+        "attempts": [
+            {
+                "attempt_id": "x",
+                "attempt": 1,
+                "worker_id": "worker-1",
+                "state": "completed",
+                "trace_id": "e" * 32,
+                "started_at": "2026-01-02T03:04:06+00:00",
+                "finished_at": "2026-01-02T03:04:07+00:00",
+                "error": None,
+            }
+        ],
+    }
     return {**base, **overrides}
 
 
-QUEUE = {"chunks": [{"workload": "csv_stats", "state": "pending", "count": 3},
-                    {"workload": "csv_stats", "state": "leased", "count": 2},
-                    {"workload": "render", "state": "completed", "count": 11}],
-         "jobs_by_status": {"running": 2}, "oldest_pending_seconds": 75.5, "active_leases": 2,
-         "oldest_lease_seconds": 1.25, "max_leases_total": 8, "max_leases_per_worker": 2,
-         "max_queued_chunks": 256}
-WORKERS = {"workers": [{"worker_id": "worker-1", "first_seen_at": "2026-01-02T03:00:00+00:00",
-                        "last_seen_at": "2026-01-02T03:04:03+00:00", "capacity": 2,
-                        "workloads": ["csv_stats"], "leases_held": 1, "tasks_done": 12,
-                        "peak_rss_bytes": 57_671_680}]}
-EVENT = {"id": 42, "job_id": JOB_ID, "event": "job.succeeded", "payload": {"result": RESULT},
-         "trace_id": "f" * 32, "created_at": "2026-01-02T03:04:07+00:00"}
+QUEUE = {
+    "chunks": [
+        {"workload": "csv_stats", "state": "pending", "count": 3},
+        {"workload": "csv_stats", "state": "leased", "count": 2},
+        {"workload": "render", "state": "completed", "count": 11},
+    ],
+    "jobs_by_status": {"running": 2},
+    "oldest_pending_seconds": 75.5,
+    "active_leases": 2,
+    "oldest_lease_seconds": 1.25,
+    "max_leases_total": 8,
+    "max_leases_per_worker": 2,
+    "max_queued_chunks": 256,
+}
+WORKERS = {
+    "workers": [
+        {
+            "worker_id": "worker-1",
+            "first_seen_at": "2026-01-02T03:00:00+00:00",
+            "last_seen_at": "2026-01-02T03:04:03+00:00",
+            "capacity": 2,
+            "workloads": ["csv_stats"],
+            "leases_held": 1,
+            "tasks_done": 12,
+            "peak_rss_bytes": 57_671_680,
+        }
+    ]
+}
+EVENT = {
+    "id": 42,
+    "job_id": JOB_ID,
+    "event": "job.succeeded",
+    "payload": {"result": RESULT},
+    "trace_id": "f" * 32,
+    "created_at": "2026-01-02T03:04:07+00:00",
+}
 
 
 def test_tables_align_columns_and_right_align_numbers():
@@ -67,23 +128,30 @@ def test_an_empty_table_is_just_its_header():
 
 def test_pairs_line_up_and_leave_out_missing_values():
     assert tables.render_pairs([("job", "j"), ("completed", None), ("trace id", "t")]) == (
-        "job       j\ntrace id  t")
+        "job       j\ntrace id  t"
+    )
 
 
 def test_result_block_prints_exact_integers_in_a_fixed_order():
     assert tables.result_block({"max": 9, "min": -(2**63), "sum": 2**63 - 1, "count": 3}) == (
-        f"count  3\nsum    {2**63 - 1}\nmin    {-(2**63)}\nmax    9")
+        f"count  3\nsum    {2**63 - 1}\nmin    {-(2**63)}\nmax    9"
+    )
 
 
 def test_result_block_shows_an_empty_columns_missing_min_and_max():
-    assert tables.result_block({"count": 0, "sum": 0, "min": None, "max": None}).splitlines()[2:] \
-        == ["min    -", "max    -"]
+    assert tables.result_block({"count": 0, "sum": 0, "min": None, "max": None}).splitlines()[
+        2:
+    ] == ["min    -", "max    -"]
 
 
 def test_job_detail_shows_progress_result_and_error():
-    text = tables.job_detail(job(status="failed", error={"code": "invalid_input",
-                                                         "message": "record 10 is bad"},
-                                 partial_result={"count": 1, "sum": 2, "min": 2, "max": 2}))
+    text = tables.job_detail(
+        job(
+            status="failed",
+            error={"code": "invalid_input", "message": "record 10 is bad"},
+            partial_result={"count": 1, "sum": 2, "min": 2, "max": 2},
+        )
+    )
     assert "progress        2/4 chunks (40%)" in text
     assert "error           invalid_input: record 10 is bad" in text
     assert "partial result  count=1 sum=2 min=2 max=2" in text
@@ -95,8 +163,15 @@ def test_job_detail_shows_progress_result_and_error():
 def test_job_table_lists_status_progress_chunks_and_labels():
     done = job(id="other", status="succeeded", progress=1.0, chunks_completed=4, labels={})
     lines = tables.job_table([job(), done]).splitlines()
-    assert lines[0].split() == ["ID", "STATUS", "PROGRESS", "CHUNKS", "PRIORITY", "LABELS",
-                                "CREATED"]
+    assert lines[0].split() == [
+        "ID",
+        "STATUS",
+        "PROGRESS",
+        "CHUNKS",
+        "PRIORITY",
+        "LABELS",
+        "CREATED",
+    ]
     assert lines[1].split()[:6] == [JOB_ID, "running", "40%", "2/4", "0", "team=a"]
     assert lines[2].split()[:6] == ["other", "succeeded", "100%", "4/4", "0", "-"]
 
@@ -121,8 +196,7 @@ def test_records_done_counts_only_completed_chunks():
 
 def test_queue_view_pivots_chunk_states_by_workload():
     lines = tables.queue_view(QUEUE).splitlines()
-    assert lines[0].split() == ["WORKLOAD", "PENDING", "LEASED", "COMPLETED", "FAILED",
-                                "CANCELLED"]
+    assert lines[0].split() == ["WORKLOAD", "PENDING", "LEASED", "COMPLETED", "FAILED", "CANCELLED"]
     assert lines[1].split() == ["csv_stats", "3", "2", "0", "0", "0"]
     assert lines[2].split() == ["render", "0", "0", "11", "0", "0"]
     text = "\n".join(lines)
@@ -135,18 +209,31 @@ def test_worker_table_shows_heartbeat_age_and_peak_memory():
     now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     lines = tables.worker_table(WORKERS["workers"], now).splitlines()
     assert "LAST HEARTBEAT" in lines[0]
-    assert lines[1].split() == ["worker-1", "2.0", "s", "ago", "2", "csv_stats", "1", "12",
-                                "55.0", "MiB"]
+    assert lines[1].split() == [
+        "worker-1",
+        "2.0",
+        "s",
+        "ago",
+        "2",
+        "csv_stats",
+        "1",
+        "12",
+        "55.0",
+        "MiB",
+    ]
 
 
-@pytest.mark.parametrize(("seconds", "text"), [
-    (None, "-"), (0.04, "0.0 s"), (59.9, "59.9 s"), (61, "1 min 1 s"), (7322, "2 h 2 min")])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "-"), (0.04, "0.0 s"), (59.9, "59.9 s"), (61, "1 min 1 s"), (7322, "2 h 2 min")],
+)
 def test_ages_read_naturally(seconds, text):
     assert tables.format_age(seconds) == text
 
 
-@pytest.mark.parametrize(("size", "text"), [
-    (None, "-"), (512, "512 B"), (2048, "2.0 KiB"), (57_671_680, "55.0 MiB")])
+@pytest.mark.parametrize(
+    ("size", "text"), [(None, "-"), (512, "512 B"), (2048, "2.0 KiB"), (57_671_680, "55.0 MiB")]
+)
 def test_byte_counts_use_binary_units(size, text):
     assert tables.format_bytes(size) == text
 
@@ -243,31 +330,41 @@ class CannedClient:
         pass
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    (["status", JOB_ID], lambda doc: doc["result"] == RESULT),
-    (["result", JOB_ID], lambda doc: doc["result"] == RESULT),
-    (["jobs"], lambda doc: doc["jobs"][0]["id"] == JOB_ID),
-    (["chunks", JOB_ID], lambda doc: len(doc["chunks"]) == 2),
-    (["chunk", JOB_ID, CHUNK_ID], lambda doc: doc["index"] == 0),
-    (["chunk", JOB_ID, "1"], lambda doc: doc["index"] == 0),
-    (["cancel", JOB_ID], lambda doc: doc["status"] == "cancelled"),
-    (["retry", JOB_ID], lambda doc: doc["status"] == "running"),
-    (["events"], lambda doc: doc["events"][0]["id"] == 42),
-    (["queue"], lambda doc: doc == QUEUE),
-    (["workers"], lambda doc: doc == WORKERS),
-])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["status", JOB_ID], lambda doc: doc["result"] == RESULT),
+        (["result", JOB_ID], lambda doc: doc["result"] == RESULT),
+        (["jobs"], lambda doc: doc["jobs"][0]["id"] == JOB_ID),
+        (["chunks", JOB_ID], lambda doc: len(doc["chunks"]) == 2),
+        (["chunk", JOB_ID, CHUNK_ID], lambda doc: doc["index"] == 0),
+        (["chunk", JOB_ID, "1"], lambda doc: doc["index"] == 0),
+        (["cancel", JOB_ID], lambda doc: doc["status"] == "cancelled"),
+        (["retry", JOB_ID], lambda doc: doc["status"] == "running"),
+        (["events"], lambda doc: doc["events"][0]["id"] == 42),
+        (["queue"], lambda doc: doc == QUEUE),
+        (["workers"], lambda doc: doc == WORKERS),
+    ],
+)
 def test_json_output_is_the_servers_document(argv, expected):
     out = io.StringIO()
     env = {"CHUNKWISE_URL": "http://c.test", "CHUNKWISE_TOKEN": "cwu_t"}
-    assert run([*argv, "--json"], client_factory=CannedClient, out=out, err=io.StringIO(),
-               environ=env) == 0
+    assert (
+        run([*argv, "--json"], client_factory=CannedClient, out=out, err=io.StringIO(), environ=env)
+        == 0
+    )
     assert expected(json.loads(out.getvalue()))
 
 
 def test_followed_events_in_json_are_one_document_per_line():
     out = io.StringIO()
     env = {"CHUNKWISE_URL": "http://c.test", "CHUNKWISE_TOKEN": "cwu_t"}
-    status = run(["events", "--follow", "--json", "--max-events", "1"],
-                 client_factory=CannedClient, out=out, err=io.StringIO(), environ=env)
+    status = run(
+        ["events", "--follow", "--json", "--max-events", "1"],
+        client_factory=CannedClient,
+        out=out,
+        err=io.StringIO(),
+        environ=env,
+    )
     assert status == 0
     assert [json.loads(line)["id"] for line in out.getvalue().splitlines()] == [42]

@@ -9,7 +9,7 @@ from werkzeug.formparser import parse_form_data
 
 from worker_cli.client import CoordinatorClient, MultipartUpload
 
-FIELDS = [("column", "value"), ("label", "team=a"), ("label", "quote=\"x\"")]
+FIELDS = [("column", "value"), ("label", "team=a"), ("label", 'quote="x"')]
 
 
 class ReadRecorder(io.FileIO):
@@ -26,8 +26,12 @@ class ReadRecorder(io.FileIO):
 
 def parse(body: MultipartUpload):
     payload = b"".join(body)
-    environ = {"REQUEST_METHOD": "POST", "CONTENT_TYPE": body.content_type,
-               "CONTENT_LENGTH": str(len(payload)), "wsgi.input": io.BytesIO(payload)}
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "CONTENT_TYPE": body.content_type,
+        "CONTENT_LENGTH": str(len(payload)),
+        "wsgi.input": io.BytesIO(payload),
+    }
     _, form, files = parse_form_data(environ)
     return payload, form, files
 
@@ -86,8 +90,9 @@ def test_submit_sends_the_form_with_content_length_and_idempotency_key(tmp_path)
     session.mount("http://", CapturingAdapter())
     client = CoordinatorClient("http://coordinator.test", "cwu_t", session=session)
     with path.open("rb") as file:
-        job = client.submit_csv_job(file, column="value", chunks=3, labels={"team": "a"},
-                                    idempotency_key="key-1")
+        job = client.submit_csv_job(
+            file, column="value", chunks=3, labels={"team": "a"}, idempotency_key="key-1"
+        )
     assert job == {"id": "j1"}
     headers = sent["headers"]
     assert headers["Idempotency-Key"] == "key-1"

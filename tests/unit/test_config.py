@@ -11,8 +11,11 @@ def test_defaults_match_the_documented_values():
     s = load_settings({"DATABASE_URL": URL})
     limits = s.limits
     assert (limits.lease_seconds, limits.heartbeat_seconds, limits.max_attempts) == (30, 10, 3)
-    assert (limits.max_leases_per_worker, limits.max_leases_total,
-            limits.max_queued_chunks) == (2, 8, 256)
+    assert (limits.max_leases_per_worker, limits.max_leases_total, limits.max_queued_chunks) == (
+        2,
+        8,
+        256,
+    )
     assert s.db_statement_timeout_ms == 3000
     assert s.maintenance_seconds == 5.0
     assert limits.allowed_workloads == ("csv_stats",)
@@ -31,14 +34,26 @@ def test_csv_stats_is_always_allowed_beside_extra_workloads():
         ({"DATABASE_URL": URL, "CHUNKWISE_LEASE_SECONDS": "soon"}, "CHUNKWISE_LEASE_SECONDS"),
         ({"DATABASE_URL": URL, "CHUNKWISE_MAX_ATTEMPTS": "0"}, "CHUNKWISE_MAX_ATTEMPTS"),
         ({"DATABASE_URL": URL, "CHUNKWISE_HEARTBEAT_SECONDS": "30"}, "shorter than"),
-        ({"DATABASE_URL": URL, "CHUNKWISE_DB_POOL_MIN": "9", "CHUNKWISE_DB_POOL_MAX": "3"},
-         "CHUNKWISE_DB_POOL_MIN must not exceed"),
-        ({"DATABASE_URL": URL, "CHUNKWISE_MAINTENANCE_SECONDS": "-1"},
-         "CHUNKWISE_MAINTENANCE_SECONDS"),
+        (
+            {"DATABASE_URL": URL, "CHUNKWISE_DB_POOL_MIN": "9", "CHUNKWISE_DB_POOL_MAX": "3"},
+            "CHUNKWISE_DB_POOL_MIN must not exceed",
+        ),
+        (
+            {"DATABASE_URL": URL, "CHUNKWISE_MAINTENANCE_SECONDS": "-1"},
+            "CHUNKWISE_MAINTENANCE_SECONDS",
+        ),
         ({"DATABASE_URL": URL, "CHUNKWISE_LEASE_SECOND": "30"}, "CHUNKWISE_LEASE_SECOND is not"),
     ],
-    ids=["missing-url", "wrong-scheme", "not-a-number", "below-minimum", "heartbeat-vs-lease",
-         "pool-bounds", "negative-interval", "typo"],
+    ids=[
+        "missing-url",
+        "wrong-scheme",
+        "not-a-number",
+        "below-minimum",
+        "heartbeat-vs-lease",
+        "pool-bounds",
+        "negative-interval",
+        "typo",
+    ],
 )
 def test_bad_values_are_named_in_the_error(env, named):
     with pytest.raises(ConfigError, match=named):
@@ -47,8 +62,9 @@ def test_bad_values_are_named_in_the_error(env, named):
 
 def test_every_bad_value_is_reported_at_once():
     with pytest.raises(ConfigError) as error:
-        load_settings({"DATABASE_URL": URL, "CHUNKWISE_LEASE_SECONDS": "x",
-                       "CHUNKWISE_MAX_ATTEMPTS": "y"})
+        load_settings(
+            {"DATABASE_URL": URL, "CHUNKWISE_LEASE_SECONDS": "x", "CHUNKWISE_MAX_ATTEMPTS": "y"}
+        )
     assert "CHUNKWISE_LEASE_SECONDS" in str(error.value)
     assert "CHUNKWISE_MAX_ATTEMPTS" in str(error.value)
 

@@ -12,9 +12,17 @@ FORBIDDEN = ("flask", "psycopg", "requests")
 
 
 def test_importing_csvstats_loads_no_flask_psycopg_or_requests():
-    probe = ("import json, sys; import services.csvstats; "
-             f"print(json.dumps([m for m in {FORBIDDEN!r} "
-             "if any(n == m or n.startswith(m + '.') for n in sys.modules)]))")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=60, check=True)
+    probe = (
+        "import json, sys; import services.csvstats; "
+        f"print(json.dumps([m for m in {FORBIDDEN!r} "
+        "if any(n == m or n.startswith(m + '.') for n in sys.modules)]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert json.loads(done.stdout) == []

@@ -29,9 +29,16 @@ def summarised(values: list, chunks: int):
     """Split a one-column file of these values and summarise every chunk."""
     data = csv_of(values)
     result = split(data, "value", chunks=chunks)
-    summaries = [summarise([data[p.byte_start:p.byte_end]], column_index=1, column="value",
-                           record_start=p.record_start, first_line=p.first_line)
-                 for p in result.plans]
+    summaries = [
+        summarise(
+            [data[p.byte_start : p.byte_end]],
+            column_index=1,
+            column="value",
+            record_start=p.record_start,
+            first_line=p.first_line,
+        )
+        for p in result.plans
+    ]
     return result.plans, summaries
 
 
@@ -48,19 +55,30 @@ def test_an_empty_data_set_totals_zero_with_no_min_or_max(values):
     assert merge(plans, summaries) == Totals(count=0, sum=0, min=None, max=None)
 
 
-@pytest.mark.parametrize(("values", "chunks", "overflow_chunk"), [
-    ([INT64_MAX, 1], 2, 1),
-    ([INT64_MAX, 1, -1], 3, 1),
-    ([INT64_MAX, 1, -1], 1, 0),
-    ([INT64_MIN, -1, 5], 1, 0),
-    ([2**62, 2**62, -(2**62), 0], 2, 0),
-    ([-5, INT64_MIN + 10, -6, 0], 2, 1),
-    ([1, 2, 3, INT64_MAX - 6, 1, -100], 3, 2),
-], ids=["across-chunks", "cancels-out-in-a-later-chunk", "cancels-out-inside-one-chunk",
-        "negative-inside-one-chunk", "mid-chunk-partial-sum", "negative-across-chunks",
-        "one-past-max-late"])
-def test_overflow_fails_in_the_chunk_where_the_sequential_loop_overflows(values, chunks,
-                                                                         overflow_chunk):
+@pytest.mark.parametrize(
+    ("values", "chunks", "overflow_chunk"),
+    [
+        ([INT64_MAX, 1], 2, 1),
+        ([INT64_MAX, 1, -1], 3, 1),
+        ([INT64_MAX, 1, -1], 1, 0),
+        ([INT64_MIN, -1, 5], 1, 0),
+        ([2**62, 2**62, -(2**62), 0], 2, 0),
+        ([-5, INT64_MIN + 10, -6, 0], 2, 1),
+        ([1, 2, 3, INT64_MAX - 6, 1, -100], 3, 2),
+    ],
+    ids=[
+        "across-chunks",
+        "cancels-out-in-a-later-chunk",
+        "cancels-out-inside-one-chunk",
+        "negative-inside-one-chunk",
+        "mid-chunk-partial-sum",
+        "negative-across-chunks",
+        "one-past-max-late",
+    ],
+)
+def test_overflow_fails_in_the_chunk_where_the_sequential_loop_overflows(
+    values, chunks, overflow_chunk
+):
     plans, summaries = summarised(values, chunks)
     with pytest.raises(SumOverflow) as caught:
         merge(plans, summaries)
@@ -69,13 +87,17 @@ def test_overflow_fails_in_the_chunk_where_the_sequential_loop_overflows(values,
         sequential_totals(csv_of(values), "value")
 
 
-@pytest.mark.parametrize(("values", "total"), [
-    ([INT64_MAX], INT64_MAX),
-    ([INT64_MIN], INT64_MIN),
-    ([INT64_MAX, INT64_MIN, INT64_MAX], INT64_MAX - 1),
-    ([INT64_MAX - 1, 1, -5, 5], INT64_MAX),
-    ([INT64_MIN + 1, -1], INT64_MIN),
-], ids=["max", "min", "swinging", "touching-max", "touching-min"])
+@pytest.mark.parametrize(
+    ("values", "total"),
+    [
+        ([INT64_MAX], INT64_MAX),
+        ([INT64_MIN], INT64_MIN),
+        ([INT64_MAX, INT64_MIN, INT64_MAX], INT64_MAX - 1),
+        ([INT64_MAX - 1, 1, -5, 5], INT64_MAX),
+        ([INT64_MIN + 1, -1], INT64_MIN),
+    ],
+    ids=["max", "min", "swinging", "touching-max", "touching-min"],
+)
 def test_sums_that_stay_within_int64_at_every_step_succeed(values, total):
     for chunks in (1, 2, len(values)):
         plans, summaries = summarised(values, chunks)
@@ -127,13 +149,17 @@ def _with(summaries, index, **changes):
     return changed
 
 
-@pytest.mark.parametrize(("mangle", "chunk_index", "words"), [
-    (lambda s: s + [s[0]], 3, "4 summaries for 3 chunks"),
-    (lambda s: [s[1], s[0], s[2]], 0, "it is chunk 1's"),
-    (lambda s: _with(s, 1, digest="0" * 64), 1, "digest"),
-    (lambda s: _with(s, 2, records=2), 2, "covers 2 records"),
-    (lambda s: s[:0], 0, "summary missing"),
-], ids=["extra", "out-of-order", "digest-mismatch", "wrong-record-count", "none"])
+@pytest.mark.parametrize(
+    ("mangle", "chunk_index", "words"),
+    [
+        (lambda s: s + [s[0]], 3, "4 summaries for 3 chunks"),
+        (lambda s: [s[1], s[0], s[2]], 0, "it is chunk 1's"),
+        (lambda s: _with(s, 1, digest="0" * 64), 1, "digest"),
+        (lambda s: _with(s, 2, records=2), 2, "covers 2 records"),
+        (lambda s: s[:0], 0, "summary missing"),
+    ],
+    ids=["extra", "out-of-order", "digest-mismatch", "wrong-record-count", "none"],
+)
 def test_summaries_that_do_not_match_the_plans_are_a_merge_error(mangle, chunk_index, words):
     plans, summaries = summarised([1, 2, 3], 3)
     with pytest.raises(MergeError, match=words) as caught:
@@ -148,11 +174,15 @@ def test_an_error_that_is_not_the_record_after_the_summarised_ones_is_a_merge_er
         merge(plans, wrong)
 
 
-@pytest.mark.parametrize("mangle", [
-    lambda p: [],
-    lambda p: [p[1], p[0]],
-    lambda p: [p[0], dataclasses.replace(p[1], record_start=5)],
-], ids=["no-plans", "plans-out-of-order", "plans-with-a-gap"])
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda p: [],
+        lambda p: [p[1], p[0]],
+        lambda p: [p[0], dataclasses.replace(p[1], record_start=5)],
+    ],
+    ids=["no-plans", "plans-out-of-order", "plans-with-a-gap"],
+)
 def test_plans_must_be_contiguous_from_record_zero(mangle):
     plans, summaries = summarised([1, 2], 2)
     with pytest.raises(MergeError):

@@ -25,14 +25,31 @@ from services.csvstats import (
     summarise,
 )
 
-PROPERTY_SETTINGS = settings(max_examples=200, deadline=None,
-                             suppress_health_check=[HealthCheck.too_slow])
+PROPERTY_SETTINGS = settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 DELIMITERS = (",", ";", "\t", "|", "§")
 TERMINATORS = ("\n", "\r\n", "\r")
 EXTREMES = (INT64_MAX, INT64_MIN, INT64_MAX - 1, INT64_MIN + 1, 2**62, -(2**62), 2**63 // 3)
 VALID_SPELLINGS = ("", " ", "  ", "\t", " 7 ", "+5", "-0", "007", "\t-3\t", "  -12")
-INVALID_SPELLINGS = ("1.5", "abc", "9223372036854775808", "-9223372036854775809", "1_000",
-                     "٣", "+", "-", "1 2", "0x1f", "1e3", "\x0b5", "5\x0c", "", "--1", "1-")
+INVALID_SPELLINGS = (
+    "1.5",
+    "abc",
+    "9223372036854775808",
+    "-9223372036854775809",
+    "1_000",
+    "٣",
+    "+",
+    "-",
+    "1 2",
+    "0x1f",
+    "1e3",
+    "\x0b5",
+    "5\x0c",
+    "",
+    "--1",
+    "1-",
+)
 TEXT_CHARS = ("a", "b", " ", ",", ";", "\t", "|", "§", '"', "\r", "\n", "é", "1", "-", "\x00")
 
 
@@ -76,10 +93,9 @@ def csv_cases(draw, *, malformed: bool = True) -> CsvCase:
         if shape == 0:
             record = ""  # an empty line
         else:
-            fields = [draw(value_texts()) if i == value_at else draw(texts)
-                      for i in range(columns)]
+            fields = [draw(value_texts()) if i == value_at else draw(texts) for i in range(columns)]
             if malformed and shape == 1:
-                fields = fields[:draw(st.integers(0, columns - 1))]  # too few fields
+                fields = fields[: draw(st.integers(0, columns - 1))]  # too few fields
             elif shape == 2:
                 fields.append(draw(texts))  # more fields than the header is fine
             record = delimiter.join(draw(encoded_fields(f, delimiter)) for f in fields)
@@ -101,7 +117,7 @@ def blocks_of(chunk: bytes, sizes: list[int]) -> list[bytes]:
     for size in itertools.cycle(sizes):
         if pos >= len(chunk):
             break
-        blocks.append(chunk[pos:pos + size])
+        blocks.append(chunk[pos : pos + size])
         pos += size
     return blocks
 
@@ -119,10 +135,16 @@ def outcome(run) -> tuple:
 
 
 def summarise_chunk(case: CsvCase, result, plan, sizes: list[int], **options):
-    chunk = case.data[plan.byte_start:plan.byte_end]
-    return summarise(blocks_of(chunk, sizes), column_index=result.column_index, column="value",
-                     delimiter=case.delimiter, record_start=plan.record_start,
-                     first_line=plan.first_line, **options)
+    chunk = case.data[plan.byte_start : plan.byte_end]
+    return summarise(
+        blocks_of(chunk, sizes),
+        column_index=result.column_index,
+        column="value",
+        delimiter=case.delimiter,
+        record_start=plan.record_start,
+        first_line=plan.first_line,
+        **options,
+    )
 
 
 block_sizes = st.lists(st.integers(0, 40), min_size=1, max_size=6).filter(any)
@@ -133,10 +155,17 @@ scan_steps = st.sampled_from([planning._QUOTE_SCAN_STEP, 1, 2, 7])
 
 
 @PROPERTY_SETTINGS
-@given(case=csv_cases(), chunks=st.integers(1, 64), sizes=block_sizes,
-       stop_at_first_error=st.booleans(), batch=batch_bytes, scan_step=scan_steps)
-def test_chunked_path_decides_like_the_sequential_loop(case, chunks, sizes,
-                                                       stop_at_first_error, batch, scan_step):
+@given(
+    case=csv_cases(),
+    chunks=st.integers(1, 64),
+    sizes=block_sizes,
+    stop_at_first_error=st.booleans(),
+    batch=batch_bytes,
+    scan_step=scan_steps,
+)
+def test_chunked_path_decides_like_the_sequential_loop(
+    case, chunks, sizes, stop_at_first_error, batch, scan_step
+):
     expected = outcome(lambda: sequential_totals(case.data, "value", case.delimiter))
     try:
         with mock.patch.object(planning, "_QUOTE_SCAN_STEP", scan_step):
@@ -169,7 +198,7 @@ def test_each_chunk_starts_on_the_physical_line_csv_reader_counts(case, chunks, 
     with mock.patch.object(planning, "_QUOTE_SCAN_STEP", scan_step):
         result = split(case.data, "value", case.delimiter, chunks)
     for plan in result.plans:
-        before = case.data[:plan.byte_start].decode("utf-8-sig")
+        before = case.data[: plan.byte_start].decode("utf-8-sig")
         # newline="" splits lines at LF, CRLF and a lone CR, as csv.reader's line_num does.
         lines = io.StringIO(before, newline="").readlines()
         assert plan.first_line == 1 + sum(line.endswith(("\n", "\r")) for line in lines)
@@ -179,10 +208,12 @@ def assert_overflow_happens_in(case: CsvCase, plans, index: int) -> None:
     """The sequential loop overflows within chunk `index`: by its end, not by its start."""
     upto = plans[index].byte_end
     assert outcome(lambda: sequential_totals(case.data[:upto], "value", case.delimiter)) == (
-        "overflow",)
+        "overflow",
+    )
     before = plans[index].byte_start
     assert outcome(lambda: sequential_totals(case.data[:before], "value", case.delimiter)) != (
-        "overflow",)
+        "overflow",
+    )
 
 
 class StopHere(Exception):
@@ -190,10 +221,17 @@ class StopHere(Exception):
 
 
 @PROPERTY_SETTINGS
-@given(case=csv_cases(), chunks=st.integers(1, 8), every=st.integers(1, 4), sizes=block_sizes,
-       batch=batch_bytes, data=st.data())
-def test_resuming_from_a_checkpoint_gives_the_uninterrupted_summary(case, chunks, every, sizes,
-                                                                     batch, data):
+@given(
+    case=csv_cases(),
+    chunks=st.integers(1, 8),
+    every=st.integers(1, 4),
+    sizes=block_sizes,
+    batch=batch_bytes,
+    data=st.data(),
+)
+def test_resuming_from_a_checkpoint_gives_the_uninterrupted_summary(
+    case, chunks, every, sizes, batch, data
+):
     try:
         result = split(case.data, "value", case.delimiter, chunks)
     except CsvFormatError:
@@ -205,8 +243,9 @@ def test_resuming_from_a_checkpoint_gives_the_uninterrupted_summary(case, chunks
 def check_resume(case: CsvCase, result, every: int, sizes: list[int], data) -> None:
     plan = data.draw(st.sampled_from(result.plans))
     seen: list[Checkpoint] = []
-    whole = summarise_chunk(case, result, plan, sizes, checkpoint_every=every,
-                            on_checkpoint=seen.append)
+    whole = summarise_chunk(
+        case, result, plan, sizes, checkpoint_every=every, on_checkpoint=seen.append
+    )
     assert [c.records_done for c in seen] == list(range(every, whole.records + 1, every))
     if not seen:
         return
@@ -217,16 +256,23 @@ def check_resume(case: CsvCase, result, every: int, sizes: list[int], data) -> N
             raise StopHere
 
     try:
-        summarise_chunk(case, result, plan, sizes, checkpoint_every=every,
-                        on_checkpoint=stop_at_checkpoint)
+        summarise_chunk(
+            case, result, plan, sizes, checkpoint_every=every, on_checkpoint=stop_at_checkpoint
+        )
     except StopHere:
         pass
     else:
         raise AssertionError("on_checkpoint's exception did not propagate")
     saved = Checkpoint.from_dict(seen[stop].to_dict())
     resumed_seen: list[Checkpoint] = []
-    resumed = summarise_chunk(case, result, plan, data.draw(block_sizes),
-                              checkpoint_every=every, checkpoint=saved,
-                              on_checkpoint=resumed_seen.append)
+    resumed = summarise_chunk(
+        case,
+        result,
+        plan,
+        data.draw(block_sizes),
+        checkpoint_every=every,
+        checkpoint=saved,
+        on_checkpoint=resumed_seen.append,
+    )
     assert resumed == whole
-    assert resumed_seen == seen[stop + 1:]
+    assert resumed_seen == seen[stop + 1 :]

@@ -17,7 +17,7 @@ def plans_as_ranges(result) -> list[tuple[int, int]]:
 
 
 def records_of(data: bytes, plan: ChunkPlan) -> list[list[str]]:
-    text = data[plan.byte_start:plan.byte_end].decode("utf-8")
+    text = data[plan.byte_start : plan.byte_end].decode("utf-8")
     return list(csv.reader(io.StringIO(text, newline="")))
 
 
@@ -31,8 +31,11 @@ def test_quoted_newline_does_not_end_a_record(line_break):
     assert records_of(data, result.plans[0]) == [["1", "5", f"two{line_break}lines"]]
 
 
-@pytest.mark.parametrize("field", ['"a,b"', '"say ""hi"""', '"a,""b"",\nc"', '""'],
-                         ids=["delimiter", "doubled-quotes", "all-at-once", "empty"])
+@pytest.mark.parametrize(
+    "field",
+    ['"a,b"', '"say ""hi"""', '"a,""b"",\nc"', '""'],
+    ids=["delimiter", "doubled-quotes", "all-at-once", "empty"],
+)
 def test_quoted_delimiters_and_doubled_quotes_stay_inside_their_field(field):
     data = f"id,note,value\n1,{field},5\n2,x,6\n".encode()
     result = split(data, "value", chunks=2)
@@ -40,16 +43,27 @@ def test_quoted_delimiters_and_doubled_quotes_stay_inside_their_field(field):
     assert records_of(data, result.plans[0])[0][2] == "5"
 
 
-@pytest.mark.parametrize(("records", "chunks", "expected"), [
-    (10, 3, [(0, 4), (4, 8), (8, 10)]),
-    (10, 4, [(0, 3), (3, 6), (6, 9), (9, 10)]),
-    (10, 1, [(0, 10)]),
-    (3, 8, [(0, 1), (1, 2), (2, 3)]),
-    (64, 64, [(i, i + 1) for i in range(64)]),
-    (1, 64, [(0, 1)]),
-    (0, 5, [(0, 0)]),
-], ids=["last-chunk-incomplete", "four-of-three", "one-chunk", "fewer-chunks-than-asked",
-        "one-record-each", "one-record", "no-records"])
+@pytest.mark.parametrize(
+    ("records", "chunks", "expected"),
+    [
+        (10, 3, [(0, 4), (4, 8), (8, 10)]),
+        (10, 4, [(0, 3), (3, 6), (6, 9), (9, 10)]),
+        (10, 1, [(0, 10)]),
+        (3, 8, [(0, 1), (1, 2), (2, 3)]),
+        (64, 64, [(i, i + 1) for i in range(64)]),
+        (1, 64, [(0, 1)]),
+        (0, 5, [(0, 0)]),
+    ],
+    ids=[
+        "last-chunk-incomplete",
+        "four-of-three",
+        "one-chunk",
+        "fewer-chunks-than-asked",
+        "one-record-each",
+        "one-record",
+        "no-records",
+    ],
+)
 def test_chunks_are_ceil_n_over_k_records_each(records, chunks, expected):
     data = ("id,value\n" + "".join(f"{i},{i}\n" for i in range(records))).encode()
     result = split(data, "value", chunks=chunks)
@@ -75,7 +89,7 @@ def test_plans_cover_the_body_in_order_with_the_digest_of_their_bytes():
         assert before.byte_end == after.byte_start
         assert before.record_end == after.record_start
     for plan in result.plans:
-        assert plan.sha256 == hashlib.sha256(data[plan.byte_start:plan.byte_end]).hexdigest()
+        assert plan.sha256 == hashlib.sha256(data[plan.byte_start : plan.byte_end]).hexdigest()
 
 
 def test_every_chunk_of_a_generated_file_holds_exactly_its_planned_records():
@@ -102,29 +116,45 @@ def test_a_leading_bom_is_skipped_but_offsets_are_into_the_given_bytes():
     assert result.plans[0].byte_start == len(b"\xef\xbb\xbfvalue,id\n")
 
 
-@pytest.mark.parametrize(("delimiter", "data"), [
-    (";", b'id;value\n1;5\n2;"6;7"\n'),
-    ("\t", b'id\tvalue\n1\t5\n2\t"6\t7"\n'),
-    ("|", b"id|value\n1|5\n2|6\n"),
-    ("\u00a7", "id\u00a7value\n1\u00a75\n2\u00a76\n".encode()),
-], ids=["semicolon", "tab", "pipe", "non-ascii"])
+@pytest.mark.parametrize(
+    ("delimiter", "data"),
+    [
+        (";", b'id;value\n1;5\n2;"6;7"\n'),
+        ("\t", b'id\tvalue\n1\t5\n2\t"6\t7"\n'),
+        ("|", b"id|value\n1|5\n2|6\n"),
+        ("\u00a7", "id\u00a7value\n1\u00a75\n2\u00a76\n".encode()),
+    ],
+    ids=["semicolon", "tab", "pipe", "non-ascii"],
+)
 def test_other_delimiters_find_the_column_and_the_records(delimiter, data):
     result = split(data, "value", delimiter, chunks=2)
     assert result.column_index == 1
     assert result.records == 2
 
 
-@pytest.mark.parametrize(("data", "records"), [
-    (b"id,value\n1,5\n2,6", 2),
-    (b"id,value\n1,5\n2,6\n", 2),
-    (b"id,value\r\n1,5\r\n2,6\r\n", 2),
-    (b"id,value\r1,5\r2,6\r", 2),
-    (b"id,value\n1,5\n\n2,6\n", 3),
-    (b"id,value\n1,5\n\n", 2),
-    (b"id,value", 0),
-    (b"id,value\n", 0),
-], ids=["no-final-newline", "final-lf", "crlf", "lone-cr", "empty-line-in-the-middle",
-        "empty-line-at-the-end", "header-only-unterminated", "header-only"])
+@pytest.mark.parametrize(
+    ("data", "records"),
+    [
+        (b"id,value\n1,5\n2,6", 2),
+        (b"id,value\n1,5\n2,6\n", 2),
+        (b"id,value\r\n1,5\r\n2,6\r\n", 2),
+        (b"id,value\r1,5\r2,6\r", 2),
+        (b"id,value\n1,5\n\n2,6\n", 3),
+        (b"id,value\n1,5\n\n", 2),
+        (b"id,value", 0),
+        (b"id,value\n", 0),
+    ],
+    ids=[
+        "no-final-newline",
+        "final-lf",
+        "crlf",
+        "lone-cr",
+        "empty-line-in-the-middle",
+        "empty-line-at-the-end",
+        "header-only-unterminated",
+        "header-only",
+    ],
+)
 def test_record_count_follows_the_line_ending_rules(data, records):
     assert split(data, "value").records == records
 
@@ -142,32 +172,53 @@ def test_quoted_header_names_are_unquoted():
     assert result.column_index == 1
 
 
-@pytest.mark.parametrize(("data", "column", "delimiter", "chunks", "field"), [
-    (b"", "value", ",", 1, "file"),
-    (b"\xef\xbb\xbf", "value", ",", 1, "file"),
-    (b"id,value\n1,\xff\n", "value", ",", 1, "file"),
-    (b"id,value\n1,\xe2\x82\n", "value", ",", 1, "file"),
-    (b'id,value\n1,a"b\n', "value", ",", 1, "file"),
-    (b'id,value\n"1"x,5\n', "value", ",", 1, "file"),
-    (b'id,"value\n1,5\n', "value", ",", 1, "file"),
-    (b"\nid,value\n", "value", ",", 1, "file"),
-    (b"id,value\n1,5\n", "amount", ",", 1, "column"),
-    (b"value,value\n1,5\n", "value", ",", 1, "column"),
-    (b"id,value\n1,5\n", "", ",", 1, "column"),
-    (b"id,value\n1,5\n", "value", "", 1, "delimiter"),
-    (b"id,value\n1,5\n", "value", ",,", 1, "delimiter"),
-    (b"id,value\n1,5\n", "value", '"', 1, "delimiter"),
-    (b"id,value\n1,5\n", "value", "\n", 1, "delimiter"),
-    (b"id,value\n1,5\n", "value", "\r", 1, "delimiter"),
-    (b"id,value\n1,5\n", "value", ",", 0, "chunks"),
-    (b"id,value\n1,5\n", "value", ",", 65, "chunks"),
-    (b"id,value\n1,5\n", "value", ",", True, "chunks"),
-    (b"id,value\n1,5\n", "value", ",", 2.0, "chunks"),
-], ids=["empty", "bom-only", "invalid-utf8", "truncated-utf8", "quote-inside-unquoted-field",
-        "text-after-closing-quote", "header-quote-never-closed", "blank-header",
-        "column-absent", "column-ambiguous", "column-empty", "delimiter-empty",
-        "delimiter-two-chars", "delimiter-quote", "delimiter-lf", "delimiter-cr",
-        "chunks-zero", "chunks-65", "chunks-bool", "chunks-float"])
+@pytest.mark.parametrize(
+    ("data", "column", "delimiter", "chunks", "field"),
+    [
+        (b"", "value", ",", 1, "file"),
+        (b"\xef\xbb\xbf", "value", ",", 1, "file"),
+        (b"id,value\n1,\xff\n", "value", ",", 1, "file"),
+        (b"id,value\n1,\xe2\x82\n", "value", ",", 1, "file"),
+        (b'id,value\n1,a"b\n', "value", ",", 1, "file"),
+        (b'id,value\n"1"x,5\n', "value", ",", 1, "file"),
+        (b'id,"value\n1,5\n', "value", ",", 1, "file"),
+        (b"\nid,value\n", "value", ",", 1, "file"),
+        (b"id,value\n1,5\n", "amount", ",", 1, "column"),
+        (b"value,value\n1,5\n", "value", ",", 1, "column"),
+        (b"id,value\n1,5\n", "", ",", 1, "column"),
+        (b"id,value\n1,5\n", "value", "", 1, "delimiter"),
+        (b"id,value\n1,5\n", "value", ",,", 1, "delimiter"),
+        (b"id,value\n1,5\n", "value", '"', 1, "delimiter"),
+        (b"id,value\n1,5\n", "value", "\n", 1, "delimiter"),
+        (b"id,value\n1,5\n", "value", "\r", 1, "delimiter"),
+        (b"id,value\n1,5\n", "value", ",", 0, "chunks"),
+        (b"id,value\n1,5\n", "value", ",", 65, "chunks"),
+        (b"id,value\n1,5\n", "value", ",", True, "chunks"),
+        (b"id,value\n1,5\n", "value", ",", 2.0, "chunks"),
+    ],
+    ids=[
+        "empty",
+        "bom-only",
+        "invalid-utf8",
+        "truncated-utf8",
+        "quote-inside-unquoted-field",
+        "text-after-closing-quote",
+        "header-quote-never-closed",
+        "blank-header",
+        "column-absent",
+        "column-ambiguous",
+        "column-empty",
+        "delimiter-empty",
+        "delimiter-two-chars",
+        "delimiter-quote",
+        "delimiter-lf",
+        "delimiter-cr",
+        "chunks-zero",
+        "chunks-65",
+        "chunks-bool",
+        "chunks-float",
+    ],
+)
 def test_unusable_submissions_name_the_bad_field(data, column, delimiter, chunks, field):
     with pytest.raises(CsvFormatError) as caught:
         split(data, column, delimiter, chunks)
@@ -195,11 +246,25 @@ def test_chunk_plan_round_trips_through_a_dict():
     assert ChunkPlan.from_dict(plan.to_dict()) == plan
 
 
-@pytest.mark.parametrize("change", [
-    {"index": -1}, {"record_start": "0"}, {"sha256": "abc"}, {"record_end": -5},
-    {"byte_start": True}, {"extra": 1},
-], ids=["negative-index", "string-number", "short-digest", "range-backwards", "bool",
-        "unknown-key"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"index": -1},
+        {"record_start": "0"},
+        {"sha256": "abc"},
+        {"record_end": -5},
+        {"byte_start": True},
+        {"extra": 1},
+    ],
+    ids=[
+        "negative-index",
+        "string-number",
+        "short-digest",
+        "range-backwards",
+        "bool",
+        "unknown-key",
+    ],
+)
 def test_chunk_plan_from_dict_rejects_malformed_input(change):
     plan = split(b"id,value\n1,5\n", "value").plans[0].to_dict()
     with pytest.raises(ValueError):

@@ -27,24 +27,38 @@ def summarise_body(body: bytes, column_index: int = 1, **options) -> Summary:
 
 
 def one_byte_blocks(data: bytes) -> list[bytes]:
-    return [data[i:i + 1] for i in range(len(data))]
+    return [data[i : i + 1] for i in range(len(data))]
 
 
-@pytest.mark.parametrize(("body", "count", "total", "low", "high"), [
-    (b"a,5\nb,-3\nc,10\n", 3, 12, -3, 10),
-    (b"a,\nb,  \nc,\t\nd,7\n", 1, 7, 7, 7),
-    (b"a, 7 \nb,\t-2\t\nc,+5\nd,-0\ne,007\n", 5, 17, -2, 7),
-    (b'a,"42"\nb," -1 "\nc,""\n', 2, 41, -1, 42),
-    (b"a,5\n\nb,6\n", 2, 11, 5, 6),
-    (f"a,{INT64_MAX}\nb,{INT64_MIN}\n".encode(), 2, -1, INT64_MIN, INT64_MAX),
-    (b"a,1\r\nb,2\r\n", 2, 3, 1, 2),
-    (b"a,1\rb,2\r", 2, 3, 1, 2),
-    (b"a,1\nb,2", 2, 3, 1, 2),
-    (b'x,1,"multi\nline, with ""quotes"""\ny,2,z\n', 2, 3, 1, 2),
-    (b"", 0, 0, None, None),
-], ids=["negatives", "empty-and-blank-values-skipped", "padding-signs-and-zeros",
-        "quoted-values", "empty-line-is-a-record-without-a-value", "int64-extremes", "crlf",
-        "lone-cr", "no-final-newline", "quoted-multiline-field", "no-records"])
+@pytest.mark.parametrize(
+    ("body", "count", "total", "low", "high"),
+    [
+        (b"a,5\nb,-3\nc,10\n", 3, 12, -3, 10),
+        (b"a,\nb,  \nc,\t\nd,7\n", 1, 7, 7, 7),
+        (b"a, 7 \nb,\t-2\t\nc,+5\nd,-0\ne,007\n", 5, 17, -2, 7),
+        (b'a,"42"\nb," -1 "\nc,""\n', 2, 41, -1, 42),
+        (b"a,5\n\nb,6\n", 2, 11, 5, 6),
+        (f"a,{INT64_MAX}\nb,{INT64_MIN}\n".encode(), 2, -1, INT64_MIN, INT64_MAX),
+        (b"a,1\r\nb,2\r\n", 2, 3, 1, 2),
+        (b"a,1\rb,2\r", 2, 3, 1, 2),
+        (b"a,1\nb,2", 2, 3, 1, 2),
+        (b'x,1,"multi\nline, with ""quotes"""\ny,2,z\n', 2, 3, 1, 2),
+        (b"", 0, 0, None, None),
+    ],
+    ids=[
+        "negatives",
+        "empty-and-blank-values-skipped",
+        "padding-signs-and-zeros",
+        "quoted-values",
+        "empty-line-is-a-record-without-a-value",
+        "int64-extremes",
+        "crlf",
+        "lone-cr",
+        "no-final-newline",
+        "quoted-multiline-field",
+        "no-records",
+    ],
+)
 def test_statistics_of_valid_values(body, count, total, low, high):
     summary = summarise_body(body)
     assert (summary.count, summary.sum, summary.min, summary.max) == (count, total, low, high)
@@ -68,25 +82,41 @@ def test_a_large_prefix_inside_a_chunk_shows_in_its_extremes_even_if_the_sum_is_
     assert summary.sum == INT64_MAX - 1
 
 
-@pytest.mark.parametrize(("value", "reason", "excerpt"), [
-    ("1.5", "not an integer", "'1.5'"),
-    ("abc", "not an integer", "'abc'"),
-    (" 1 2 ", "not an integer", "' 1 2 '"),
-    ("1_000", "not an integer", "'1_000'"),
-    ("\u0663", "not an integer", "'\u0663'"),
-    ("+", "not an integer", "'+'"),
-    ("0x10", "not an integer", "'0x10'"),
-    ("\x0b5", "not an integer", "'\\x0b5'"),
-    ("9223372036854775808", "out of int64 range", "'9223372036854775808'"),
-    ("-9223372036854775809", "out of int64 range", "'-9223372036854775809'"),
-    ("1" * 5000, "out of int64 range", "'" + "1" * 35 + "'..."),
-], ids=["decimal", "word", "inner-blank", "underscore", "arabic-indic-digit", "sign-only",
-        "hex", "vertical-tab", "above-int64", "below-int64", "five-thousand-digits"])
+@pytest.mark.parametrize(
+    ("value", "reason", "excerpt"),
+    [
+        ("1.5", "not an integer", "'1.5'"),
+        ("abc", "not an integer", "'abc'"),
+        (" 1 2 ", "not an integer", "' 1 2 '"),
+        ("1_000", "not an integer", "'1_000'"),
+        ("\u0663", "not an integer", "'\u0663'"),
+        ("+", "not an integer", "'+'"),
+        ("0x10", "not an integer", "'0x10'"),
+        ("\x0b5", "not an integer", "'\\x0b5'"),
+        ("9223372036854775808", "out of int64 range", "'9223372036854775808'"),
+        ("-9223372036854775809", "out of int64 range", "'-9223372036854775809'"),
+        ("1" * 5000, "out of int64 range", "'" + "1" * 35 + "'..."),
+    ],
+    ids=[
+        "decimal",
+        "word",
+        "inner-blank",
+        "underscore",
+        "arabic-indic-digit",
+        "sign-only",
+        "hex",
+        "vertical-tab",
+        "above-int64",
+        "below-int64",
+        "five-thousand-digits",
+    ],
+)
 def test_invalid_value_names_record_line_column_and_an_escaped_excerpt(value, reason, excerpt):
     body = f"a,1\nb,2\nc,{value}\nd,4\n".encode()
     summary = summarise_body(body, record_start=10, first_line=20)
-    assert summary.error == InvalidRecord(record=13, line=22, column="value", reason=reason,
-                                          excerpt=excerpt)
+    assert summary.error == InvalidRecord(
+        record=13, line=22, column="value", reason=reason, excerpt=excerpt
+    )
     assert len(summary.error.excerpt) <= 40
 
 
@@ -95,14 +125,23 @@ def test_invalid_record_message_reads_like_a_sentence():
     assert summary.error.message() == "record 17 (line 19), column 'value': not an integer: '1.5'"
 
 
-@pytest.mark.parametrize(("body", "reason", "record", "line"), [
-    (b"a,1\nb\nc,3\n", "too few fields (1; the column is field 2)", 2, 3),
-    (b'a,1\n"b\nc",2\nd,"3\n4\n', "unterminated quote", 3, 5),
-    (b"a,1\nb\xff,2\n", "invalid UTF-8", 2, 3),
-    (b'a,1\nb"x,2\n', "misplaced quote", 2, 3),
-    (b'a,1\r\nb,2,"x\r\ny"\rd,2\r\ne"f,3\n', "misplaced quote", 4, 6),
-], ids=["too-few-fields", "unterminated-quote", "invalid-utf8", "quote-in-unquoted-field",
-        "lines-counted-across-cr-crlf-lf"])
+@pytest.mark.parametrize(
+    ("body", "reason", "record", "line"),
+    [
+        (b"a,1\nb\nc,3\n", "too few fields (1; the column is field 2)", 2, 3),
+        (b'a,1\n"b\nc",2\nd,"3\n4\n', "unterminated quote", 3, 5),
+        (b"a,1\nb\xff,2\n", "invalid UTF-8", 2, 3),
+        (b'a,1\nb"x,2\n', "misplaced quote", 2, 3),
+        (b'a,1\r\nb,2,"x\r\ny"\rd,2\r\ne"f,3\n', "misplaced quote", 4, 6),
+    ],
+    ids=[
+        "too-few-fields",
+        "unterminated-quote",
+        "invalid-utf8",
+        "quote-in-unquoted-field",
+        "lines-counted-across-cr-crlf-lf",
+    ],
+)
 def test_malformed_records_are_invalid_with_their_position(body, reason, record, line):
     summary = summarise_body(body)
     assert summary.error.reason == reason
@@ -128,7 +167,8 @@ def test_the_digest_covers_every_byte_even_after_an_invalid_record():
 def test_blocks_may_split_records_and_multibyte_characters():
     body = 'é,1\n"ü\r\n§",2\r\n€,3\r"x",-4\n'.encode()
     assert summarise([body], column_index=1, column="value") == summarise(
-        one_byte_blocks(body), column_index=1, column="value")
+        one_byte_blocks(body), column_index=1, column="value"
+    )
 
 
 def test_a_cr_at_the_end_of_a_block_may_start_a_crlf():
@@ -143,35 +183,63 @@ def test_a_field_larger_than_a_batch_or_the_csv_module_limit_is_read_whole():
     note = "x" * 300_000
     data = f'id,note,value\n1,"{note}\n{note}",5\n2,y,6\n'.encode()
     result = split(data, "value", chunks=2)
-    summaries = [summarise([data[p.byte_start:p.byte_end]], column_index=2, column="value",
-                           record_start=p.record_start, first_line=p.first_line)
-                 for p in result.plans]
+    summaries = [
+        summarise(
+            [data[p.byte_start : p.byte_end]],
+            column_index=2,
+            column="value",
+            record_start=p.record_start,
+            first_line=p.first_line,
+        )
+        for p in result.plans
+    ]
     assert merge(result.plans, summaries) == sequential_totals(data, "value")
     assert summaries[1].count == 1
 
 
-@pytest.mark.parametrize("delimiter", [",", ";", "\t", " ", "\u00a7"],
-                         ids=["comma", "semicolon", "tab", "space", "non-ascii"])
+@pytest.mark.parametrize(
+    "delimiter",
+    [",", ";", "\t", " ", "\u00a7"],
+    ids=["comma", "semicolon", "tab", "space", "non-ascii"],
+)
 def test_each_delimiter_gives_the_sequential_totals_over_many_batches(delimiter):
     rng = random.Random(4)
-    rows = [f'{i}{delimiter}"la{delimiter}bel"{delimiter}{rng.choice(["", rng.randint(-9, 99)])}'
-            f'{delimiter}"n""o{delimiter}\nte"' for i in range(20_000)]
-    data = ("id" + delimiter + "label" + delimiter + "value" + delimiter + "note\n"
-            + "\r\n".join(rows)).encode()
+    rows = [
+        f'{i}{delimiter}"la{delimiter}bel"{delimiter}{rng.choice(["", rng.randint(-9, 99)])}'
+        f'{delimiter}"n""o{delimiter}\nte"'
+        for i in range(20_000)
+    ]
+    data = (
+        "id" + delimiter + "label" + delimiter + "value" + delimiter + "note\n" + "\r\n".join(rows)
+    ).encode()
     result = split(data, "value", delimiter, chunks=5)
-    summaries = [summarise([data[p.byte_start:p.byte_end]], column_index=2, column="value",
-                           delimiter=delimiter, record_start=p.record_start,
-                           first_line=p.first_line)
-                 for p in result.plans]
+    summaries = [
+        summarise(
+            [data[p.byte_start : p.byte_end]],
+            column_index=2,
+            column="value",
+            delimiter=delimiter,
+            record_start=p.record_start,
+            first_line=p.first_line,
+        )
+        for p in result.plans
+    ]
     assert merge(result.plans, summaries) == sequential_totals(data, "value", delimiter)
 
 
 def test_a_generated_file_with_a_malformed_record_is_reported_like_the_sequential_loop():
     data = generate_csv(3_000, seed=9, malformed_at=2_222)
     result = split(data, "value", chunks=4)
-    summaries = [summarise([data[p.byte_start:p.byte_end]], column_index=2, column="value",
-                           record_start=p.record_start, first_line=p.first_line)
-                 for p in result.plans]
+    summaries = [
+        summarise(
+            [data[p.byte_start : p.byte_end]],
+            column_index=2,
+            column="value",
+            record_start=p.record_start,
+            first_line=p.first_line,
+        )
+        for p in result.plans
+    ]
     errors = [s.error for s in summaries if s.error is not None]
     assert [e.record for e in errors] == [2_222]
     with pytest.raises(InvalidInput) as sequential:
@@ -183,7 +251,9 @@ def test_checkpoints_come_every_n_records_with_the_statistics_so_far():
     seen: list[Checkpoint] = []
     summarise_body(b"a,1\nb,2\nc,\nd,4\ne,5\n", checkpoint_every=2, on_checkpoint=seen.append)
     assert [(c.records_done, c.partial.count, c.partial.sum) for c in seen] == [
-        (2, 2, 3), (4, 3, 7)]
+        (2, 2, 3),
+        (4, 3, 7),
+    ]
     assert all(c.partial.digest == "" for c in seen)
 
 
@@ -206,38 +276,49 @@ def test_an_exception_from_on_checkpoint_propagates():
 
 def test_resuming_from_a_checkpoint_gives_the_uninterrupted_summary():
     body = generate_csv(5_000, seed=2)
-    body = body[body.index(b"\n") + 1:]
+    body = body[body.index(b"\n") + 1 :]
     seen: list[Checkpoint] = []
-    whole = summarise([body], column_index=2, column="value", checkpoint_every=700,
-                      on_checkpoint=seen.append)
+    whole = summarise(
+        [body], column_index=2, column="value", checkpoint_every=700, on_checkpoint=seen.append
+    )
     for checkpoint in seen:
         saved = Checkpoint.from_dict(checkpoint.to_dict())
         later: list[Checkpoint] = []
-        resumed = summarise(one_byte_blocks(body[:3000]) + [body[3000:]], column_index=2,
-                            column="value", checkpoint_every=700, checkpoint=saved,
-                            on_checkpoint=later.append)
+        resumed = summarise(
+            one_byte_blocks(body[:3000]) + [body[3000:]],
+            column_index=2,
+            column="value",
+            checkpoint_every=700,
+            checkpoint=saved,
+            on_checkpoint=later.append,
+        )
         assert resumed == whole
         assert later == [c for c in seen if c.records_done > checkpoint.records_done]
 
 
 def test_resuming_skips_the_checkpointed_records_without_reading_their_values():
-    partial = Summary(records=2, count=1, sum=9, min=9, max=9, min_prefix=0, max_prefix=9,
-                      digest="")
-    summary = summarise_body(b"a,1\nb,not-read\nc,4\n",
-                             checkpoint=Checkpoint(records_done=2, partial=partial))
+    partial = Summary(
+        records=2, count=1, sum=9, min=9, max=9, min_prefix=0, max_prefix=9, digest=""
+    )
+    summary = summarise_body(
+        b"a,1\nb,not-read\nc,4\n", checkpoint=Checkpoint(records_done=2, partial=partial)
+    )
     assert (summary.records, summary.count, summary.sum, summary.error) == (3, 2, 13, None)
 
 
 def test_a_checkpoint_past_the_end_of_the_chunk_is_rejected():
-    partial = Summary(records=5, count=0, sum=0, min=None, max=None, min_prefix=0,
-                      max_prefix=0, digest="")
+    partial = Summary(
+        records=5, count=0, sum=0, min=None, max=None, min_prefix=0, max_prefix=0, digest=""
+    )
     with pytest.raises(ValueError, match="checkpoint"):
         summarise_body(b"a,1\n", checkpoint=Checkpoint(records_done=5, partial=partial))
 
 
-@pytest.mark.parametrize("options", [
-    {"checkpoint_every": 0}, {"column_index": -1}, {"delimiter": '"'}],
-    ids=["checkpoint-every-zero", "negative-column", "quote-delimiter"])
+@pytest.mark.parametrize(
+    "options",
+    [{"checkpoint_every": 0}, {"column_index": -1}, {"delimiter": '"'}],
+    ids=["checkpoint-every-zero", "negative-column", "quote-delimiter"],
+)
 def test_bad_arguments_are_rejected(options):
     with pytest.raises(ValueError):
         summarise_body(b"a,1\n", **options)
@@ -251,17 +332,50 @@ def test_summary_round_trips_through_a_dict_with_or_without_an_error():
     assert bad.to_dict()["error"]["reason"] == "not an integer"
 
 
-VALID_SUMMARY = {"records": 3, "count": 2, "sum": 5, "min": 1, "max": 4, "min_prefix": 0,
-                 "max_prefix": 5, "digest": "a" * 64, "error": None}
+VALID_SUMMARY = {
+    "records": 3,
+    "count": 2,
+    "sum": 5,
+    "min": 1,
+    "max": 4,
+    "min_prefix": 0,
+    "max_prefix": 5,
+    "digest": "a" * 64,
+    "error": None,
+}
 
 
-@pytest.mark.parametrize("change", [
-    {"records": "3"}, {"count": True}, {"count": 4}, {"min": None}, {"max": 1.0},
-    {"min": 5}, {"min_prefix": 1}, {"max_prefix": 4}, {"digest": "xyz"},
-    {"min": INT64_MAX + 1, "max": INT64_MAX + 1}, {"error": {"record": 1}}, {"surprise": 1},
-], ids=["string-records", "bool-count", "count-above-records", "min-missing-with-values",
-        "float-max", "min-above-max", "min-prefix-above-zero", "max-prefix-below-sum",
-        "bad-digest", "min-beyond-int64", "malformed-error", "unknown-key"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"records": "3"},
+        {"count": True},
+        {"count": 4},
+        {"min": None},
+        {"max": 1.0},
+        {"min": 5},
+        {"min_prefix": 1},
+        {"max_prefix": 4},
+        {"digest": "xyz"},
+        {"min": INT64_MAX + 1, "max": INT64_MAX + 1},
+        {"error": {"record": 1}},
+        {"surprise": 1},
+    ],
+    ids=[
+        "string-records",
+        "bool-count",
+        "count-above-records",
+        "min-missing-with-values",
+        "float-max",
+        "min-above-max",
+        "min-prefix-above-zero",
+        "max-prefix-below-sum",
+        "bad-digest",
+        "min-beyond-int64",
+        "malformed-error",
+        "unknown-key",
+    ],
+)
 def test_summary_from_dict_rejects_malformed_input(change):
     with pytest.raises(ValueError):
         Summary.from_dict({**VALID_SUMMARY, **change})
@@ -277,6 +391,7 @@ def test_summary_from_dict_rejects_a_missing_key_and_a_non_object():
 def test_checkpoint_from_dict_requires_a_partial_covering_records_done():
     partial = Summary.from_dict({**VALID_SUMMARY, "digest": ""})
     assert Checkpoint.from_dict({"records_done": 3, "partial": partial.to_dict()}).partial == (
-        partial)
+        partial
+    )
     with pytest.raises(ValueError):
         Checkpoint.from_dict({"records_done": 4, "partial": partial.to_dict()})
