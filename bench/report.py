@@ -20,8 +20,8 @@ from pathlib import Path
 import psycopg
 
 from bench.csv_core import reference_totals
-from bench.sample_csv import generate_csv
-from bench.stack import REPO, LocalStack, database_url, follow_job
+from devstack.sample_csv import generate_csv
+from devstack.stack import REPO, LocalStack, database_url, follow_job
 from services import csvstats
 
 RECORDS = 1_000_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from uuid import UUID
 
-from repositories import csvjobs as summary_rows
+from repositories import chunk_summaries as summary_rows
 from repositories import tasks as task_rows
 from repositories.tasks import Attempt, Task
 from services.auth import Principal

@@ -12,7 +12,7 @@ from uuid import UUID
 
 from psycopg import Connection
 
-from repositories import csvjobs as summary_rows
+from repositories import chunk_summaries as summary_rows
 from repositories import events as event_rows
 from repositories import jobs as job_rows
 from repositories import tasks as task_rows
@@ -242,7 +242,7 @@ def _merge_locked(conn: Connection, job: Job, started: float) -> Job:
             "details": {"chunk_index": exc.chunk_index},
         }
         return job_rules.fail_job(conn, job, None, error)
-    except csvstats.InvalidInput as exc:
+    except csvstats.BadRecord as exc:
         record = exc.record
         error = {
             "code": "invalid_input",

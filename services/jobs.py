@@ -15,7 +15,7 @@ from uuid import UUID
 
 from psycopg import Connection
 
-from repositories import csvjobs as summary_rows
+from repositories import chunk_summaries as summary_rows
 from repositories import events as event_rows
 from repositories import jobs as job_rows
 from repositories import tasks as task_rows

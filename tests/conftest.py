@@ -21,7 +21,7 @@ def pg_server(tmp_path_factory) -> dict:
     """Connection parameters of the server: TEST_DATABASE_URL's, else an embedded one."""
     url = os.environ.get("TEST_DATABASE_URL")
     if not url:
-        from bench import embedded_pg
+        from devstack import embedded_pg
 
         url = embedded_pg.start(tmp_path_factory.mktemp("pg") / "data", keep=False)
     params = conninfo_to_dict(url)

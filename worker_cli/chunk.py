@@ -16,8 +16,8 @@ from worker_cli.handlers import (
     ChunkStopped,
     ClaimedTask,
     Handler,
+    InputRejected,
     InputUnavailable,
-    InvalidInput,
     TaskContext,
     UnknownWorkload,
 )
@@ -118,7 +118,7 @@ class ChunkRunner:
         except (ChunkStopped, LeaseLost, InputUnavailable) as exc:
             self._cut_short(chunk, exc)
             return
-        except InvalidInput as exc:
+        except InputRejected as exc:
             self._invalid_input(chunk, exc)
             return
         except Exception as exc:
@@ -173,7 +173,7 @@ class ChunkRunner:
             details={"status": exc.status, "code": exc.code, "details": exc.details},
         )
 
-    def _invalid_input(self, chunk: RunningChunk, error: InvalidInput) -> None:
+    def _invalid_input(self, chunk: RunningChunk, error: InputRejected) -> None:
         # Only bytes that match input_sha256 may be called invalid; a corrupted transfer is
         # worth another attempt, bad data is not.
         try:

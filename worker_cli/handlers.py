@@ -38,7 +38,7 @@ class InputUnavailable(Exception):
         self.details = details or {}
 
 
-class InvalidInput(Exception):
+class InputRejected(Exception):
     """The input was read correctly but is not valid for the workload; retrying cannot help."""
 
     def __init__(self, message: str, *, details: dict | None = None):
@@ -235,7 +235,7 @@ def summarise_csv(task: ClaimedTask, context: TaskContext) -> dict:
     if summary.error is not None:
         # The coordinator decides the job's first error across chunks, so it needs the
         # stats of the records before the bad one as well as the bad record itself.
-        raise InvalidInput(
+        raise InputRejected(
             summary.error.message(),
             details={**summary.error.to_dict(), "summary": summary.to_dict()},
         )

@@ -20,10 +20,10 @@ from worker_cli.client import (
     RequestRejected,
     new_trace_id,
 )
-from worker_cli.command import config_from_args, parse_args
 from worker_cli.handlers import ClaimedTask, Handler, TaskContext, UnknownWorkload, load_handlers
 from worker_cli.logs import configure_logging, log_scope
 from worker_cli.schedule import Backoff, HeartbeatSchedule
+from worker_cli.worker_args import config_from_args, parse_args
 from worker_cli.worker_config import CRASH_AFTER_COMPUTE, PAUSE_AFTER_COMPUTE, WorkerConfig
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ does for csv.reader; values may be padded with spaces and tabs; a quote anywhere
 whole field (or doubled inside one) makes split reject the file.
 """
 
-from services.csvstats.errors import CsvFormatError, InvalidInput, MergeError, SumOverflow
+from services.csvstats.errors import BadRecord, CsvFormatError, MergeError, SumOverflow
 from services.csvstats.merging import merge, partial_totals
 from services.csvstats.model import (
     INT64_MAX,
@@ -28,7 +28,7 @@ __all__ = [
     "Checkpoint",
     "ChunkPlan",
     "CsvFormatError",
-    "InvalidInput",
+    "BadRecord",
     "InvalidRecord",
     "MergeError",
     "SplitResult",

@@ -31,7 +31,7 @@ class SumOverflow(Exception):
         self.chunk_index = chunk_index
 
 
-class InvalidInput(Exception):
+class BadRecord(Exception):
     """The first record, in file order, whose column value cannot be used."""
 
     def __init__(self, record: InvalidRecord, chunk_index: int | None = None):

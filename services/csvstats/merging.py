@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from services.csvstats.errors import InvalidInput, MergeError, SumOverflow
+from services.csvstats.errors import BadRecord, MergeError, SumOverflow
 from services.csvstats.model import INT64_MAX, INT64_MIN, ChunkPlan, Summary, Totals
 
 
@@ -12,7 +12,7 @@ def merge(plans: Sequence[ChunkPlan], summaries: Sequence[Summary]) -> Totals:
     """Combine one summary per planned chunk, in order, into the totals of the whole file.
 
     Raises SumOverflow if adding the values in file order overflows int64 before the first
-    invalid record, else InvalidInput for that record. Summaries after the first one with an
+    invalid record, else BadRecord for that record. Summaries after the first one with an
     error may be left out.
     """
     _check_plans(plans)
@@ -33,7 +33,7 @@ def merge(plans: Sequence[ChunkPlan], summaries: Sequence[Summary]) -> Totals:
         if total + summary.min_prefix < INT64_MIN or total + summary.max_prefix > INT64_MAX:
             raise SumOverflow(index)
         if summary.error is not None:
-            raise InvalidInput(summary.error, index)
+            raise BadRecord(summary.error, index)
         total += summary.sum
         count += summary.count
         minimum = _lesser(minimum, summary.min)

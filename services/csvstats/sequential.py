@@ -8,7 +8,7 @@ import io
 import threading
 from collections.abc import Iterator
 
-from services.csvstats.errors import InvalidInput, SumOverflow
+from services.csvstats.errors import BadRecord, SumOverflow
 from services.csvstats.model import INT64_MAX, INT64_MIN, InvalidRecord, Totals
 from services.csvstats.planning import find_column, scan_file, validate_delimiter
 from services.csvstats.syntax import BadValue, excerpt, read_integer, too_few_fields
@@ -37,11 +37,11 @@ def sequential_totals(data: bytes, column: str, delimiter: str = ",") -> Totals:
             except csv.Error as exc:
                 # strict mode: the only error left after scan_file is a quote open at the end
                 reason = "unterminated quote" if "unexpected end" in str(exc) else str(exc)
-                raise InvalidInput(InvalidRecord(record + 1, line, column, reason, "")) from None
+                raise BadRecord(InvalidRecord(record + 1, line, column, reason, "")) from None
             record += 1
             if row:  # csv.reader yields [] for an empty line: a record with an empty value
                 if len(row) <= column_index:
-                    raise InvalidInput(
+                    raise BadRecord(
                         InvalidRecord(
                             record, line, column, too_few_fields(len(row), column_index), ""
                         )
@@ -49,7 +49,7 @@ def sequential_totals(data: bytes, column: str, delimiter: str = ",") -> Totals:
                 try:
                     value = read_integer(row[column_index])
                 except BadValue as exc:
-                    raise InvalidInput(
+                    raise BadRecord(
                         InvalidRecord(record, line, column, str(exc), excerpt(row[column_index]))
                     ) from None
                 if value is not None:

@@ -10,8 +10,8 @@ import sys
 import uuid
 from pathlib import Path
 
-from bench.sample_csv import generate_csv
-from bench.stack import free_port
+from devstack.sample_csv import generate_csv
+from devstack.stack import free_port
 from tests.e2e.conftest import SHORT_POLL, totals_of, wait_for
 
 CHUNKWISE = str(Path(sys.executable).parent / "chunkwise")

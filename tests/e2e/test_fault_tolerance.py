@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bench.sample_csv import generate_csv
+from devstack.sample_csv import generate_csv
 from services import csvstats
 from services.archive import archive_path
 from tests.e2e.conftest import SHORT_POLL, big_csv, events, totals_of, wait_for
@@ -114,7 +114,7 @@ def test_crashed_and_stale_workers_do_not_change_the_sequential_result(stack, jo
 
 def test_malformed_record_fails_its_job_naming_the_record_and_line(stack, jobs):
     data = generate_csv(RECORDS, seed=11, malformed_at=12_345)
-    with pytest.raises(csvstats.InvalidInput) as control:
+    with pytest.raises(csvstats.BadRecord) as control:
         csvstats.sequential_totals(data, "value")
     bad = control.value.record
     job = jobs.submit(data, CHUNKS)

@@ -12,7 +12,7 @@ import pytest
 import requests
 from prometheus_client.mmap_dict import MmapedDict
 
-from bench.sample_csv import generate_csv
+from devstack.sample_csv import generate_csv
 from tests.e2e.conftest import FAST, SHORT_POLL, events, log_lines, scrape, wait_for
 
 CRASH_EXIT_STATUS = 17

@@ -2,49 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
 import pytest
 
 from services import auth
-
-WORKER = "worker-a"
-OTHER_WORKER = "worker-b"
-
-
-def sha256_of(text: str) -> str:
-    """The 64-hex digest a manifest names for an input or a result."""
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def manifest(chunks: int | list[int] = 1, **job: object) -> dict:
-    """A manifest job body for the `echo` workload; a list of ints names the chunk indexes."""
-    indexes = chunks if isinstance(chunks, list) else None
-    count = len(chunks) if indexes is not None else chunks
-    tasks = []
-    for n in range(count):
-        task = {
-            "input_uri": f"s3://in/{n}",
-            "input_sha256": sha256_of(f"in-{n}"),
-            "parameters": {"n": n},
-        }
-        if indexes is not None:
-            task["chunk_index"] = indexes[n]
-        tasks.append(task)
-    return {"workload": "echo", "input_uri": "s3://in/", "parameters": {}, "tasks": tasks, **job}
-
-
-def result_body(claimed: dict, worker_id: str = WORKER, tag: str = "out") -> dict:
-    """A result manifest for a claimed task under its own attempt."""
-    uri = f"s3://out/{claimed['task_id']}/{tag}"
-    return {
-        "worker_id": worker_id,
-        "attempt": claimed["attempt"],
-        "result_uri": uri,
-        "result_sha256": sha256_of(uri),
-        "metrics": {"rows": 1},
-    }
+from tests.integration.manifests import WORKER, result_body
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from services import auth
-from tests.integration.conftest import WORKER, manifest
+from tests.integration.manifests import WORKER, manifest
 
 MISSING_JOB = "6f1c1a1e-0000-4000-8000-000000000000"
 TASK_ROUTES = [

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services import tasks
-from tests.integration.conftest import WORKER, manifest, result_body
+from tests.integration.manifests import WORKER, manifest, result_body
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.sample_csv import generate_csv
+from devstack.sample_csv import generate_csv
 from tests.integration.csv_worker import CsvWorker, files_under, row_counts, submit, upload
 
 LIMIT = 10

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bench.sample_csv import generate_csv
+from devstack.sample_csv import generate_csv
 from services import csvstats, tasks
 from tests.integration.csv_worker import CsvWorker, get_job, row_counts, submit
 

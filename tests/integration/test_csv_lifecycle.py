@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bench.sample_csv import HEADER, generate_csv
+from devstack.sample_csv import HEADER, generate_csv
 from services import csvstats, tasks
 from tests.integration.csv_worker import CsvWorker, get_job, row_counts, submit
 
@@ -245,7 +245,7 @@ def test_invalid_input_is_never_retried_and_fails_the_job_naming_the_record_and_
     client, headers, db, worker, other_worker
 ):
     data = generate_csv(1001, seed=7, malformed_at=MALFORMED_AT)
-    with pytest.raises(csvstats.InvalidInput) as sequential:
+    with pytest.raises(csvstats.BadRecord) as sequential:
         csvstats.sequential_totals(data, "value")
     job = submit(client, headers["user"], data, chunks=4)
     first_two = worker.claim(capacity=2)
@@ -368,7 +368,7 @@ def test_the_job_fails_with_the_first_error_a_sequential_pass_would_meet(
     client, headers, worker, other_worker, values, code, chunk_index, bad_chunk_reports_first
 ):
     data = b"id,value\n" + b"".join(f"{n},{v}\n".encode() for n, v in enumerate(values, 1))
-    sequential = {"sum_overflow": csvstats.SumOverflow, "invalid_input": csvstats.InvalidInput}
+    sequential = {"sum_overflow": csvstats.SumOverflow, "invalid_input": csvstats.BadRecord}
     with pytest.raises(sequential[code]):
         csvstats.sequential_totals(data, "value")
     job = submit(client, headers["user"], data, chunks=3)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.sample_csv import generate_csv
+from devstack.sample_csv import generate_csv
 from tests.integration.csv_worker import (
     files_under,
     get_job,

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from services import tasks
 from services.wakeups import Wakeups
-from tests.integration.conftest import WORKER, manifest, sha256_of
+from tests.integration.manifests import WORKER, manifest, sha256_of
 
 
 def version_of(client, headers, job_id: str) -> str:

@@ -16,7 +16,7 @@ import pytest
 from services import jobs, tasks
 from services.jobs import JobSpec, TaskSpec
 from services.wakeups import Wakeups
-from tests.integration.conftest import OTHER_WORKER, WORKER, manifest, sha256_of
+from tests.integration.manifests import OTHER_WORKER, WORKER, manifest, sha256_of
 
 TASKS = 500
 JOBS = 10

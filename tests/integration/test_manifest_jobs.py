@@ -11,7 +11,7 @@ import pytest
 from repositories.jobs import NewJob
 from repositories.tasks import NewTask
 from services import jobs
-from tests.integration.conftest import OTHER_WORKER, WORKER, manifest, result_body, sha256_of
+from tests.integration.manifests import OTHER_WORKER, WORKER, manifest, result_body, sha256_of
 
 TABLES_A_JOB_WRITES = ("jobs", "tasks", "outbox", "audit_log")
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services import tasks
-from tests.integration.conftest import OTHER_WORKER, WORKER, manifest, result_body
+from tests.integration.manifests import OTHER_WORKER, WORKER, manifest, result_body
 
 
 def later() -> datetime:

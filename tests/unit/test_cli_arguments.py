@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from worker_cli.cli import EXIT_OK, EXIT_USAGE, build_parser, run
+from worker_cli.chunkwise import EXIT_OK, EXIT_USAGE, build_parser, run
 
 JOB = "6e56eaf5-06ec-450f-a4f0-f652955b2d63"
 ENV = {"CHUNKWISE_URL": "http://coordinator.test", "CHUNKWISE_TOKEN": "cwu_env"}

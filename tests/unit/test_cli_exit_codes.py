@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from worker_cli.cli import (
+from worker_cli.chunkwise import (
     EXIT_HTTP_ERROR,
     EXIT_JOB_UNSUCCESSFUL,
     EXIT_OK,

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from worker_cli.cli import EXIT_OK, KEY_PREFIX, default_idempotency_key, file_sha256, run
+from worker_cli.chunkwise import EXIT_OK, KEY_PREFIX, default_idempotency_key, file_sha256, run
 
 DIGEST = "a" * 64
 PARAMS = {

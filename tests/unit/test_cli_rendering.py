@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from worker_cli import tables
-from worker_cli.cli import run
+from worker_cli.chunkwise import run
 
 JOB_ID = "6e56eaf5-06ec-450f-a4f0-f652955b2d63"
 CHUNK_ID = "0e27fd39-1551-5927-8941-32217a302ae9"

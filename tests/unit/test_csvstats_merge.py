@@ -9,7 +9,7 @@ import pytest
 from services.csvstats import (
     INT64_MAX,
     INT64_MIN,
-    InvalidInput,
+    BadRecord,
     MergeError,
     SumOverflow,
     Totals,
@@ -114,7 +114,7 @@ def test_an_overflow_before_an_invalid_record_wins(chunks):
 @pytest.mark.parametrize("chunks", [1, 3])
 def test_an_invalid_record_before_an_overflow_wins(chunks):
     plans, summaries = summarised([INT64_MAX, "x", 1], chunks)
-    with pytest.raises(InvalidInput) as caught:
+    with pytest.raises(BadRecord) as caught:
         merge(plans, summaries)
     assert (caught.value.record.record, caught.value.record.line) == (2, 3)
     assert caught.value.chunk_index == (0 if chunks == 1 else 1)
@@ -122,7 +122,7 @@ def test_an_invalid_record_before_an_overflow_wins(chunks):
 
 def test_the_first_invalid_record_in_file_order_is_reported():
     plans, summaries = summarised([1, 2, "x", 4, "y", "z"], 3)
-    with pytest.raises(InvalidInput) as caught:
+    with pytest.raises(BadRecord) as caught:
         merge(plans, summaries)
     assert caught.value.record.record == 3
     assert caught.value.chunk_index == 1
@@ -131,7 +131,7 @@ def test_the_first_invalid_record_in_file_order_is_reported():
 
 def test_summaries_after_the_first_error_may_be_absent():
     plans, summaries = summarised([1, "x", 3, 4, 5, 6], 3)
-    with pytest.raises(InvalidInput) as caught:
+    with pytest.raises(BadRecord) as caught:
         merge(plans, summaries[:1])
     assert caught.value.record.record == 2
 

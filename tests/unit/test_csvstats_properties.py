@@ -15,9 +15,9 @@ import services.csvstats.summarising as summarising
 from services.csvstats import (
     INT64_MAX,
     INT64_MIN,
+    BadRecord,
     Checkpoint,
     CsvFormatError,
-    InvalidInput,
     SumOverflow,
     merge,
     sequential_totals,
@@ -128,7 +128,7 @@ def outcome(run) -> tuple:
         return ("totals", run())
     except SumOverflow:
         return ("overflow",)
-    except InvalidInput as exc:
+    except BadRecord as exc:
         return ("invalid", exc.record)
     except CsvFormatError as exc:
         return ("format", exc.field)
@@ -185,7 +185,7 @@ def test_chunked_path_decides_like_the_sequential_loop(
     except SumOverflow as exc:
         actual = ("overflow",)
         assert_overflow_happens_in(case, result.plans, exc.chunk_index)
-    except InvalidInput as exc:
+    except BadRecord as exc:
         actual = ("invalid", exc.record)
         plan = result.plans[exc.chunk_index]
         assert plan.record_start < exc.record.record <= plan.record_end

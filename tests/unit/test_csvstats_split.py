@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from bench.sample_csv import generate_csv
+from devstack.sample_csv import generate_csv
 from services.csvstats import ChunkPlan, CsvFormatError, split, validate_delimiter
 
 

