@@ -8,9 +8,10 @@ from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import Blueprint, Flask, current_app
 
-from app import schemas
+from app import auth, schemas
 
 bp = Blueprint("openapi", __name__)
+bp.before_request(auth.any_token)
 
 # endpoint -> (request schema, response schema, extra statuses)
 DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
@@ -36,6 +37,11 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "tasks.read_input": (schemas.LeaseSchema, None, (401, 403, 409)),
     "tasks.heartbeat": (schemas.HeartbeatSchema, schemas.LeaseRenewedSchema, (401, 403, 409)),
     "tasks.result": (schemas.ResultSchema, schemas.TaskSchema, (401, 403, 409, 422)),
+    "tasks.results": (
+        schemas.ResultBatchSchema,
+        schemas.ResultBatchResponseSchema,
+        (401, 403, 422),
+    ),
     "tasks.failure": (schemas.FailureSchema, schemas.TaskSchema, (401, 403, 409, 422)),
 }
 QUERY_METHODS = {"GET"}

@@ -110,6 +110,31 @@ class ResultSchema(LeaseSchema):
     metrics = fields.Dict(load_default=dict)
 
 
+class ResultItemSchema(Schema):
+    """One result of a batch, under the attempt it was computed for."""
+
+    task_id = fields.UUID(required=True)
+    attempt = fields.Int(required=True, validate=validate.Range(min=1))
+    result_uri = fields.Str(load_default=None, validate=validate.Length(min=1, max=2000))
+    result_sha256 = fields.Str(load_default=None, validate=HEX64)
+    summary = fields.Dict(load_default=None)
+    metrics = fields.Dict(load_default=dict)
+
+
+MAX_BATCH_RESULTS = 1000
+
+
+class ResultBatchSchema(Schema):
+    """Many results from one worker, accepted in one transaction, each fenced on its own."""
+
+    worker_id = fields.Str(required=True, validate=WORKER_ID)
+    results = fields.List(
+        fields.Nested(ResultItemSchema),
+        required=True,
+        validate=validate.Length(min=1, max=MAX_BATCH_RESULTS),
+    )
+
+
 class FailureSchema(LeaseSchema):
     """A failed task."""
 
@@ -135,6 +160,22 @@ class ErrorSchema(Schema):
 
     error = fields.Nested(ErrorBodySchema)
     trace_id = fields.Str()
+
+
+class ResultOutcomeSchema(Schema):
+    """What became of one result of a batch: its status as the single endpoint would answer."""
+
+    task_id = fields.UUID()
+    outcome = fields.Str(metadata={"enum": ["accepted", "replayed", "rejected"]})
+    status = fields.Int(metadata={"description": "the HTTP status of the single endpoint"})
+    task = fields.Nested(lambda: TaskSchema(), allow_none=True)
+    error = fields.Nested(ErrorBodySchema, allow_none=True)
+
+
+class ResultBatchResponseSchema(Schema):
+    """One outcome per result, in the order they were sent."""
+
+    results = fields.List(fields.Nested(ResultOutcomeSchema))
 
 
 class ChunksByStateSchema(Schema):
