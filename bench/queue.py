@@ -21,10 +21,12 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 import requests
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from devstack.sample_csv import HEADER, generate_csv
 from devstack.stack import LocalStack, database_url
@@ -67,7 +69,15 @@ def measure(stack: LocalStack, url: str, seconds: float, history: int) -> dict:
         pgbench(pgbench_url, "-i", "-q", "-s", "4")
         for threads in THREADS:
             tps, _ = pgbench(
-                pgbench_url, "-N", "-n", "-c", str(threads), "-j", "2", "-T", str(seconds)
+                pgbench_url,
+                "-N",
+                "-n",
+                "-c",
+                str(threads),
+                "-j",
+                str(min(2, threads)),
+                "-T",
+                str(round(seconds)),
             )
             tasks = noop_throughput(stack, threads, seconds)
             report["throughput"].append(
@@ -89,17 +99,18 @@ class scratch_database:
     """A new database on the server of `url`, dropped afterwards."""
 
     def __init__(self, url: str):
-        self.params = conninfo_to_dict(url)
+        self.url = urlsplit(url)
         self.name = f"chunkwise_bench_{uuid.uuid4().hex[:8]}"
 
     def __enter__(self) -> str:
-        with psycopg.connect(make_conninfo(**self.params), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{self.name}"')  # noqa: S608 - a name we made
-        return make_conninfo(**{**self.params, "dbname": self.name})
+        with psycopg.connect(self.url.geturl(), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
+        return self.url._replace(path=f"/{self.name}").geturl()
 
     def __exit__(self, *exc) -> None:
-        with psycopg.connect(make_conninfo(**self.params), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')  # noqa: S608
+        with psycopg.connect(self.url.geturl(), autocommit=True) as conn:
+            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+            conn.execute(drop.format(sql.Identifier(self.name)))
 
 
 def pgbench(url: str, *args: str) -> tuple[float, float]:
