@@ -20,6 +20,8 @@ from services.errors import (
     NotFound,
     PayloadTooLarge,
     QueueFull,
+    StorageFull,
+    StorageUnavailable,
     Unauthenticated,
     Unavailable,
 )
@@ -34,7 +36,10 @@ STATUS: dict[type[ChunkwiseError], int] = {
     PayloadTooLarge: 413,
     InvalidInput: 422,
     QueueFull: 429,
+    StorageUnavailable: 500,  # a directory is missing, read-only, refused or on another device
     Unavailable: 503,
+    # Out of space is 507, not 503: no Retry-After, because only an operator can free space.
+    StorageFull: 507,
 }
 RETRY_AFTER_UNAVAILABLE = 2
 
@@ -53,6 +58,21 @@ def _status_of(exc: ChunkwiseError) -> int:
     return 500
 
 
+def log_storage_failure(exc: StorageFull | StorageUnavailable) -> None:
+    """Log a storage failure with the path the answer leaves out."""
+    cause = exc.__cause__
+    logger.error(
+        "storage write failed",
+        extra={
+            "event": "storage_error",
+            "error_code": exc.code,
+            **exc.details,
+            "path": getattr(cause, "filename", None),
+            "error": str(cause or exc),
+        },
+    )
+
+
 def init_app(app: Flask) -> None:
     """Register the handlers."""
 
@@ -66,6 +86,8 @@ def init_app(app: Flask) -> None:
             response.headers["Retry-After"] = str(exc.retry_after)
         if isinstance(exc, Unavailable):
             response.headers["Retry-After"] = str(RETRY_AFTER_UNAVAILABLE)
+        if isinstance(exc, StorageFull | StorageUnavailable):
+            log_storage_failure(exc)
         return response
 
     @app.errorhandler(ValidationError)

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.errors import StorageFull, StorageUnavailable
+
 logger = logging.getLogger(__name__)
 
 TEMP_MAX_AGE_SECONDS = 24 * 3600
+
+# The two directories by the role users see in errors, and the setting an operator fixes.
+TEMP = "temp"
+ARCHIVE = "archive"
+SETTING_OF_ROLE = {TEMP: "CHUNKWISE_TEMP_DIR", ARCHIVE: "CHUNKWISE_ARCHIVE_DIR"}
+OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 @dataclass(frozen=True)
@@ -32,14 +41,38 @@ def input_uri(sha256: str) -> str:
     return f"archive:sha256:{sha256}"
 
 
+def storage_failure(exc: OSError, role: str) -> StorageFull | StorageUnavailable:
+    """The service error for a failed write into the temp or archive directory."""
+    # The answer names the role and the setting, never the path: that would tell a caller
+    # about the host's layout. The coordinator logs the path from the chained OSError.
+    reason = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+    setting = SETTING_OF_ROLE[role]
+    details = {"directory": role, "setting": setting, "reason": reason}
+    if exc.errno in OUT_OF_SPACE:
+        return StorageFull(
+            f"the {role} directory is out of space ({reason}); an operator must free space "
+            f"under {setting}",
+            details=details,
+        )
+    return StorageUnavailable(
+        f"the {role} directory cannot be written ({reason}); an operator must fix {setting}",
+        details=details,
+    )
+
+
 def store(archive_dir: Path, upload: Upload) -> bool:
     """Move an upload into the archive; False when those bytes were already there."""
     target = archive_path(archive_dir, upload.sha256)
-    if target.exists():
-        return False
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # os.replace is atomic on one filesystem; temp and archive directories should share one.
-    os.replace(upload.path, target)
+    try:
+        if target.exists():
+            return False
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # A rename: atomic, so a failure leaves no partial file in the archive. Start-up and
+        # /readyz check that both directories share one filesystem (EXDEV here means a
+        # mount changed since).
+        os.replace(upload.path, target)
+    except OSError as exc:
+        raise storage_failure(exc, ARCHIVE) from exc
     return True
 
 
