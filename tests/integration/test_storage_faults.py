@@ -2,9 +2,9 @@
 
 Faults: a full disk is injected (ENOSPC/EDQUOT raised by the spool's file or by the move into
 the archive), because filling a real disk is neither portable nor quick; a misconfigured
-directory is real (a regular file where the temp or archive directory should be);
-EACCES and EXDEV are injected at the move, since root ignores permissions and a second
-filesystem is not always there. Each case also proves nothing was half written.
+directory is real (a regular file where the temp or archive directory should be, or where a
+parent should be); EACCES and EROFS are injected at the move, since root ignores permissions.
+Each case also proves nothing was half written. Start-up and /readyz check the same things.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from app import create_app
+from app.config import ConfigError
+from app.runtime import close
 from devstack.sample_csv import generate_csv
 from services import archive
 from tests.integration.csv_worker import files_under, row_counts, upload
@@ -130,7 +133,7 @@ def test_a_full_archive_disk_is_507_naming_the_archive_and_leaves_nothing_behind
     assert files_under(temp_dir) == [] and files_under(archive_dir) == []
 
 
-@pytest.mark.parametrize("code", [errno.EACCES, errno.EXDEV, errno.EROFS])
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EROFS])
 def test_an_archive_move_that_is_refused_is_500_storage_unavailable(
     client, headers, db, monkeypatch, temp_dir, archive_dir, code
 ):
@@ -195,3 +198,68 @@ def test_a_storage_failure_is_logged_with_its_path_for_the_operator(
     [line] = [r for r in caplog.records if getattr(r, "event", None) == "storage_error"]
     assert (line.directory, line.reason) == ("archive", "EACCES")
     assert str(archive_dir) in line.error
+
+
+def test_uploads_are_copied_into_an_archive_on_another_filesystem(app_config, headers, tmp_path):
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second filesystem at /dev/shm")
+    temp = shm / f"chunkwise-test-{tmp_path.name}"
+    flask_app = create_app({**app_config, "CHUNKWISE_TEMP_DIR": str(temp)})
+    try:
+        assert flask_app.test_client().get("/readyz").status_code == 200
+        response = upload(flask_app.test_client(), headers["user"], DATA)
+    finally:
+        close(flask_app.extensions["chunkwise.runtime"])
+        shutil.rmtree(temp, ignore_errors=True)
+
+    assert response.status_code == 201, response.get_json()
+    stored = files_under(Path(app_config["CHUNKWISE_ARCHIVE_DIR"]))
+    assert [p.read_bytes() for p in stored] == [DATA]
+
+
+# --- start-up and /readyz ---------------------------------------------------------------
+
+
+def test_readyz_is_503_naming_the_setting_of_a_directory_that_went_away(
+    client, archive_dir, tmp_path
+):
+    assert client.get("/readyz").status_code == 200
+    shutil.rmtree(archive_dir)
+    archive_dir.write_bytes(b"not a directory")
+
+    response = client.get("/readyz")
+
+    assert response.status_code == 503
+    assert response.headers["Retry-After"]
+    error = response.get_json()["error"]
+    assert error["code"] == "storage_not_ready"
+    assert error["details"]["storage"] == [
+        {"setting": "CHUNKWISE_ARCHIVE_DIR", "problem": "is not a directory"}
+    ]
+    assert "CHUNKWISE_ARCHIVE_DIR" in error["message"]
+    assert str(tmp_path) not in str(response.get_json())
+
+
+def test_the_coordinator_does_not_start_with_a_directory_it_cannot_create(app_config, tmp_path):
+    (tmp_path / "a-file").write_bytes(b"")
+    under_a_file = tmp_path / "a-file" / "archive"
+
+    with pytest.raises(ConfigError) as caught:
+        create_app({**app_config, "CHUNKWISE_ARCHIVE_DIR": str(under_a_file)})
+
+    assert f"CHUNKWISE_ARCHIVE_DIR={under_a_file} cannot be created (ENOTDIR)" in str(caught.value)
+
+
+def test_the_coordinator_does_not_start_without_room_for_one_maximum_size_upload(app_config):
+    larger_than_the_disk = str(10**15)
+
+    with pytest.raises(ConfigError) as caught:
+        create_app({**app_config, "CHUNKWISE_MAX_UPLOAD_BYTES": larger_than_the_disk})
+
+    message = str(caught.value)
+    assert "CHUNKWISE_TEMP_DIR=" in message and "CHUNKWISE_ARCHIVE_DIR=" in message
+    assert (
+        f"less than one maximum-size upload (CHUNKWISE_MAX_UPLOAD_BYTES={larger_than_the_disk})"
+        in (message)
+    )
