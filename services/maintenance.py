@@ -21,9 +21,9 @@ class PassReport:
     temp_files_removed: int
 
 
-def run_pass(rt: Runtime) -> PassReport:
-    """Run every housekeeping step once."""
-    logcontext.begin(trace_id=None, operation="maintenance")
+def run_pass(rt: Runtime, *, trace_id: str | None = None) -> PassReport:
+    """Run every housekeeping step once, logging under `trace_id`."""
+    logcontext.begin(trace_id=trace_id, operation="maintenance")
     expired = tasks.expire_leases(rt)
     with rt.pool.connection() as conn:
         waiting = job_rows.merging_job_ids(conn)
