@@ -68,12 +68,11 @@ class RunningChunk:
 
 
 class ResumingInput:
-    """A chunk's input that rides out coordinator blips by reopening and skipping what it passed on.
+    """A chunk's input that rides out coordinator blips: reopened, skipping what it passed on."""
 
-    The coordinator serves no byte ranges, so a reopened stream starts again from the first
-    byte; the bytes the handler already has are read and dropped. The handler's verification
-    of input_sha256 covers exactly the bytes it was given, so a changed input still fails it.
-    """
+    # The coordinator serves no byte ranges, so a reopened stream starts again from the first
+    # byte, and the bytes the handler already has are read and dropped. TaskContext checks
+    # input_sha256 over exactly the bytes the handler was given, so changed bytes still fail.
 
     def __init__(
         self,

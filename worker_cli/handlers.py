@@ -30,11 +30,10 @@ class ChunkStopped(Exception):
 
 
 class InputUnavailable(Exception):
-    """The chunk's input cannot be read, or its bytes do not match input_sha256.
+    """The chunk's input cannot be read, or its bytes do not match input_sha256."""
 
-    Not for a coordinator blip (no answer, 429, 502-504): the worker's input stream rides
-    those out within the lease, so they never spend the chunk's read-retry budget.
-    """
+    # Never a coordinator blip (no answer, 429, 502-504): ResumingInput rides those out within
+    # the lease, so they do not spend the chunk's read-retry budget.
 
     def __init__(self, message: str, *, details: dict | None = None):
         super().__init__(message)
