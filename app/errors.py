@@ -36,7 +36,7 @@ STATUS: dict[type[ChunkwiseError], int] = {
     PayloadTooLarge: 413,
     InvalidInput: 422,
     QueueFull: 429,
-    StorageUnavailable: 500,  # a directory is missing, read-only, refused or on another device
+    StorageUnavailable: 500,  # a directory is missing, read-only, refused or not a directory
     Unavailable: 503,
     # Out of space is 507, not 503: no Retry-After, because only an operator can free space.
     StorageFull: 507,

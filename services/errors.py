@@ -86,6 +86,6 @@ class StorageFull(ChunkwiseError):
 
 
 class StorageUnavailable(ChunkwiseError):
-    """A storage directory cannot be written: missing, read-only, refused, or on another device."""
+    """A storage directory cannot be written: missing, read-only, refused, or not a directory."""
 
     code = "storage_unavailable"
