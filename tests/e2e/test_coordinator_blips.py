@@ -58,8 +58,12 @@ class BlippingLink:
             far = socket.create_connection(("127.0.0.1", self._target))
             with self._lock:
                 self._live |= {near, far}
-            threading.Thread(target=self._relay, args=(near, far, self._to_coordinator)).start()
-            threading.Thread(target=self._relay, args=(far, near, self._to_worker)).start()
+            threading.Thread(
+                target=self._relay, args=(near, far, self._to_coordinator), daemon=True
+            ).start()
+            threading.Thread(
+                target=self._relay, args=(far, near, self._to_worker), daemon=True
+            ).start()
 
     def _relay(self, source: socket.socket, sink: socket.socket, passes) -> None:
         try:
