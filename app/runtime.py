@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 
 from flask import Flask, current_app
 
@@ -11,6 +12,8 @@ from app.db import open_pool
 from services import archive, health
 from services.runtime import Runtime
 from services.wakeups import Wakeups
+
+logger = logging.getLogger(__name__)
 
 
 def init_app(app: Flask, settings: Settings) -> Runtime:
@@ -30,7 +33,7 @@ def init_app(app: Flask, settings: Settings) -> Runtime:
 
 
 def require_storage(settings: Settings) -> None:
-    """Create the temp and archive directories; raise ConfigError unless they take an upload."""
+    """Create the temp and archive directories; raise ConfigError unless they can be used."""
     paths = {"CHUNKWISE_TEMP_DIR": settings.temp_dir, "CHUNKWISE_ARCHIVE_DIR": settings.archive_dir}
     problems = []
     for setting, directory in paths.items():
@@ -41,12 +44,20 @@ def require_storage(settings: Settings) -> None:
     if not problems:
         problems = [
             f"{p.setting}={paths[p.setting]} {p.problem}"
-            for p in health.storage_problems(
-                settings.temp_dir, settings.archive_dir, settings.limits.max_upload_bytes
-            )
+            for p in health.setup_problems(settings.temp_dir, settings.archive_dir)
         ]
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    # A full disk is a condition, not a setting: refusing to boot would make gunicorn stop the
+    # whole coordinator (a worker that fails to boot ends the master) and with it the worker
+    # protocol and job reads. The process starts, says so, and /readyz answers 503 meanwhile.
+    for p in health.space_problems(
+        settings.temp_dir, settings.archive_dir, settings.limits.max_upload_bytes
+    ):
+        logger.warning(
+            f"{p.setting}={paths[p.setting]} {p.problem}; uploads may fail until there is room",
+            extra={"event": "storage_low", "setting": p.setting},
+        )
 
 
 def close(runtime: Runtime) -> None:

@@ -30,12 +30,18 @@ class StorageProblem:
 
 def storage_problems(temp_dir: Path, archive_dir: Path, upload_bytes: int) -> list[StorageProblem]:
     """What keeps the two directories from taking one upload of `upload_bytes`; [] if nothing."""
+    return setup_problems(temp_dir, archive_dir) or space_problems(
+        temp_dir, archive_dir, upload_bytes
+    )
+
+
+def setup_problems(temp_dir: Path, archive_dir: Path) -> list[StorageProblem]:
+    """Directories that are missing or cannot be written, or a move between them that fails."""
     problems = []
     for role, directory in ((archive.TEMP, temp_dir), (archive.ARCHIVE, archive_dir)):
-        setting = archive.SETTING_OF_ROLE[role]
-        problem = _directory_problem(directory, upload_bytes)
+        problem = _directory_problem(directory)
         if problem:
-            problems.append(StorageProblem(setting, problem))
+            problems.append(StorageProblem(archive.SETTING_OF_ROLE[role], problem))
     if not problems:
         problem = _move_problem(temp_dir, archive_dir)
         if problem:
@@ -43,7 +49,23 @@ def storage_problems(temp_dir: Path, archive_dir: Path, upload_bytes: int) -> li
     return problems
 
 
-def _directory_problem(directory: Path, upload_bytes: int) -> str | None:
+def space_problems(temp_dir: Path, archive_dir: Path, upload_bytes: int) -> list[StorageProblem]:
+    """Directories with less room than one upload of `upload_bytes`."""
+    problems = []
+    for role, directory in ((archive.TEMP, temp_dir), (archive.ARCHIVE, archive_dir)):
+        free = shutil.disk_usage(directory).free
+        if free < upload_bytes:
+            problems.append(
+                StorageProblem(
+                    archive.SETTING_OF_ROLE[role],
+                    f"has {free} bytes free, less than one maximum-size upload "
+                    f"(CHUNKWISE_MAX_UPLOAD_BYTES={upload_bytes})",
+                )
+            )
+    return problems
+
+
+def _directory_problem(directory: Path) -> str | None:
     if not directory.is_dir():
         return "is not a directory" if directory.exists() else "does not exist"
     try:
@@ -53,12 +75,6 @@ def _directory_problem(directory: Path, upload_bytes: int) -> str | None:
             probe.flush()
     except OSError as exc:
         return f"cannot be written ({archive.errno_name(exc)})"
-    free = shutil.disk_usage(directory).free
-    if free < upload_bytes:
-        return (
-            f"has {free} bytes free, less than one maximum-size upload "
-            f"(CHUNKWISE_MAX_UPLOAD_BYTES={upload_bytes})"
-        )
     return None
 
 

@@ -92,6 +92,9 @@ def test_a_full_disk_is_507_tried_once_by_the_cli_and_reported_by_readyz(
     assert all(f"(CHUNKWISE_MAX_UPLOAD_BYTES={MAX_UPLOAD})" in p["problem"] for p in problems)
     assert str(small_disk) not in ready.text
 
+    # A gunicorn worker booting meanwhile warns instead of failing, which would end the master.
+    assert stack.processes["coordinator"].poll() is None
+
     filler.unlink()
     assert requests.get(f"{stack.url}/readyz", timeout=10).status_code == 200
     submitted = chunkwise_submit(stack, csv_file)

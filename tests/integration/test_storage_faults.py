@@ -251,15 +251,26 @@ def test_the_coordinator_does_not_start_with_a_directory_it_cannot_create(app_co
     assert f"CHUNKWISE_ARCHIVE_DIR={under_a_file} cannot be created (ENOTDIR)" in str(caught.value)
 
 
-def test_the_coordinator_does_not_start_without_room_for_one_maximum_size_upload(app_config):
+def test_without_room_for_one_maximum_size_upload_the_coordinator_starts_warned_and_unready(
+    app_config, caplog
+):
+    # Refusing to start would make gunicorn stop the whole coordinator when a worker process
+    # is (re)booted on a full disk, and with it the worker protocol and job reads.
     larger_than_the_disk = str(10**15)
 
-    with pytest.raises(ConfigError) as caught:
-        create_app({**app_config, "CHUNKWISE_MAX_UPLOAD_BYTES": larger_than_the_disk})
+    with caplog.at_level("WARNING", logger="app.runtime"):
+        flask_app = create_app({**app_config, "CHUNKWISE_MAX_UPLOAD_BYTES": larger_than_the_disk})
+    try:
+        ready = flask_app.test_client().get("/readyz")
+    finally:
+        close(flask_app.extensions["chunkwise.runtime"])
 
-    message = str(caught.value)
-    assert "CHUNKWISE_TEMP_DIR=" in message and "CHUNKWISE_ARCHIVE_DIR=" in message
-    assert (
-        f"less than one maximum-size upload (CHUNKWISE_MAX_UPLOAD_BYTES={larger_than_the_disk})"
-        in (message)
+    warned = [r for r in caplog.records if getattr(r, "event", None) == "storage_low"]
+    assert [r.setting for r in warned] == ["CHUNKWISE_TEMP_DIR", "CHUNKWISE_ARCHIVE_DIR"]
+    assert all(app_config[r.setting] in r.getMessage() for r in warned)
+    assert ready.status_code == 503
+    assert ready.get_json()["error"]["code"] == "storage_not_ready"
+    assert all(
+        f"(CHUNKWISE_MAX_UPLOAD_BYTES={larger_than_the_disk})" in problem["problem"]
+        for problem in ready.get_json()["error"]["details"]["storage"]
     )
