@@ -14,6 +14,7 @@ from psycopg_pool import ConnectionPool
 
 from app import maintenance
 from app.maintenance import ESCALATE_AFTER, PassFailures, run_one_pass
+from app.runtime import workloads_for
 from services.runtime import Limits, Runtime
 from services.wakeups import Wakeups
 
@@ -27,6 +28,7 @@ def unreachable_database(tmp_path):
     yield Runtime(
         pool=pool,
         limits=Limits(),
+        workloads=workloads_for(Limits()),
         wakeups=Wakeups(NOWHERE),
         archive_dir=tmp_path / "archive",
         temp_dir=tmp_path / "tmp",

@@ -410,7 +410,7 @@ def run_one_chunk(inputs) -> tuple:
     clock, client, worker = setup([payload], capacity=1)
     client.inputs[payload["input_uri"]] = inputs
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
     return clock, client
 
 
