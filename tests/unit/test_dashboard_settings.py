@@ -1,0 +1,41 @@
+"""The dashboard's session key: given by CHUNKWISE_SECRET_KEY, else one shared key file."""
+
+from __future__ import annotations
+
+import stat
+
+import pytest
+
+from app.config import ConfigError, load_settings
+from app.ui_session import SECRET_KEY_FILE, shared_secret_key
+
+URL = "postgresql://postgres@127.0.0.1:5432/chunkwise"
+
+
+def test_every_process_sharing_the_archive_directory_gets_the_same_key(tmp_path):
+    first = shared_secret_key(tmp_path / "archive")
+    second = shared_secret_key(tmp_path / "archive")
+
+    assert first == second and len(first) >= 32
+    key_file = tmp_path / "archive" / SECRET_KEY_FILE
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert [p.name for p in (tmp_path / "archive").iterdir()] == [SECRET_KEY_FILE]
+
+
+def test_another_archive_directory_gets_another_key(tmp_path):
+    assert shared_secret_key(tmp_path / "a") != shared_secret_key(tmp_path / "b")
+
+
+def test_a_given_secret_key_is_used_as_is():
+    key = "k" * 40
+
+    assert load_settings({"DATABASE_URL": URL, "CHUNKWISE_SECRET_KEY": key}).secret_key == key
+    assert load_settings({"DATABASE_URL": URL}).secret_key is None
+
+
+def test_a_short_secret_key_stops_the_coordinator_without_echoing_it():
+    with pytest.raises(ConfigError) as error:
+        load_settings({"DATABASE_URL": URL, "CHUNKWISE_SECRET_KEY": "hunter2"})
+
+    assert "CHUNKWISE_SECRET_KEY must be at least 32 characters" in str(error.value)
+    assert "hunter2" not in str(error.value)
