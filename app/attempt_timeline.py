@@ -123,8 +123,10 @@ def build_timeline(started: datetime, chunks: Sequence[ChunkView], now: datetime
             )
         )
     axis_y = len(lanes) * LANE_HEIGHT + 4
+    # Enough decimals that five ticks over a sub-second job still read differently.
+    decimals = 2 if span < 2 else 1 if span < 20 else 0
     ticks = [
-        Tick(x=round(LABEL_WIDTH + span * i / 4 * scale, 1), label=f"{span * i / 4:.1f} s")
+        Tick(x=round(LABEL_WIDTH + span * i / 4 * scale, 1), label=f"{span * i / 4:.{decimals}f} s")
         for i in range(5)
     ]
     return Timeline(

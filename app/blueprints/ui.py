@@ -335,6 +335,8 @@ def duration(seconds: float | None) -> str:
     """A length of time a person reads at a glance."""
     if seconds is None:
         return "—"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
     if seconds < 60:
         return f"{seconds:.1f} s"
     if seconds < 3600:
