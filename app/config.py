@@ -32,7 +32,7 @@ class Settings:
     archive_dir: Path = REPO_ROOT / ".run" / "archive"
     migrations_dir: Path = REPO_ROOT / "sql"
     log_level: str = "INFO"
-    # Signs the dashboard's session cookie; None means the key file in the archive directory.
+    # Signs the dashboard's session cookie; None: a key file beside the archive directory.
     secret_key: str | None = None
 
 

@@ -39,7 +39,9 @@ class DashboardSessionInterface(SecureCookieSessionInterface):
 
 def init_app(app: Flask, settings: Settings) -> None:
     """Give the app its session key and the dashboard's cookie flags."""
-    app.secret_key = settings.secret_key or shared_secret_key(settings.archive_dir)
+    app.secret_key = settings.secret_key or shared_secret_key(
+        settings.archive_dir.parent / SECRET_KEY_FILE
+    )
     app.session_interface = DashboardSessionInterface()
     app.config.update(
         SESSION_COOKIE_NAME=COOKIE_NAME,
@@ -52,28 +54,38 @@ def init_app(app: Flask, settings: Settings) -> None:
     )
 
 
-def shared_secret_key(directory: Path) -> str:
-    """The key every coordinator process sharing this directory uses, made by the first one.
+def shared_secret_key(path: Path) -> str:
+    """The key in this file, which the first coordinator process to need it writes.
 
     Each gunicorn process builds its own app, so a key drawn per process would make a cookie
-    signed by one worker look forged to the next. The archive directory is the one place every
-    coordinator process must already share and keep, so the key lives there.
+    signed by one worker look forged to the next. The file sits beside the archive directory
+    (the run directory locally, /var/lib/chunkwise in the image), which every coordinator
+    process of a host already shares.
     """
-    path = directory / SECRET_KEY_FILE
-    if not path.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        draft = directory / f".{SECRET_KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
-        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(48))
-        try:
-            # link() never replaces: when processes race, the first complete file wins.
-            os.link(draft, path)
-        except FileExistsError:
-            pass
-        finally:
-            draft.unlink()
-    return path.read_text().strip()
+    try:
+        if not path.exists():
+            _write_new_key(path)
+        return path.read_text().strip()
+    except OSError as exc:
+        raise RuntimeError(
+            f"cannot keep the dashboard's session key in {path} ({exc.strerror}): "
+            "set CHUNKWISE_SECRET_KEY"
+        ) from exc
+
+
+def _write_new_key(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(48))
+    try:
+        # link() never replaces: when processes race, the first complete file wins.
+        os.link(draft, path)
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink()
 
 
 def sign_in(pool: ConnectionPool, token: str) -> Principal:

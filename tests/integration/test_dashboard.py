@@ -166,11 +166,11 @@ def test_a_revoked_token_ends_its_session_on_the_next_page(sign_in, tokens, db):
     assert browser.get("/ui/").status_code == 302
 
 
-def test_a_session_signed_by_one_process_is_valid_in_another_sharing_the_archive(
+def test_a_session_signed_by_one_process_is_valid_in_another_on_the_same_run_directory(
     app_config, sign_in
 ):
     browser = sign_in("user")
-    # Each gunicorn worker builds its own app: the second app reads the key the first made.
+    # Each gunicorn worker builds its own app: the second app reads the key the first wrote.
     second = create_app(app_config)
     try:
         cookie = browser.get_cookie("chunkwise_ui", path="/ui")

@@ -12,18 +12,25 @@ from app.ui_session import SECRET_KEY_FILE, shared_secret_key
 URL = "postgresql://postgres@127.0.0.1:5432/chunkwise"
 
 
-def test_every_process_sharing_the_archive_directory_gets_the_same_key(tmp_path):
-    first = shared_secret_key(tmp_path / "archive")
-    second = shared_secret_key(tmp_path / "archive")
+def test_every_process_reading_the_same_key_file_gets_the_same_key(tmp_path):
+    path = tmp_path / "run" / SECRET_KEY_FILE
+
+    first, second = shared_secret_key(path), shared_secret_key(path)
 
     assert first == second and len(first) >= 32
-    key_file = tmp_path / "archive" / SECRET_KEY_FILE
-    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
-    assert [p.name for p in (tmp_path / "archive").iterdir()] == [SECRET_KEY_FILE]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in path.parent.iterdir()] == [SECRET_KEY_FILE]
 
 
-def test_another_archive_directory_gets_another_key(tmp_path):
-    assert shared_secret_key(tmp_path / "a") != shared_secret_key(tmp_path / "b")
+def test_another_key_file_holds_another_key(tmp_path):
+    assert shared_secret_key(tmp_path / "a" / "key") != shared_secret_key(tmp_path / "b" / "key")
+
+
+def test_a_key_file_that_cannot_be_written_names_the_setting_to_use(tmp_path):
+    (tmp_path / "not-a-directory").write_text("")
+
+    with pytest.raises(RuntimeError, match="set CHUNKWISE_SECRET_KEY"):
+        shared_secret_key(tmp_path / "not-a-directory" / SECRET_KEY_FILE)
 
 
 def test_a_given_secret_key_is_used_as_is():
