@@ -251,6 +251,25 @@ def test_cancel_with_the_csrf_token_cancels_the_job_and_shows_it_again(sign_in, 
     assert 'id="cancel"' not in browser.get(f"/ui/jobs/{job['id']}").text
 
 
+def test_retry_with_the_csrf_token_requeues_a_failed_job(
+    sign_in, submit, claim, task_call, job_row
+):
+    job = submit(manifest(1))
+    claimed = claim()[0]
+    failure = {"worker_id": WORKER, "attempt": claimed["attempt"], "error_code": "boom"}
+    assert (
+        task_call(claimed["task_id"], "failure", {**failure, "retryable": False}).status_code == 200
+    )
+    browser = sign_in("user")
+    page = browser.get(f"/ui/jobs/{job['id']}")
+    assert 'id="retry"' in page.text and 'id="cancel"' not in page.text
+
+    answer = browser.post(f"/ui/jobs/{job['id']}/retry", data={"csrf_token": csrf_of(page)})
+
+    assert (answer.status_code, answer.headers["Location"]) == (303, f"/ui/jobs/{job['id']}")
+    assert job_row(job["id"])["status"] == "running"
+
+
 def test_cancelling_a_finished_job_shows_the_services_refusal(sign_in, submit, claim, complete):
     job = submit(manifest(1))
     complete(claim()[0])
@@ -414,3 +433,18 @@ def test_the_polled_list_is_the_apis_list(sign_in, submit, client, headers):
 
     assert [j["id"] for j in polled["jobs"]] == [j["id"] for j in api["jobs"]]
     assert len(polled["jobs"]) == 1
+
+
+def test_the_list_page_filters_by_status_and_label(sign_in, submit, client, headers):
+    kept = submit(manifest(1, labels={"team": "a"}))
+    cancelled = submit(manifest(1, labels={"team": "b"}))
+    client.post(f"/api/v1/jobs/{cancelled['id']}/cancel", headers=headers["user"])
+    browser = sign_in("user")
+
+    by_status = browser.get("/ui/?status=cancelled&label=").text
+    by_label = browser.get("/ui/?status=&label=team%3Da").text
+    unusable = browser.get("/ui/?label=no-equals-sign")
+
+    assert cancelled["id"] in by_status and kept["id"] not in by_status
+    assert kept["id"] in by_label and cancelled["id"] not in by_label
+    assert unusable.status_code == 422 and "must be key=value" in unusable.text
