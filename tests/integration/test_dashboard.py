@@ -270,6 +270,16 @@ def test_retry_with_the_csrf_token_requeues_a_failed_job(
     assert job_row(job["id"])["status"] == "running"
 
 
+def test_a_succeeded_manifest_job_points_to_its_result_manifests(sign_in, submit, claim, complete):
+    job = submit(manifest(1))
+    complete(claim()[0])
+
+    page = sign_in("user").get(f"/ui/jobs/{job['id']}").text
+
+    assert 'id="manifest-results"' in page and f"/api/v1/jobs/{job['id']}/results" in page
+    assert 'id="cancel"' not in page and 'id="retry"' not in page
+
+
 def test_cancelling_a_finished_job_shows_the_services_refusal(sign_in, submit, claim, complete):
     job = submit(manifest(1))
     complete(claim()[0])
