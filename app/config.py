@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ class Settings:
     migrations_dir: Path = REPO_ROOT / "sql"
     log_level: str = "INFO"
     # Signs the dashboard's session cookie; None: a key file beside the archive directory.
-    secret_key: str | None = None
+    secret_key: str | None = dataclasses.field(default=None, repr=False)
 
 
 # env name -> (field, lower bound)

@@ -46,3 +46,9 @@ def test_a_short_secret_key_stops_the_coordinator_without_echoing_it():
 
     assert "CHUNKWISE_SECRET_KEY must be at least 32 characters" in str(error.value)
     assert "hunter2" not in str(error.value)
+
+
+def test_the_secret_key_never_shows_in_the_settings_repr():
+    key = "s" * 40
+
+    assert key not in repr(load_settings({"DATABASE_URL": URL, "CHUNKWISE_SECRET_KEY": key}))
