@@ -12,11 +12,18 @@ from app import create_app
 from app.runtime import close
 from devstack.sample_csv import generate_csv
 from services import auth
+from tests.integration.csv_worker import settings
 from tests.integration.manifests import WORKER, manifest
 
 DATA = generate_csv(40, seed=3)
 HOSTILE = "<script>document.title='owned'</script>"
 CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+@pytest.fixture
+def app_config(app_config, request):
+    """The shared test settings, plus whatever a test asks for with @settings(...)."""
+    return {**app_config, **getattr(request, "param", {})}
 
 
 def csrf_of(page) -> str:
@@ -338,6 +345,18 @@ def test_a_form_the_service_refuses_is_shown_again_with_the_reason(sign_in, db):
     assert answer.status_code == 422
     assert "no_such_column" in answer.text and 'value="no_such_column"' in answer.text
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
+@settings(CHUNKWISE_MAX_QUEUED_CHUNKS="3")
+def test_a_job_the_full_queue_refuses_is_shown_on_the_form_as_429(sign_in, db):
+    browser = sign_in("user")
+    job_id_of(submit_through_form(browser))
+
+    answer = submit_through_form(browser)
+
+    assert answer.status_code == 429
+    assert "exceed the limit of 3" in answer.text
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 1
 
 
 def test_a_form_without_a_file_is_refused(sign_in):
