@@ -45,6 +45,8 @@
     const rows = () => Array.from(table.querySelectorAll("tr[data-job-id]"));
     while (rows().some((row) => !FINISHED.includes(row.dataset.status))) {
       await sleep(LIST_POLL_MS);
+      // A tab nobody looks at asks nothing; it catches up when it is shown again.
+      if (document.hidden) continue;
       let body = null;
       try {
         body = await getJson(table.dataset.poll);
