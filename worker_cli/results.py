@@ -15,7 +15,7 @@ class _Pending:
     body: dict
     trace_id: str | None
     finished: bool = False
-    task: dict | None = None
+    outcome: dict | None = None
     error: Exception | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -36,7 +36,7 @@ class ResultBatcher:
         self._sending = False
 
     def submit(self, task_id: str, *, attempt: int, result: dict, trace_id: str | None) -> dict:
-        """Commit one result; return the task, or raise what the single endpoint would."""
+        """Commit one result; return its outcome, or raise what the single endpoint would."""
         item = _Pending({"task_id": task_id, "attempt": attempt, **result}, trace_id)
         with self._cond:
             self._pending.append(item)
@@ -54,7 +54,7 @@ class ResultBatcher:
                     self._cond.notify_all()
         if item.error is not None:
             raise item.error
-        return item.task
+        return item.outcome
 
     def _send(self, batch: list[_Pending]) -> None:
         # The first result's attempt names the call, so one result alone is traced as before.
@@ -73,7 +73,7 @@ class ResultBatcher:
                 elif outcome["outcome"] == "rejected":
                     item.error = _rejection(outcome)
                 else:
-                    item.task = outcome["task"]
+                    item.outcome = outcome
                 item.finished = True
 
 

@@ -77,10 +77,12 @@ class FakeClient:
         for item in results:
             body = dict(item)
             task_id, attempt = body.pop("task_id"), body.pop("attempt")
-            task = self.submit_result(
+            self.submit_result(
                 task_id, worker_id=worker_id, attempt=attempt, result=body, trace_id=trace_id
             )
-            answers.append({"task_id": task_id, "outcome": "accepted", "status": 200, "task": task})
+            answers.append(
+                {"task_id": task_id, "outcome": "accepted", "status": 200, "error": None}
+            )
         return answers
 
     def submit_result(self, task_id, **kwargs):

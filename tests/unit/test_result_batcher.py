@@ -19,7 +19,9 @@ class GatedClient:
         self.calls: list[dict] = []
         self.gate = threading.Event()
         self.first_call = threading.Event()
-        self.answer = answer or (lambda item: {"outcome": "accepted", "status": 200, "task": item})
+        self.answer = answer or (
+            lambda item: {"task_id": item["task_id"], "outcome": "accepted", "status": 200}
+        )
 
     def submit_results(self, *, worker_id, results, trace_id=None):
         self.calls.append({"worker_id": worker_id, "results": results, "trace_id": trace_id})
@@ -49,8 +51,8 @@ def submit_in_thread(batcher, task_id, outcomes):
 def test_one_result_alone_is_one_call_traced_as_its_attempt():
     client = GatedClient()
     client.gate.set()
-    task = ResultBatcher(client, "w1").submit("t1", attempt=3, result={"m": 1}, trace_id="abc")
-    assert task == {"task_id": "t1", "attempt": 3, "m": 1}
+    outcome = ResultBatcher(client, "w1").submit("t1", attempt=3, result={"m": 1}, trace_id="abc")
+    assert outcome == {"task_id": "t1", "outcome": "accepted", "status": 200}
     assert client.calls == [
         {"worker_id": "w1", "results": [{"task_id": "t1", "attempt": 3, "m": 1}], "trace_id": "abc"}
     ]
@@ -69,7 +71,7 @@ def test_results_that_finish_while_a_call_is_in_flight_share_the_next_call():
     for thread in [first, *others]:
         thread.join(WAIT)
     assert [len(call["results"]) for call in client.calls] == [1, 4]
-    assert {task_id: task["task_id"] for task_id, task in outcomes.items()} == {
+    assert {task_id: outcome["task_id"] for task_id, outcome in outcomes.items()} == {
         f"t{n}": f"t{n}" for n in range(1, 6)
     }
 
@@ -78,11 +80,11 @@ def test_a_refused_result_raises_for_its_chunk_only():
     def answer(item):
         if item["task_id"] == "stale":
             error = {"code": "stale_attempt", "message": "old", "details": {}}
-            return {"outcome": "rejected", "status": 409, "task": None, "error": error}
+            return {"outcome": "rejected", "status": 409, "error": error}
         if item["task_id"] == "bad":
             error = {"code": "invalid_input", "message": "no", "details": {}}
-            return {"outcome": "rejected", "status": 422, "task": None, "error": error}
-        return {"outcome": "accepted", "status": 200, "task": item}
+            return {"outcome": "rejected", "status": 422, "error": error}
+        return {"task_id": item["task_id"], "outcome": "accepted", "status": 200}
 
     client = GatedClient(answer)
     batcher = ResultBatcher(client, "w1")
