@@ -217,19 +217,25 @@ class FailureSchema(LeaseSchema):
 # --- responses ----------------------------------------------------------------------------
 
 
+class ResponseSchema(Schema):
+    """Base of every JSON response body: app/tracing.py adds the request's trace id to it."""
+
+    trace_id = fields.Str(metadata={"description": "the request's trace id, as in X-Trace-Id"})
+
+
 class ErrorBodySchema(Schema):
     """The error object."""
 
-    code = fields.Str()
-    message = fields.Str()
-    details = fields.Dict()
+    code = fields.Str(required=True)
+    message = fields.Str(required=True)
+    details = fields.Dict(required=True)
 
 
-class ErrorSchema(Schema):
+class ErrorSchema(ResponseSchema):
     """Every error response."""
 
-    error = fields.Nested(ErrorBodySchema)
-    trace_id = fields.Str()
+    error = fields.Nested(ErrorBodySchema, required=True)
+    trace_id = fields.Str(required=True)
 
 
 class ChunksByStateSchema(Schema):
@@ -242,7 +248,7 @@ class ChunksByStateSchema(Schema):
     cancelled = fields.Int()
 
 
-class JobSchema(Schema):
+class JobSchema(ResponseSchema):
     """A job's aggregate status (dumped from services.jobs.JobView)."""
 
     id = fields.UUID(attribute="job.id")
@@ -265,6 +271,7 @@ class JobSchema(Schema):
     created_at = fields.DateTime(attribute="job.created_at")
     started_at = fields.DateTime(attribute="job.started_at", allow_none=True)
     completed_at = fields.DateTime(attribute="job.completed_at", allow_none=True)
+    # The trace of the request that created the job, which tracing.py then leaves alone.
     trace_id = fields.Str(attribute="job.trace_id")
 
     def _input_digest(self, view):
@@ -275,7 +282,7 @@ class JobSchema(Schema):
         return view.job.partial_result if view.job.status == "failed" else None
 
 
-class JobListSchema(Schema):
+class JobListSchema(ResponseSchema):
     """A page of jobs."""
 
     jobs = fields.List(fields.Nested(JobSchema))
@@ -303,7 +310,7 @@ class AttemptSchema(Schema):
         return {"code": attempt.error_code, "message": attempt.error_message}
 
 
-class ChunkSchema(Schema):
+class ChunkSchema(ResponseSchema):
     """A chunk of a job with its attempts (dumped from services.chunks.ChunkView)."""
 
     id = fields.UUID(attribute="task.id")
@@ -337,7 +344,7 @@ class ChunkSchema(Schema):
         return {"code": t.error_code, "message": t.error_message, "details": t.error_details}
 
 
-class ChunkListSchema(Schema):
+class ChunkListSchema(ResponseSchema):
     """A job's chunks."""
 
     chunks = fields.List(fields.Nested(ChunkSchema))
@@ -355,7 +362,7 @@ class ResultManifestSchema(Schema):
     completed_at = fields.DateTime()
 
 
-class ResultListSchema(Schema):
+class ResultListSchema(ResponseSchema):
     """Completed result manifests in chunk order."""
 
     results = fields.List(fields.Nested(ResultManifestSchema))
@@ -386,7 +393,7 @@ class ClaimedTaskSchema(Schema):
         return params
 
 
-class ClaimResponseSchema(Schema):
+class ClaimResponseSchema(ResponseSchema):
     """The tasks a claim leased, each told how often to heartbeat."""
 
     tasks = fields.List(fields.Nested(ClaimedTaskSchema))
@@ -399,7 +406,7 @@ class ClaimResponseSchema(Schema):
         return data
 
 
-class TaskSchema(Schema):
+class TaskSchema(ResponseSchema):
     """A task as workers see it after a result or failure."""
 
     task_id = fields.UUID(attribute="id")
@@ -412,7 +419,7 @@ class TaskSchema(Schema):
     error_code = fields.Str(allow_none=True)
 
 
-class LeaseRenewedSchema(Schema):
+class LeaseRenewedSchema(ResponseSchema):
     """A renewed lease."""
 
     lease_expires_at = fields.DateTime()
@@ -429,14 +436,14 @@ class EventSchema(Schema):
     created_at = fields.DateTime()
 
 
-class EventListSchema(Schema):
+class EventListSchema(ResponseSchema):
     """Events in order."""
 
     events = fields.List(fields.Nested(EventSchema))
     next_after = fields.Int()
 
 
-class HealthSchema(Schema):
+class HealthSchema(ResponseSchema):
     """Liveness and readiness."""
 
     status = fields.Str()
@@ -451,7 +458,7 @@ class StateCountSchema(Schema):
     count = fields.Int()
 
 
-class QueueSchema(Schema):
+class QueueSchema(ResponseSchema):
     """The queue at a glance (dumped from services.queue.QueueView)."""
 
     chunks = fields.List(fields.Nested(StateCountSchema), attribute="figures.chunks")
@@ -479,7 +486,7 @@ class WorkerSchema(Schema):
     peak_rss_bytes = fields.Int(allow_none=True)
 
 
-class WorkerListSchema(Schema):
+class WorkerListSchema(ResponseSchema):
     """Every known worker."""
 
     workers = fields.List(fields.Nested(WorkerSchema))
