@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo run stack test unit integration e2e lint audit format migrate report bench up down clean
+.PHONY: demo run stack test unit integration e2e lint audit format migrate report bench bench-queue up down clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,9 @@ report: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.csv_core
+
+bench-queue: $(STAMP)
+	$(BIN)/python -m bench.queue
 
 up:
 	docker compose up --build -d

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from flask import Flask
 
-from app import auth, cli, errors, logs, metrics, openapi, runtime, tracing, uploads
+from app import cli, errors, logs, metrics, openapi, runtime, tracing, uploads
 from app.blueprints import chunks, events, health, jobs, queue, tasks
 from app.config import load_settings
 from app.migrations import migration_ids
@@ -23,7 +23,6 @@ def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
     rt = runtime.init_app(app, settings)
     metrics.init_app(app, rt)
     tracing.init_app(app)
-    auth.init_app(app)
     uploads.init_app(app, settings.temp_dir, settings.limits.max_upload_bytes)
     errors.init_app(app)
     cli.init_app(app)

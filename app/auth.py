@@ -1,17 +1,13 @@
-"""Bearer-token authentication and the rule of which principal may call which route."""
+"""Bearer-token authentication; each blueprint says which principals may call it."""
 
 from __future__ import annotations
 
-from flask import Flask, g, request
+from flask import g, request
 
 from app.runtime import get_runtime
 from services import auth, logcontext
 from services.auth import Principal
 from services.errors import Forbidden
-
-API_PREFIX = "/api/v1/"
-WORKER_PREFIX = "/api/v1/tasks/"
-OPERATOR_ONLY = ("/api/v1/queue", "/api/v1/workers")
 
 
 def current_principal() -> Principal:
@@ -19,26 +15,36 @@ def current_principal() -> Principal:
     return g.principal
 
 
-def init_app(app: Flask) -> None:
-    """Authenticate every /api/v1 request before its view runs."""
+def any_token() -> None:
+    """before_request: any valid token (the OpenAPI document)."""
+    _authenticate()
 
-    @app.before_request
-    def authenticate() -> None:
-        if not request.path.startswith(API_PREFIX):
-            return
-        header = request.headers.get("Authorization", "")
-        token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else None
-        principal = auth.authenticate(get_runtime().pool, token)
-        is_task_route = request.path.startswith(WORKER_PREFIX)
-        if (
-            principal.kind == "worker"
-            and not is_task_route
-            and request.path != "/api/v1/openapi.json"
-        ):
-            raise Forbidden("worker tokens may call only /api/v1/tasks/...")
-        if principal.kind == "user" and is_task_route:
-            raise Forbidden("the task endpoints are for worker tokens")
-        if request.path.startswith(OPERATOR_ONLY) and not principal.is_operator:
-            raise Forbidden("this view is for operators")
-        g.principal = principal
-        logcontext.bind(principal=principal.name)
+
+def users_only() -> None:
+    """before_request: user and operator tokens (jobs, chunks, events)."""
+    if _authenticate().kind == "worker":
+        raise Forbidden("worker tokens may call only /api/v1/tasks/...")
+
+
+def workers_only() -> None:
+    """before_request: worker tokens (the task protocol)."""
+    if _authenticate().kind != "worker":
+        raise Forbidden("the task endpoints are for worker tokens")
+
+
+def operators_only() -> None:
+    """before_request: operator tokens (the queue and the workers)."""
+    principal = _authenticate()
+    if principal.kind == "worker":
+        raise Forbidden("worker tokens may call only /api/v1/tasks/...")
+    if not principal.is_operator:
+        raise Forbidden("this view is for operators")
+
+
+def _authenticate() -> Principal:
+    header = request.headers.get("Authorization", "")
+    token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else None
+    principal = auth.authenticate(get_runtime().pool, token)
+    g.principal = principal
+    logcontext.bind(principal=principal.name)
+    return principal

@@ -44,6 +44,11 @@ _INTS = {
     "CHUNKWISE_MAX_LEASES_TOTAL": ("max_leases_total", 1),
     "CHUNKWISE_MAX_QUEUED_CHUNKS": ("max_queued_chunks", 1),
     "CHUNKWISE_MAX_UPLOAD_BYTES": ("max_upload_bytes", 1),
+    "CHUNKWISE_MANIFEST_MAX_LEASES_PER_WORKER": ("manifest_max_leases_per_worker", 1),
+    "CHUNKWISE_MANIFEST_MAX_LEASES_TOTAL": ("manifest_max_leases_total", 1),
+    "CHUNKWISE_MANIFEST_MAX_QUEUED_TASKS": ("manifest_max_queued_tasks", 1),
+    "CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB": ("manifest_max_tasks_per_job", 1),
+    "CHUNKWISE_RETENTION_DAYS": ("retention_days", 1),
 }
 _PATHS = {
     "CHUNKWISE_TEMP_DIR": "temp_dir",
@@ -148,6 +153,17 @@ def _cross_checks(s: Settings) -> list[str]:
     if s.limits.max_leases_per_worker > s.limits.max_leases_total:
         problems.append(
             "CHUNKWISE_MAX_LEASES_PER_WORKER must not exceed CHUNKWISE_MAX_LEASES_TOTAL"
+        )
+    per_worker, total = s.limits.manifest_max_leases_per_worker, s.limits.manifest_max_leases_total
+    if per_worker is not None and total is not None and per_worker > total:
+        problems.append(
+            "CHUNKWISE_MANIFEST_MAX_LEASES_PER_WORKER must not exceed "
+            "CHUNKWISE_MANIFEST_MAX_LEASES_TOTAL"
+        )
+    if s.limits.manifest_max_tasks_per_job > s.limits.manifest_max_queued_tasks:
+        problems.append(
+            "CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB must not exceed "
+            "CHUNKWISE_MANIFEST_MAX_QUEUED_TASKS: no job that size could ever be admitted"
         )
     return problems
 

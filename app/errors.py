@@ -23,6 +23,7 @@ from services.errors import (
     Unauthenticated,
     Unavailable,
 )
+from services.tasks import CompletionOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,30 @@ def _status_of(exc: ChunkwiseError) -> int:
         if cls in STATUS:
             return STATUS[cls]
     return 500
+
+
+def outcome_of(outcome: CompletionOutcome) -> dict:
+    """One result of a batch, with the status and error the single endpoint would answer."""
+    if outcome.error is None:
+        label = "replayed" if outcome.replayed else "accepted"
+        return {
+            "task_id": outcome.task_id,
+            "outcome": label,
+            "status": 200,
+            "task": outcome.task,
+            "error": None,
+        }
+    exc = outcome.error
+    if isinstance(exc, LeaseLost):
+        metrics.FENCED_WRITES.labels(request.endpoint or "", exc.code).inc()
+    error = {"code": exc.code, "message": exc.message, "details": exc.details}
+    return {
+        "task_id": outcome.task_id,
+        "outcome": "rejected",
+        "status": _status_of(exc),
+        "task": None,
+        "error": error,
+    }
 
 
 def init_app(app: Flask) -> None:

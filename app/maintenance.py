@@ -3,29 +3,23 @@
 from __future__ import annotations
 
 import logging
-import resource
 import threading
 
 from flask import Flask
 
 from services import maintenance, metrics
+from services.process import peak_rss_bytes
 from services.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
 
-def peak_rss_bytes() -> int:
-    """This process's peak resident memory (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def start(app: Flask, interval: float) -> threading.Thread:
-    """Run maintenance passes every `interval` seconds until the process exits."""
+    """Run maintenance passes every `interval` seconds until the runtime is closed."""
     runtime: Runtime = app.extensions["chunkwise.runtime"]
 
     def loop() -> None:
-        stop = threading.Event()
-        while not stop.wait(interval):
+        while not runtime.stopping.wait(interval):
             try:
                 metrics.COORDINATOR_PEAK_RSS.set(peak_rss_bytes())
                 maintenance.run_pass(runtime)

@@ -10,9 +10,10 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import Blueprint, Flask, Response, current_app
 from marshmallow import fields
 
-from app import schemas
+from app import auth, schemas
 
 bp = Blueprint("openapi", __name__)
+bp.before_request(auth.any_token)
 
 # The registered media type of the document. tracing.py stamps trace_id only into
 # application/json bodies, so the document stays a clean OpenAPI document.
@@ -46,6 +47,7 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "tasks.read_input": (schemas.LeaseSchema, None, (404, 409)),
     "tasks.heartbeat": (schemas.HeartbeatSchema, schemas.LeaseRenewedSchema, (404, 409)),
     "tasks.result": (schemas.ResultSchema, schemas.TaskSchema, (404, 409)),
+    "tasks.results": (schemas.ResultBatchSchema, schemas.ResultBatchResponseSchema, ()),
     "tasks.failure": (schemas.FailureSchema, schemas.TaskSchema, (404, 409)),
 }
 QUERY_METHODS = {"GET"}

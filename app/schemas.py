@@ -13,7 +13,8 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 # --- the input rules every request shares -------------------------------------------------
 
-MAX_JSON_BYTES = 1024 * 1024
+# Room for a batch of MAX_BATCH_RESULTS results with their summaries, several times over.
+MAX_JSON_BYTES = 4 * 1024 * 1024
 MAX_JSON_DEPTH = 32
 # The PostgreSQL column types (sql/0001.queue.sql) an integer field may be stored in.
 COLUMN_RANGES = {
@@ -205,6 +206,31 @@ class ResultSchema(LeaseSchema):
     metrics = fields.Dict(load_default=dict)
 
 
+class ResultItemSchema(RequestSchema):
+    """One result of a batch, under the attempt it was computed for."""
+
+    task_id = fields.UUID(required=True)
+    attempt = Int(minimum=1, required=True)
+    result_uri = fields.Str(load_default=None, validate=validate.Length(min=1, max=2000))
+    result_sha256 = fields.Str(load_default=None, validate=HEX64)
+    summary = fields.Dict(load_default=None)
+    metrics = fields.Dict(load_default=dict)
+
+
+MAX_BATCH_RESULTS = 1000
+
+
+class ResultBatchSchema(RequestSchema):
+    """Many results from one worker, accepted in one transaction, each fenced on its own."""
+
+    worker_id = fields.Str(required=True, validate=WORKER_ID)
+    results = fields.List(
+        fields.Nested(ResultItemSchema),
+        required=True,
+        validate=validate.Length(min=1, max=MAX_BATCH_RESULTS),
+    )
+
+
 class FailureSchema(LeaseSchema):
     """A failed task."""
 
@@ -236,6 +262,22 @@ class ErrorSchema(ResponseSchema):
 
     error = fields.Nested(ErrorBodySchema, required=True)
     trace_id = fields.Str(required=True)
+
+
+class ResultOutcomeSchema(Schema):
+    """What became of one result of a batch: its status as the single endpoint would answer."""
+
+    task_id = fields.UUID()
+    outcome = fields.Str(metadata={"enum": ["accepted", "replayed", "rejected"]})
+    status = fields.Int(metadata={"description": "the HTTP status of the single endpoint"})
+    task = fields.Nested(lambda: TaskSchema(), allow_none=True)
+    error = fields.Nested(ErrorBodySchema, allow_none=True)
+
+
+class ResultBatchResponseSchema(ResponseSchema):
+    """One outcome per result, in the order they were sent."""
+
+    results = fields.List(fields.Nested(ResultOutcomeSchema))
 
 
 class ChunksByStateSchema(Schema):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -10,11 +11,6 @@ from psycopg import Connection
 from psycopg.types.json import Jsonb
 
 from repositories import from_row
-
-TERMINAL = ("succeeded", "failed", "cancelled")
-# Announced by triggers (sql/0003.job_changes.sql) whenever a job's view changes; the payload
-# is the job's id.
-JOB_CHANGED_CHANNEL = "chunkwise_job_changed"
 
 
 @dataclass(frozen=True)
@@ -114,6 +110,15 @@ def get(
     query = _GET_FOR_UPDATE if for_update else _GET
     row = conn.execute(query, {"id": job_id, "owner": owner_id}).fetchone()
     return from_row(Job, row) if row else None
+
+
+def lock_many(conn: Connection, job_ids: Sequence[UUID]) -> dict[UUID, Job]:
+    """Lock these jobs in id order (so two callers cannot deadlock) and return them by id."""
+    rows = conn.execute(
+        "SELECT * FROM jobs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE",
+        {"ids": list(job_ids)},
+    ).fetchall()
+    return {r["id"]: from_row(Job, r) for r in rows}
 
 
 def chunk_counts(conn: Connection, job_ids: list[UUID]) -> dict[UUID, ChunkCounts]:
@@ -219,10 +224,31 @@ def set_status(
     return from_row(Job, row)
 
 
-def merging_job_ids(conn: Connection, limit: int = 20) -> list[UUID]:
-    """Jobs waiting for their merge (the maintenance loop's safety net)."""
+def merging_jobs(conn: Connection, limit: int = 20) -> list[tuple[UUID, str]]:
+    """Jobs waiting for their merge, with their workloads (the maintenance loop's safety net)."""
     rows = conn.execute(
-        "SELECT id FROM jobs WHERE status = 'merging' ORDER BY created_at LIMIT %(limit)s",
+        """
+        SELECT id, workload FROM jobs WHERE status = 'merging'
+        ORDER BY created_at LIMIT %(limit)s
+        """,
         {"limit": limit},
     ).fetchall()
-    return [r["id"] for r in rows]
+    return [(r["id"], r["workload"]) for r in rows]
+
+
+def delete_finished(conn: Connection, *, older_than_days: int, limit: int = 1000) -> int:
+    """Delete up to `limit` jobs finished more than N days ago, with their tasks and events."""
+    cur = conn.execute(
+        """
+        DELETE FROM jobs WHERE id IN (
+            SELECT id FROM jobs
+            WHERE status IN ('succeeded', 'failed', 'cancelled')
+              AND completed_at < now() - make_interval(days => %(days)s)
+            ORDER BY completed_at
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        )
+        """,
+        {"days": older_than_days, "limit": limit},
+    )
+    return cur.rowcount

@@ -12,8 +12,6 @@ from psycopg.types.json import Jsonb
 
 from repositories import from_row
 
-CLAIMABLE_CHANNEL = "chunkwise_claimable"
-
 
 @dataclass(frozen=True)
 class Task:
@@ -110,10 +108,14 @@ def insert_tasks(conn: Connection, tasks: Sequence[NewTask]) -> None:
         )
 
 
-def count_unfinished(conn: Connection) -> int:
-    """Count tasks that are pending or leased, across all jobs."""
+def count_unfinished(conn: Connection, workload: str) -> int:
+    """Count a workload's tasks that are pending or leased, across all jobs."""
     row = conn.execute(
-        "SELECT count(*) AS n FROM tasks WHERE status IN ('pending', 'leased')"
+        """
+        SELECT count(*) AS n FROM tasks
+        WHERE status IN ('pending', 'leased') AND workload = %(workload)s
+        """,
+        {"workload": workload},
     ).fetchone()
     return row["n"]
 
@@ -124,26 +126,30 @@ def claim(
     worker_id: str,
     workloads: Sequence[str],
     capacity: int,
-    max_per_worker: int,
-    max_total: int,
+    max_per_worker: int | None,
+    max_total: int | None,
     lease_seconds: int,
 ) -> list[ClaimedTask]:
     """Lease up to `capacity` pending tasks within the lease caps, opening one attempt each.
 
-    The caller serialises claims (see services.tasks) so that the cap arithmetic here cannot
-    be raced; SKIP LOCKED keeps claims from waiting on rows another transaction is finishing.
+    A cap of None is no cap, and then its count is never taken. With caps, the caller takes
+    the workload's claim turn first (see services.tasks) so the arithmetic cannot be raced;
+    SKIP LOCKED keeps claims from waiting on rows another transaction is finishing.
     """
     rows = conn.execute(
         """
         WITH held AS (
             SELECT count(*) FILTER (WHERE lease_owner = %(worker)s) AS mine, count(*) AS total
-            FROM tasks WHERE status = 'leased'
+            FROM tasks
+            WHERE status = 'leased' AND workload = ANY(%(workloads)s)
+              AND (%(per_worker)s::int IS NOT NULL OR %(total)s::int IS NOT NULL)
         ), candidates AS (
             SELECT t.id FROM tasks t
             WHERE t.status = 'pending' AND t.workload = ANY(%(workloads)s)
             ORDER BY t.priority DESC, t.created_at, t.job_id, t.chunk_index
-            LIMIT (SELECT GREATEST(0, LEAST(%(capacity)s, %(per_worker)s - mine,
-                                            %(total)s - total)) FROM held)
+            -- LEAST ignores NULLs: an absent cap does not limit the claim.
+            LIMIT (SELECT GREATEST(0, LEAST(%(capacity)s, %(per_worker)s::int - mine,
+                                            %(total)s::int - total)) FROM held)
             FOR UPDATE SKIP LOCKED
         ), leased AS (
             UPDATE tasks t SET status = 'leased', attempt = t.attempt + 1,
@@ -211,6 +217,14 @@ def get(conn: Connection, task_id: UUID) -> Task | None:
     """Return a task."""
     row = conn.execute("SELECT * FROM tasks WHERE id = %(id)s", {"id": task_id}).fetchone()
     return from_row(Task, row) if row else None
+
+
+def get_many(conn: Connection, task_ids: Sequence[UUID]) -> dict[UUID, Task]:
+    """The tasks that exist among these ids, by id."""
+    rows = conn.execute(
+        "SELECT * FROM tasks WHERE id = ANY(%(ids)s)", {"ids": list(task_ids)}
+    ).fetchall()
+    return {r["id"]: from_row(Task, r) for r in rows}
 
 
 def complete(
@@ -430,8 +444,3 @@ def requeue_unfinished(conn: Connection, job_id: UUID, max_attempts: int) -> int
         {"job": job_id, "max": max_attempts},
     )
     return cur.rowcount
-
-
-def notify_claimable(conn: Connection) -> None:
-    """Wake long-polling claims once this transaction commits."""
-    conn.execute("SELECT pg_notify(%(channel)s, '')", {"channel": CLAIMABLE_CHANNEL})

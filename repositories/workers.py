@@ -52,15 +52,17 @@ def touch(
     )
 
 
-def record_task_done(conn: Connection, worker_id: str, peak_rss_bytes: int | None) -> None:
-    """Count a completed task and keep the highest memory peak the worker reported."""
+def record_tasks_done(
+    conn: Connection, worker_id: str, count: int, peak_rss_bytes: int | None
+) -> None:
+    """Count completed tasks and keep the highest memory peak the worker reported."""
     conn.execute(
         """
-        UPDATE workers SET tasks_done = tasks_done + 1, last_seen_at = now(),
+        UPDATE workers SET tasks_done = tasks_done + %(count)s, last_seen_at = now(),
             peak_rss_bytes = GREATEST(peak_rss_bytes, %(rss)s)
         WHERE id = %(id)s
         """,
-        {"id": worker_id, "rss": peak_rss_bytes},
+        {"id": worker_id, "count": count, "rss": peak_rss_bytes},
     )
 
 

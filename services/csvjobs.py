@@ -8,6 +8,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from uuid import UUID
 
 from psycopg import Connection
@@ -18,16 +19,17 @@ from repositories import jobs as job_rows
 from repositories import tasks as task_rows
 from repositories.jobs import Job, NewJob
 from repositories.tasks import NewTask, Task
-from services import archive, csvstats, metrics
+from services import archive, csvstats, metrics, settlement
 from services import jobs as job_rules
 from services.auth import Principal
 from services.errors import Conflict, InvalidInput, PayloadTooLarge
 from services.runtime import Runtime
+from services.workloads import Caps, TaskFailure, TaskInput, TaskResult, Workload
 
 logger = logging.getLogger(__name__)
 
 WORKLOAD = "csv_stats"
-MAX_CHUNKS = 64
+MAX_CHUNKS = csvstats.MAX_CHUNKS
 
 
 @dataclass(frozen=True)
@@ -153,137 +155,171 @@ def chunk_plan(task: Task) -> csvstats.ChunkPlan:
     )
 
 
-def check_summary(task: Task, summary: dict | None) -> tuple[str, str]:
-    """Validate a worker's summary against the chunk's plan; return its result uri and digest."""
-    if summary is None:
-        raise InvalidInput.field("summary", "required for csv_stats results")
-    try:
-        parsed = csvstats.Summary.from_dict(summary)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise InvalidInput.field("summary", f"malformed summary: {exc}") from exc
-    plan = chunk_plan(task)
-    if parsed.error is not None:
-        raise InvalidInput.field("summary", "a summary with an error is reported as a failure")
-    if parsed.digest != plan.sha256:
-        raise InvalidInput(
-            "the summary's digest does not match the chunk's bytes",
-            code="digest_mismatch",
-            details={
-                "fields": {"summary.digest": ["does not match the chunk"]},
-                "expected": plan.sha256,
-                "got": parsed.digest,
+class CsvStats(Workload):
+    """csv_stats: chunks of an archived CSV, one checked summary each, merged exactly once."""
+
+    merged = True
+
+    def __init__(self, caps: Caps):
+        super().__init__(WORKLOAD, caps)
+
+    def check_manifest(self) -> None:
+        """csv_stats jobs come from an upload, never from a manifest."""
+        raise InvalidInput.field(
+            "workload", "csv_stats jobs are submitted as a multipart CSV upload"
+        )
+
+    def check_result(self, task: Task, result: TaskResult) -> tuple[str, str]:
+        """Validate a worker's summary against the chunk's plan; return its uri and digest."""
+        summary = result.summary
+        if summary is None:
+            raise InvalidInput.field("summary", "required for csv_stats results")
+        try:
+            parsed = csvstats.Summary.from_dict(summary)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise InvalidInput.field("summary", f"malformed summary: {exc}") from exc
+        plan = chunk_plan(task)
+        if parsed.error is not None:
+            raise InvalidInput.field("summary", "a summary with an error is reported as a failure")
+        if parsed.digest != plan.sha256:
+            raise InvalidInput(
+                "the summary's digest does not match the chunk's bytes",
+                code="digest_mismatch",
+                details={
+                    "fields": {"summary.digest": ["does not match the chunk"]},
+                    "expected": plan.sha256,
+                    "got": parsed.digest,
+                },
+            )
+        if parsed.records != plan.record_end - plan.record_start:
+            raise InvalidInput.field(
+                "summary.records", f"expected {plan.record_end - plan.record_start} records"
+            )
+        canonical = json.dumps(parsed.to_dict(), sort_keys=True, separators=(",", ":"))
+        return (
+            f"/api/v1/jobs/{task.job_id}/chunks/{task.id}",
+            hashlib.sha256(canonical.encode()).hexdigest(),
+        )
+
+    def accept_result(self, conn: Connection, task: Task, result: TaskResult) -> None:
+        """Store the accepted summary of a just-completed chunk."""
+        parsed = csvstats.Summary.from_dict(result.summary)
+        if not summary_rows.insert_summary(
+            conn,
+            task_id=task.id,
+            job_id=task.job_id,
+            chunk_index=task.chunk_index,
+            attempt=task.attempt,
+            summary=parsed.to_dict(),
+        ):
+            raise Conflict("a summary was already accepted for this chunk", code="result_conflict")
+
+    def check_failure(self, task: Task, failure: TaskFailure) -> None:
+        """An invalid_input failure must carry the chunk's statistics up to its bad record."""
+        try:
+            parsed = csvstats.Summary.from_dict(failure.details["summary"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise InvalidInput.field(
+                "details.summary", f"invalid_input needs the partial summary: {exc}"
+            ) from exc
+        if parsed.error is None:
+            raise InvalidInput.field("details.summary", "must carry the invalid record")
+        if parsed.digest != task.input_sha256:
+            raise InvalidInput(
+                "the summary's digest does not match the chunk's bytes",
+                code="digest_mismatch",
+                details={"fields": {"details.summary.digest": ["does not match"]}},
+            )
+
+    def task_input(self, archive_dir: Path, job: Job, task: Task) -> TaskInput:
+        """The chunk's byte range of the archived upload."""
+        p = task.parameters
+        return TaskInput(
+            archive.archive_path(archive_dir, job.input_sha256),
+            p["byte_start"],
+            p["byte_end"] - p["byte_start"],
+        )
+
+    def partial_result(self, conn: Connection, job: Job) -> dict | None:
+        """The totals of the chunks accepted before the job failed."""
+        accepted = summary_rows.summaries(conn, job.id)
+        if not accepted:
+            return None
+        totals = csvstats.partial_totals(csvstats.Summary.from_dict(a.summary) for a in accepted)
+        return {**totals.to_dict(), "chunks": [a.chunk_index for a in accepted], "partial": True}
+
+    def merge(self, rt: Runtime, job_id: UUID) -> Job | None:
+        """Merge a job's chunk summaries exactly once; a no-op unless the job is merging."""
+        started = time.monotonic()
+        with rt.pool.connection() as conn:
+            job = job_rows.get(conn, job_id, for_update=True)
+            if job is None or job.status != "merging":
+                return job
+            job = self._merge_locked(conn, job, started)
+        metrics.MERGE_SECONDS.observe(time.monotonic() - started)
+        outcome = job.status if job.status == "succeeded" else job.error["code"]
+        metrics.MERGES.labels(outcome).inc()
+        logger.info(
+            "job merged",
+            extra={
+                "event": "job_merged",
+                "job_id": str(job_id),
+                "status": job.status,
+                "merge_seconds": job.merge_seconds,
             },
         )
-    if parsed.records != plan.record_end - plan.record_start:
-        raise InvalidInput.field(
-            "summary.records", f"expected {plan.record_end - plan.record_start} records"
+        return job
+
+    def _merge_locked(self, conn: Connection, job: Job, started: float) -> Job:
+        tasks = task_rows.list_for_job(conn, job.id)
+        plans = [chunk_plan(t) for t in tasks]
+        summaries = [
+            csvstats.Summary.from_dict(s.summary) for s in summary_rows.summaries(conn, job.id)
+        ]
+        bad = next(
+            (t for t in tasks if t.status == "failed" and t.error_code == "invalid_input"), None
         )
-    canonical = json.dumps(parsed.to_dict(), sort_keys=True, separators=(",", ":"))
-    return (
-        f"/api/v1/jobs/{task.job_id}/chunks/{task.id}",
-        hashlib.sha256(canonical.encode()).hexdigest(),
-    )
-
-
-def accept_summary(conn: Connection, task: Task, summary: dict) -> None:
-    """Store the accepted summary of a just-completed chunk."""
-    parsed = csvstats.Summary.from_dict(summary)
-    if not summary_rows.insert_summary(
-        conn,
-        task_id=task.id,
-        job_id=task.job_id,
-        chunk_index=task.chunk_index,
-        attempt=task.attempt,
-        summary=parsed.to_dict(),
-    ):
-        raise Conflict("a summary was already accepted for this chunk", code="result_conflict")
-
-
-def merge_job(rt: Runtime, job_id: UUID) -> Job | None:
-    """Merge a job's chunk summaries exactly once; a no-op unless the job is merging."""
-    started = time.monotonic()
-    with rt.pool.connection() as conn:
-        job = job_rows.get(conn, job_id, for_update=True)
-        if job is None or job.status != "merging":
-            return job
-        job = _merge_locked(conn, job, started)
-    metrics.MERGE_SECONDS.observe(time.monotonic() - started)
-    metrics.MERGES.labels(job.status if job.status == "succeeded" else job.error["code"]).inc()
-    logger.info(
-        "job merged",
-        extra={
-            "event": "job_merged",
-            "job_id": str(job_id),
-            "status": job.status,
-            "merge_seconds": job.merge_seconds,
-        },
-    )
-    return job
-
-
-def _merge_locked(conn: Connection, job: Job, started: float) -> Job:
-    tasks = task_rows.list_for_job(conn, job.id)
-    plans = [chunk_plan(t) for t in tasks]
-    summaries = [
-        csvstats.Summary.from_dict(s.summary) for s in summary_rows.summaries(conn, job.id)
-    ]
-    bad = next((t for t in tasks if t.status == "failed" and t.error_code == "invalid_input"), None)
-    if bad is not None:
-        # The failure carried the chunk's statistics up to the bad record, so the merge can
-        # tell whether the sequential loop would have overflowed before reaching it.
-        summaries = summaries[: bad.chunk_index]
-        summaries.append(csvstats.Summary.from_dict(bad.error_details["summary"]))
-    try:
-        totals = csvstats.merge(plans, summaries)
-    except csvstats.SumOverflow as exc:
-        error = {
-            "code": "sum_overflow",
-            "message": f"the int64 sum overflows within chunk {exc.chunk_index}",
-            "details": {"chunk_index": exc.chunk_index},
-        }
-        return job_rules.fail_job(conn, job, None, error)
-    except csvstats.BadRecord as exc:
-        record = exc.record
-        error = {
-            "code": "invalid_input",
-            "message": record.message(),
-            "details": {"chunk_index": exc.chunk_index, **record.to_dict()},
-        }
-        return job_rules.fail_job(conn, job, None, error)
-    except csvstats.MergeError as exc:
-        error = {
-            "code": "merge_failed",
-            "message": str(exc),
-            "details": {"chunk_index": exc.chunk_index},
-        }
-        return job_rules.fail_job(conn, job, None, error)
-    job = job_rows.set_status(
-        conn, job.id, "succeeded", result=totals.to_dict(), merge_seconds=time.monotonic() - started
-    )
-    event_rows.publish(
-        conn,
-        job_id=job.id,
-        owner_id=job.owner_id,
-        event="job.succeeded",
-        payload={"result": totals.to_dict()},
-        trace_id=job.trace_id,
-    )
-    return job
-
-
-def check_failure(task: Task, details: dict) -> None:
-    """An invalid_input failure must carry the chunk's statistics up to its bad record."""
-    try:
-        parsed = csvstats.Summary.from_dict(details["summary"])
-    except (ValueError, TypeError, KeyError) as exc:
-        raise InvalidInput.field(
-            "details.summary", f"invalid_input needs the partial summary: {exc}"
-        ) from exc
-    if parsed.error is None:
-        raise InvalidInput.field("details.summary", "must carry the invalid record")
-    if parsed.digest != task.input_sha256:
-        raise InvalidInput(
-            "the summary's digest does not match the chunk's bytes",
-            code="digest_mismatch",
-            details={"fields": {"details.summary.digest": ["does not match"]}},
+        if bad is not None:
+            # The failure carried the chunk's statistics up to the bad record, so the merge can
+            # tell whether the sequential loop would have overflowed before reaching it.
+            summaries = summaries[: bad.chunk_index]
+            summaries.append(csvstats.Summary.from_dict(bad.error_details["summary"]))
+        try:
+            totals = csvstats.merge(plans, summaries)
+        except csvstats.SumOverflow as exc:
+            error = {
+                "code": "sum_overflow",
+                "message": f"the int64 sum overflows within chunk {exc.chunk_index}",
+                "details": {"chunk_index": exc.chunk_index},
+            }
+            return settlement.fail_with_error(conn, job, error, self)
+        except csvstats.BadRecord as exc:
+            error = {
+                "code": "invalid_input",
+                "message": exc.record.message(),
+                "details": {"chunk_index": exc.chunk_index, **exc.record.to_dict()},
+            }
+            return settlement.fail_with_error(conn, job, error, self)
+        except csvstats.MergeError as exc:
+            error = {
+                "code": "merge_failed",
+                "message": str(exc),
+                "details": {"chunk_index": exc.chunk_index},
+            }
+            return settlement.fail_with_error(conn, job, error, self)
+        job = job_rows.set_status(
+            conn,
+            job.id,
+            "succeeded",
+            result=totals.to_dict(),
+            merge_seconds=time.monotonic() - started,
         )
+        event_rows.publish(
+            conn,
+            job_id=job.id,
+            owner_id=job.owner_id,
+            event="job.succeeded",
+            payload={"result": totals.to_dict()},
+            trace_id=job.trace_id,
+        )
+        return job

@@ -15,24 +15,19 @@ from uuid import UUID
 
 from psycopg import Connection
 
-from repositories import chunk_summaries as summary_rows
 from repositories import events as event_rows
 from repositories import jobs as job_rows
+from repositories import locks
 from repositories import tasks as task_rows
 from repositories.events import Event
 from repositories.jobs import ChunkCounts, Job, NewJob
 from repositories.tasks import NewTask, Task
-from services import csvstats
 from services.auth import Principal
 from services.errors import Conflict, InvalidInput, NotFound, QueueFull
 from services.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
-# Serialises admission so concurrent submissions cannot overshoot the queued-chunk limit.
-ADMISSION_LOCK = 0x43484B41  # "CHKA"
-# Workloads whose job ends in a merge step rather than succeeding with its last task.
-MERGED_WORKLOADS = frozenset({"csv_stats"})
 UNRECOVERABLE_ERRORS = frozenset({"invalid_input", "sum_overflow"})
 MAX_LABELS = 32
 
@@ -119,13 +114,10 @@ def create_job(
     idempotency_key: str | None = None,
 ) -> JobView:
     """Create a manifest job and all its tasks in one transaction (or nothing)."""
-    if spec.workload not in rt.limits.allowed_workloads or spec.workload == "csv_stats":
-        raise InvalidInput.field(
-            "workload",
-            f"unknown workload {spec.workload!r}"
-            if spec.workload != "csv_stats"
-            else "csv_stats jobs are submitted as a multipart CSV upload",
-        )
+    rules = rt.workloads.get(spec.workload)
+    if rules is None:
+        raise InvalidInput.field("workload", f"unknown workload {spec.workload!r}")
+    rules.check_manifest()
     indexes = [t.chunk_index for t in spec.tasks]
     if all(i is None for i in indexes):
         indexes = list(range(len(spec.tasks)))
@@ -195,11 +187,14 @@ def admit(
     `on_admitted` runs once the job is known to fit, still under the admission lock: the CSV
     path stores its upload there, so a rejected job leaves nothing behind.
     """
-    limit = rt.limits.max_queued_chunks
-    if len(new_tasks) > limit:
-        raise InvalidInput.field("tasks", f"a job may have at most {limit} tasks")
+    caps = rt.workloads.of(new_job.workload).caps
+    # A job larger than the whole queue could never be admitted: that is bad input, not a 429.
+    most = min(caps.max_tasks_per_job, caps.max_queued_tasks)
+    if len(new_tasks) > most:
+        raise InvalidInput.field("tasks", f"a job may have at most {most} tasks")
+    limit = caps.max_queued_tasks
     with rt.pool.connection() as conn:
-        conn.execute("SELECT pg_advisory_xact_lock(%(key)s)", {"key": ADMISSION_LOCK})
+        locks.take_turn(conn, locks.ADMISSION, new_job.workload)
         if new_job.idempotency_key is not None:
             original = job_rows.find_by_idempotency_key(
                 conn, new_job.owner_id, new_job.idempotency_key
@@ -212,11 +207,11 @@ def admit(
                         details={"job_id": str(original.id)},
                     )
                 return _view(conn, original)
-        queued = task_rows.count_unfinished(conn)
+        queued = task_rows.count_unfinished(conn, new_job.workload)
         if queued + len(new_tasks) > limit:
             raise QueueFull(
-                f"the queue holds {queued} unfinished chunks; {len(new_tasks)} more would "
-                f"exceed the limit of {limit}",
+                f"the queue holds {queued} unfinished {new_job.workload} tasks; "
+                f"{len(new_tasks)} more would exceed the limit of {limit}",
                 retry_after=rt.limits.heartbeat_seconds,
                 details={
                     "queued_chunks": queued,
@@ -243,9 +238,7 @@ def admit(
             target=str(job.id),
             trace_id=job.trace_id,
         )
-        task_rows.notify_claimable(conn)
         view = replace(_view(conn, job), created=True)
-    rt.wakeups.wake()
     logger.info(
         "job created",
         extra={"event": "job_created", "job_id": str(job.id), "chunks_total": job.chunks_total},
@@ -386,9 +379,7 @@ def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str)
         event_rows.audit(
             conn, actor=principal.name, action="job.retry", target=str(job.id), trace_id=trace_id
         )
-        task_rows.notify_claimable(conn)
         view = _view(conn, job)
-    rt.wakeups.wake()
     return view
 
 
@@ -397,99 +388,6 @@ def list_events(rt: Runtime, principal: Principal, *, after: int, limit: int) ->
     owner = None if principal.is_operator else principal.user_id
     with rt.pool.connection() as conn:
         return event_rows.list_events(conn, owner_id=owner, after=after, limit=limit)
-
-
-def settle(conn: Connection, job: Job) -> Job:
-    """Move a locked job on after its tasks changed: running, merging, succeeded or failed."""
-    if job.status not in ("queued", "running"):
-        return job
-    # One aggregate read on the common path; the task list only when something failed.
-    counts = job_rows.chunk_counts(conn, [job.id])[job.id]
-    if counts.failed:
-        return _settle_failure(conn, job)
-    if counts.completed == job.chunks_total:
-        if job.workload in MERGED_WORKLOADS:
-            return job_rows.set_status(conn, job.id, "merging")
-        job = job_rows.set_status(conn, job.id, "succeeded")
-        event_rows.publish(
-            conn,
-            job_id=job.id,
-            owner_id=job.owner_id,
-            event="job.succeeded",
-            payload={},
-            trace_id=job.trace_id,
-        )
-        return job
-    if job.status == "queued" and (counts.leased or counts.completed):
-        return job_rows.set_status(conn, job.id, "running")
-    return job
-
-
-def _settle_failure(conn: Connection, job: Job) -> Job:
-    tasks = task_rows.list_for_job(conn, job.id)
-    failed = [t for t in tasks if t.status == "failed"]
-    # With a merge step, bad input only decides the outcome once every chunk before it is
-    # in: the sequential answer may be an overflow earlier in the file, or an earlier bad row.
-    merged = job.workload in MERGED_WORKLOADS
-    bad_input = min(
-        (t for t in failed if merged and t.error_code == "invalid_input"),
-        key=lambda t: t.chunk_index,
-        default=None,
-    )
-    horizon = bad_input.chunk_index if bad_input else len(tasks)
-    hard = [t for t in failed if t is not bad_input and t.chunk_index < horizon]
-    if hard:
-        return fail_job(conn, job, hard[0])
-    task_rows.cancel_unfinished(conn, job.id, after_index=bad_input.chunk_index)
-    if all(t.status == "completed" for t in tasks if t.chunk_index < horizon):
-        return job_rows.set_status(conn, job.id, "merging")
-    if job.status == "queued":
-        return job_rows.set_status(conn, job.id, "running")
-    return job
-
-
-def fail_job(conn: Connection, job: Job, cause: Task | None, error: dict | None = None) -> Job:
-    """Fail a locked job, cancelling what is left and publishing a partial result if any."""
-    if error is None:
-        code = "invalid_input" if cause.error_code == "invalid_input" else "attempts_exhausted"
-        error = {
-            "code": code,
-            "message": f"chunk {cause.chunk_index} failed: {cause.error_message}",
-            "details": {
-                "chunk_index": cause.chunk_index,
-                "task_id": str(cause.id),
-                "error_code": cause.error_code,
-                **(cause.error_details or {}),
-            },
-        }
-        error["details"].pop("summary", None)
-    task_rows.cancel_unfinished(conn, job.id)
-    partial = None
-    if job.workload in MERGED_WORKLOADS:
-        accepted = summary_rows.summaries(conn, job.id)
-        if accepted:
-            totals = csvstats.partial_totals(
-                csvstats.Summary.from_dict(a.summary) for a in accepted
-            )
-            partial = {
-                **totals.to_dict(),
-                "chunks": [a.chunk_index for a in accepted],
-                "partial": True,
-            }
-    job = job_rows.set_status(conn, job.id, "failed", error=error, partial_result=partial)
-    event_rows.publish(
-        conn,
-        job_id=job.id,
-        owner_id=job.owner_id,
-        event="job.failed",
-        payload={"error": error["code"]},
-        trace_id=job.trace_id,
-    )
-    logger.warning(
-        "job failed",
-        extra={"event": "job_failed", "job_id": str(job.id), "error_code": error["code"]},
-    )
-    return job
 
 
 def _view(conn: Connection, job: Job) -> JobView:
@@ -509,3 +407,17 @@ def _decode_cursor(cursor: str) -> tuple[datetime, UUID]:
         return datetime.fromisoformat(at), UUID(job_id)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidInput.field("cursor", "not a cursor this API returned") from exc
+
+
+def delete_expired_history(rt: Runtime) -> int:
+    """Delete jobs finished longer ago than the retention period (none when it is unset)."""
+    if rt.limits.retention_days is None:
+        return 0
+    with rt.pool.connection() as conn:
+        deleted = job_rows.delete_finished(conn, older_than_days=rt.limits.retention_days)
+    if deleted:
+        logger.info(
+            "finished jobs deleted",
+            extra={"event": "history_deleted", "jobs": deleted, "days": rt.limits.retention_days},
+        )
+    return deleted

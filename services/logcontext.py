@@ -7,8 +7,6 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-FIELDS = ("trace_id", "job_id", "task_id", "attempt_id", "attempt", "worker_id")
-
 # Never mutated in place (bind and scope replace it), so one shared empty default is safe.
 _EMPTY: dict = {}
 _context: contextvars.ContextVar[dict] = contextvars.ContextVar(
@@ -24,16 +22,6 @@ def begin(**values: object) -> None:
 def bind(**values: object) -> None:
     """Add fields to the current context (None values are ignored)."""
     _context.set({**_context.get(), **{k: v for k, v in values.items() if v is not None}})
-
-
-def current() -> dict:
-    """Return the fields bound so far."""
-    return _context.get()
-
-
-def trace_id() -> str | None:
-    """Return the current trace id, if any."""
-    return _context.get().get("trace_id")
 
 
 @contextmanager

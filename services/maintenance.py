@@ -1,36 +1,24 @@
-"""One pass of housekeeping: expire leases, finish merges a dead coordinator left, tidy spools."""
+"""One pass of housekeeping: expire leases, finish merges, tidy spools, delete old history."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from repositories import jobs as job_rows
-from services import archive, csvjobs, logcontext, tasks
+from services import archive, jobs, logcontext, tasks
 from services.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class PassReport:
-    """What one pass did."""
-
-    leases_expired: int
-    jobs_merged: int
-    temp_files_removed: int
-
-
-def run_pass(rt: Runtime) -> PassReport:
+def run_pass(rt: Runtime) -> None:
     """Run every housekeeping step once."""
     logcontext.begin(trace_id=None, operation="maintenance")
-    expired = tasks.expire_leases(rt)
+    tasks.expire_leases(rt)
     with rt.pool.connection() as conn:
-        waiting = job_rows.merging_job_ids(conn)
-    merged = 0
-    for job_id in waiting:
+        waiting = job_rows.merging_jobs(conn)
+    for job_id, workload in waiting:
         with logcontext.scope(job_id=str(job_id)):
-            if csvjobs.merge_job(rt, job_id) is not None:
-                merged += 1
-    removed = archive.remove_stale_temp_files(rt.temp_dir)
-    return PassReport(len(expired), merged, removed)
+            rt.workloads.of(workload).merge(rt, job_id)
+    archive.remove_stale_temp_files(rt.temp_dir)
+    jobs.delete_expired_history(rt)

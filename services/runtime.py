@@ -1,18 +1,24 @@
-"""What every service call needs besides its arguments: the pool, the limits, the wake-ups."""
+"""What every service call needs besides its arguments: the pool, the limits, the workloads."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from psycopg_pool import ConnectionPool
 
 from services.wakeups import Wakeups
+from services.workloads import Workloads
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Queue policy, from the coordinator's settings."""
+    """Queue policy, from the coordinator's settings.
+
+    The lease and queue caps here are csv_stats's; other workloads get the manifest_* ones,
+    None meaning no cap of that kind.
+    """
 
     lease_seconds: int = 30
     heartbeat_seconds: int = 10
@@ -20,7 +26,12 @@ class Limits:
     max_leases_per_worker: int = 2
     max_leases_total: int = 8
     max_queued_chunks: int = 256
+    manifest_max_leases_per_worker: int | None = None
+    manifest_max_leases_total: int | None = None
+    manifest_max_queued_tasks: int = 100_000
+    manifest_max_tasks_per_job: int = 10_000
     allowed_workloads: tuple[str, ...] = ("csv_stats",)
+    retention_days: int | None = None  # finished jobs are kept forever unless set
     max_upload_bytes: int = 50 * 1024 * 1024
 
 
@@ -30,6 +41,9 @@ class Runtime:
 
     pool: ConnectionPool
     limits: Limits
+    workloads: Workloads
     wakeups: Wakeups
     archive_dir: Path
     temp_dir: Path
+    # Set on shutdown: the maintenance loop ends its waiting instead of its next pass.
+    stopping: threading.Event = field(default_factory=threading.Event)

@@ -1,4 +1,4 @@
-"""Worker-side use cases: claim, heartbeat, complete, fail; and the lease sweeper."""
+"""Worker-side use cases: claim, heartbeat, complete (one or many), fail; and the lease sweeper."""
 
 from __future__ import annotations
 
@@ -6,62 +6,58 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from uuid import UUID
 
 from psycopg import Connection
 
 from repositories import jobs as job_rows
+from repositories import locks
 from repositories import tasks as task_rows
 from repositories import workers as worker_rows
 from repositories.events import publish
+from repositories.jobs import Job
 from repositories.tasks import ClaimedTask, ExpiredLease, Task
-from services import archive, csvjobs, logcontext
-from services import jobs as job_rules
-from services.errors import Conflict, InvalidInput, LeaseLost, NotFound
+from services import logcontext, settlement
+from services.errors import ChunkwiseError, Conflict, LeaseLost, NotFound
 from services.runtime import Runtime
+from services.workloads import TaskFailure, TaskInput, TaskResult, Workload, Workloads
 
 logger = logging.getLogger(__name__)
 
 # Retry budgets per failure class, within each task's max_attempts.
 READ_RETRY_BUDGET = 2  # input_unavailable: the worker could not read or verify its input
 LOST_RETRY_BUDGET = 1  # lease_expired: the worker vanished without a word
-# Claims take this transaction-level advisory lock so the lease caps hold across processes.
-CLAIM_LOCK = 0x43484B57  # "CHKW"
 
 
 @dataclass(frozen=True)
-class TaskResult:
-    """What a worker reports for a completed task."""
+class Completion:
+    """One result a worker reports, under the attempt it holds."""
 
-    result_uri: str | None = None
-    result_sha256: str | None = None
-    metrics: dict | None = None
-    summary: dict | None = None
+    task_id: UUID
+    attempt: int
+    result: TaskResult
 
 
 @dataclass(frozen=True)
-class TaskFailure:
-    """What a worker reports for a failed task."""
+class CompletionOutcome:
+    """What became of one reported result: the task, or the error that refused it."""
 
-    error_code: str
-    error_message: str
-    retryable: bool
-    details: dict
+    task_id: UUID
+    task: Task | None = None
+    replayed: bool = False
+    error: ChunkwiseError | None = None
 
 
 def claim_tasks(
     rt: Runtime, worker_id: str, workloads: list[str], capacity: int, wait_seconds: float = 0
 ) -> list[ClaimedTask]:
     """Lease up to `capacity` tasks, waiting up to `wait_seconds` for one to become claimable."""
-    unknown = sorted(set(workloads) - set(rt.limits.allowed_workloads))
-    if unknown:
-        raise InvalidInput.field("workloads", f"unknown workloads: {', '.join(unknown)}")
+    rules = rt.workloads.require(workloads, "workloads")
     deadline = time.monotonic() + wait_seconds
     while True:
         # Read the generation before trying, so a NOTIFY that lands mid-claim is not lost.
         seen = rt.wakeups.generation()
-        claimed = _claim_once(rt, worker_id, workloads, capacity)
+        claimed = _claim_once(rt, worker_id, rules, capacity)
         remaining = deadline - time.monotonic()
         if claimed or remaining <= 0:
             return claimed
@@ -70,21 +66,31 @@ def claim_tasks(
 
 
 def _claim_once(
-    rt: Runtime, worker_id: str, workloads: list[str], capacity: int
+    rt: Runtime, worker_id: str, rules: list[Workload], capacity: int
 ) -> list[ClaimedTask]:
+    # Workloads without lease caps are claimed together, in one priority order, taking no
+    # turn; each capped workload takes its own turn, in name order so claims cannot deadlock.
+    free = [r.name for r in rules if not r.caps.serialised]
+    capped = sorted((r for r in rules if r.caps.serialised), key=lambda r: r.name)
+    claimed: list[ClaimedTask] = []
     with rt.pool.connection() as conn:
-        conn.execute("SELECT pg_advisory_xact_lock(%(key)s)", {"key": CLAIM_LOCK})
-        _expire(conn, now=None)
-        worker_rows.touch(conn, worker_id, capacity=capacity, workloads=workloads)
-        claimed = task_rows.claim(
-            conn,
-            worker_id=worker_id,
-            workloads=workloads,
-            capacity=capacity,
-            max_per_worker=rt.limits.max_leases_per_worker,
-            max_total=rt.limits.max_leases_total,
-            lease_seconds=rt.limits.lease_seconds,
-        )
+        _expire(conn, None, rt.workloads)  # one index probe when nothing is due
+        worker_rows.touch(conn, worker_id, capacity=capacity, workloads=[r.name for r in rules])
+        if free:
+            claimed += _lease(conn, rt, worker_id, free, capacity, None, None)
+        for r in capped:
+            if len(claimed) >= capacity:
+                break
+            locks.take_turn(conn, locks.CLAIM, r.name)
+            claimed += _lease(
+                conn,
+                rt,
+                worker_id,
+                [r.name],
+                capacity - len(claimed),
+                r.caps.max_leases_per_worker,
+                r.caps.max_leases_total,
+            )
         if claimed:
             job_rows.mark_running(conn, sorted({c.task.job_id for c in claimed}))
     for c in claimed:
@@ -101,6 +107,26 @@ def _claim_once(
             },
         )
     return claimed
+
+
+def _lease(
+    conn: Connection,
+    rt: Runtime,
+    worker_id: str,
+    workloads: list[str],
+    capacity: int,
+    max_per_worker: int | None,
+    max_total: int | None,
+) -> list[ClaimedTask]:
+    return task_rows.claim(
+        conn,
+        worker_id=worker_id,
+        workloads=workloads,
+        capacity=capacity,
+        max_per_worker=max_per_worker,
+        max_total=max_total,
+        lease_seconds=rt.limits.lease_seconds,
+    )
 
 
 def renew_lease(
@@ -121,63 +147,89 @@ def complete_task(
     rt: Runtime, task_id: UUID, worker_id: str, attempt: int, result: TaskResult
 ) -> Task:
     """Accept the current attempt's result exactly once; a replay of it returns the stored task."""
-    merge_job = None
+    (outcome,) = complete_tasks(rt, worker_id, [Completion(task_id, attempt, result)])
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome.task
+
+
+def complete_tasks(
+    rt: Runtime, worker_id: str, completions: list[Completion]
+) -> list[CompletionOutcome]:
+    """Accept many results in one transaction, each fenced on its own; answer each in order.
+
+    A refused result (stale, foreign, invalid, unknown) refuses only itself. The jobs are
+    locked first, in id order: completions of one job take turns there, so exactly one of
+    them sees "every chunk completed" and moves the job on.
+    """
+    merging: list[tuple[UUID, Workload]] = []
     with rt.pool.connection() as conn:
-        task = _task_or_404(conn, task_id)
-        # Completions of one job are serialised on the job row, so exactly one of them
-        # sees "every chunk completed" and moves the job on.
-        job = job_rows.get(conn, task.job_id, for_update=True)
-        uri, sha = result.result_uri, result.result_sha256
-        if task.workload == "csv_stats":
-            uri, sha = csvjobs.check_summary(task, result.summary)
-        elif not uri or not sha:
-            raise InvalidInput(
-                "result_uri and result_sha256 are required",
-                details={
-                    "fields": {
-                        name: ["required"]
-                        for name, v in (("result_uri", uri), ("result_sha256", sha))
-                        if not v
-                    }
-                },
-            )
+        tasks = task_rows.get_many(conn, [c.task_id for c in completions])
+        jobs = job_rows.lock_many(conn, sorted({t.job_id for t in tasks.values()}))
+        outcomes = [_complete_one(conn, rt, worker_id, c, tasks, jobs) for c in completions]
+        done = [o.task for o in outcomes if o.task is not None and not o.replayed]
+        if done:
+            peak = max((t.metrics or {}).get("peak_rss_bytes") or 0 for t in done) or None
+            worker_rows.record_tasks_done(conn, worker_id, len(done), peak)
+        for job_id in sorted({t.job_id for t in done}):
+            rules = rt.workloads.of(jobs[job_id].workload)
+            if settlement.settle(conn, jobs[job_id], rules).status == "merging":
+                merging.append((job_id, rules))
+    for job_id, rules in merging:
+        rules.merge(rt, job_id)
+    return outcomes
+
+
+def _complete_one(
+    conn: Connection,
+    rt: Runtime,
+    worker_id: str,
+    completion: Completion,
+    tasks: dict[UUID, Task],
+    jobs: dict[UUID, Job],
+) -> CompletionOutcome:
+    task_id, attempt, result = completion.task_id, completion.attempt, completion.result
+    task = tasks.get(task_id)
+    try:
+        if task is None:
+            raise NotFound(f"task {task_id} does not exist")
+        rules = rt.workloads.of(task.workload)
+        uri, sha = rules.check_result(task, result)
         done = task_rows.complete(conn, task_id, worker_id, attempt, uri, sha, result.metrics or {})
         if done is None:
-            return _replayed_result(conn, task_id, worker_id, attempt, sha)
-        closed = task_rows.finish_attempt(conn, task_id, attempt, "completed")
-        _bind_attempt(done, worker_id, closed)
-        if task.workload == "csv_stats":
-            csvjobs.accept_summary(conn, done, result.summary)
-        worker_rows.record_task_done(conn, worker_id, (result.metrics or {}).get("peak_rss_bytes"))
-        publish(
-            conn,
-            job_id=job.id,
-            owner_id=job.owner_id,
-            event="chunk.completed",
-            payload={"task_id": str(task_id), "chunk_index": done.chunk_index, "attempt": attempt},
-            trace_id=job.trace_id,
-        )
-        # A freed lease slot may let a waiting worker claim more.
-        task_rows.notify_claimable(conn)
-        settled = job_rules.settle(conn, job)
-        merge_job = settled.id if settled.status == "merging" else None
-    rt.wakeups.wake()
-    logger.info("task completed", extra={"event": "task_completed"})
-    if merge_job is not None:
-        csvjobs.merge_job(rt, merge_job)
-    return done
+            replay = _replayed_result(conn, task_id, worker_id, attempt, sha)
+            return CompletionOutcome(task_id, replay, replayed=True)
+    except ChunkwiseError as exc:
+        return CompletionOutcome(task_id, error=exc)
+    closed = task_rows.finish_attempt(conn, task_id, attempt, "completed")
+    rules.accept_result(conn, done, result)
+    job = jobs[done.job_id]
+    publish(
+        conn,
+        job_id=job.id,
+        owner_id=job.owner_id,
+        event="chunk.completed",
+        payload={"task_id": str(task_id), "chunk_index": done.chunk_index, "attempt": attempt},
+        trace_id=job.trace_id,
+    )
+    with logcontext.scope(**_attempt_fields(done, worker_id, closed)):
+        logger.info("task completed", extra={"event": "task_completed"})
+    if len(tasks) == 1:
+        # One result per request: the rest of the request (its merge) logs as this attempt.
+        logcontext.bind(**_attempt_fields(done, worker_id, closed))
+    return CompletionOutcome(task_id, done)
 
 
 def fail_task(
     rt: Runtime, task_id: UUID, worker_id: str, attempt: int, failure: TaskFailure
 ) -> Task:
     """Record the caller's failure; the task is retried while its budgets allow."""
-    merge_job = None
     with rt.pool.connection() as conn:
         task = _task_or_404(conn, task_id)
         job = job_rows.get(conn, task.job_id, for_update=True)
-        if task.workload == "csv_stats" and failure.error_code == "invalid_input":
-            csvjobs.check_failure(task, failure.details)
+        rules = rt.workloads.of(task.workload)
+        if failure.error_code == "invalid_input":
+            rules.check_failure(task, failure)
         failed = task_rows.fail(
             conn,
             task_id,
@@ -195,56 +247,34 @@ def fail_task(
         closed = task_rows.finish_attempt(
             conn, task_id, attempt, outcome, failure.error_code, failure.error_message
         )
-        _bind_attempt(failed, worker_id, closed)
-        task_rows.notify_claimable(conn)
-        settled = job_rules.settle(conn, job)
-        merge_job = settled.id if settled.status == "merging" else None
-    rt.wakeups.wake()
+        logcontext.bind(**_attempt_fields(failed, worker_id, closed))
+        settled = settlement.settle(conn, job, rules)
     logger.info(
         "task failed",
         extra={"event": "task_failed", "error_code": failure.error_code, "outcome": outcome},
     )
-    if merge_job is not None:
-        csvjobs.merge_job(rt, merge_job)
+    if settled.status == "merging":
+        rules.merge(rt, settled.id)
     return failed
 
 
-@dataclass(frozen=True)
-class TaskInput:
-    """Where the bytes of a task's input are: a byte range of an archived file."""
-
-    path: Path
-    offset: int
-    length: int
-
-
 def task_input(rt: Runtime, task_id: UUID, worker_id: str, attempt: int) -> TaskInput:
-    """Locate a csv_stats chunk's bytes for the worker holding its current lease."""
+    """Locate a task's input bytes for the worker holding its current lease."""
     with rt.pool.connection() as conn:
         task = _task_or_404(conn, task_id)
         if task.status != "leased" or task.lease_owner != worker_id or task.attempt != attempt:
             raise _lease_error(conn, task_id, worker_id, attempt)
         job = job_rows.get(conn, task.job_id)
-    if task.workload != "csv_stats":
-        raise NotFound(f"task {task_id} has no input stored by the coordinator")
-    p = task.parameters
-    return TaskInput(
-        archive.archive_path(rt.archive_dir, job.input_sha256),
-        p["byte_start"],
-        p["byte_end"] - p["byte_start"],
-    )
+    return rt.workloads.of(task.workload).task_input(rt.archive_dir, job, task)
 
 
 def expire_leases(rt: Runtime, now: datetime | None = None) -> list[ExpiredLease]:
     """Take back every lease that has run out (the maintenance loop calls this)."""
     with rt.pool.connection() as conn:
-        expired = _expire(conn, now=now)
-    if expired:
-        rt.wakeups.wake()
-    return expired
+        return _expire(conn, now, rt.workloads)
 
 
-def _expire(conn: Connection, now: datetime | None) -> list[ExpiredLease]:
+def _expire(conn: Connection, now: datetime | None, workloads: Workloads) -> list[ExpiredLease]:
     expired = task_rows.expire(conn, now=now, lost_budget=LOST_RETRY_BUDGET)
     for lease in expired:
         t = lease.task
@@ -254,11 +284,7 @@ def _expire(conn: Connection, now: datetime | None) -> list[ExpiredLease]:
         # The sweeper logs under the attempt's own trace id, so the expiry joins the
         # worker's and the coordinator's lines for that attempt.
         with logcontext.scope(
-            job_id=str(t.job_id),
-            task_id=str(t.id),
-            attempt=t.attempt,
-            worker_id=lease.worker_id,
-            attempt_id=str(closed.id) if closed else None,
+            **_attempt_fields(t, lease.worker_id, closed),
             trace_id=closed.trace_id if closed else None,
         ):
             logger.warning(
@@ -266,21 +292,19 @@ def _expire(conn: Connection, now: datetime | None) -> list[ExpiredLease]:
             )
     for job_id in sorted({lease.task.job_id for lease in expired if lease.task.status == "failed"}):
         job = job_rows.get(conn, job_id, for_update=True)
-        job_rules.settle(conn, job)
-    if expired:
-        task_rows.notify_claimable(conn)
+        settlement.settle(conn, job, workloads.of(job.workload))
     return expired
 
 
-def _bind_attempt(task: Task, worker_id: str, closed) -> None:
-    """Put the attempt's ids on every log line that follows in this request (merge included)."""
-    logcontext.bind(
-        job_id=str(task.job_id),
-        task_id=str(task.id),
-        attempt=task.attempt,
-        worker_id=worker_id,
-        attempt_id=str(closed.id) if closed else None,
-    )
+def _attempt_fields(task: Task, worker_id: str, closed) -> dict:
+    """The ids that put a log line on one attempt's thread."""
+    return {
+        "job_id": str(task.job_id),
+        "task_id": str(task.id),
+        "attempt": task.attempt,
+        "worker_id": worker_id,
+        "attempt_id": str(closed.id) if closed else None,
+    }
 
 
 def _task_or_404(conn: Connection, task_id: UUID) -> Task:

@@ -11,10 +11,8 @@ from contextlib import contextmanager
 from uuid import UUID
 
 import psycopg
-from psycopg import sql
 
-from repositories.jobs import JOB_CHANGED_CHANNEL
-from repositories.tasks import CLAIMABLE_CHANNEL
+from repositories import channels
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +47,7 @@ class Wakeups:
             self._cond.wait_for(lambda: self._generation != seen, timeout=max(timeout, 0))
 
     def wake(self) -> None:
-        """Wake every waiter (also used in-process, after our own commits)."""
+        """Wake every waiting claim: something may have become claimable."""
         with self._cond:
             self._generation += 1
             self._cond.notify_all()
@@ -101,15 +99,14 @@ class Wakeups:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
-                    for channel in (CLAIMABLE_CHANNEL, JOB_CHANGED_CHANNEL):
-                        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    channels.listen(conn)
                     backoff = 0.5
                     # A notification lost while reconnecting costs a claim or a watch at most
                     # its periodic re-check (one second), so no catch-up is needed here.
                     self.wake()
                     while not self._stop.is_set():
                         for notice in conn.notifies(timeout=1.0):
-                            if notice.channel == JOB_CHANGED_CHANNEL:
+                            if notice.channel == channels.JOB_CHANGED:
                                 self.job_changed(UUID(notice.payload))
                             else:
                                 self.wake()

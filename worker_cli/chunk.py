@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-import resource
-import sys
 import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from services.process import peak_rss_bytes
 from worker_cli.client import CoordinatorClient, CoordinatorUnavailable, LeaseLost, RequestRejected
 from worker_cli.handlers import (
     ChunkStopped,
@@ -26,13 +25,6 @@ from worker_cli.worker_config import WorkerConfig
 
 HEARTBEAT_RETRY_SECONDS = 2.0
 MAX_ERROR_MESSAGE = 4000
-
-
-def peak_rss_bytes() -> int:
-    """Return this process's peak resident set size in bytes."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    # Linux reports KiB, macOS bytes.
-    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def lease_seconds_left(task: ClaimedTask, wall_clock: Callable[[], float]) -> float:

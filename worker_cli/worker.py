@@ -87,16 +87,6 @@ class Worker:
         with self._slots:
             return len(self._running)
 
-    @property
-    def claimed(self) -> int:
-        """How many chunks this worker has claimed since it started."""
-        return self._claimed
-
-    @property
-    def stopping(self) -> bool:
-        """Whether a warm stop was asked for."""
-        return self._stopping
-
     def running_chunks(self) -> list[RunningChunk]:
         """Return the chunks in flight."""
         with self._slots:
@@ -234,17 +224,6 @@ class Worker:
         """Block until a chunk finishes or `timeout` passes."""
         with self._slots:
             self._slots.wait(timeout)
-
-    def wait_until_idle(self, timeout: float) -> bool:
-        """Block until nothing is in flight; return whether that happened within `timeout`."""
-        deadline = time.monotonic() + timeout
-        with self._slots:
-            while self._running:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._slots.wait(left)
-        return True
 
     def _pause(self, seconds: float) -> None:
         # In slices, so a warm stop during a long backoff is noticed within a tick; counted,

@@ -6,12 +6,13 @@ from uuid import UUID
 
 from flask import Blueprint
 
-from app import schemas
+from app import auth, schemas
 from app.auth import current_principal
 from app.runtime import get_runtime
 from services import chunks
 
 bp = Blueprint("chunks", __name__, url_prefix="/api/v1/jobs/<uuid:job_id>/chunks")
+bp.before_request(auth.users_only)
 
 
 @bp.get("")

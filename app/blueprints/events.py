@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from flask import Blueprint, request
 
-from app import schemas
+from app import auth, schemas
 from app.auth import current_principal
 from app.runtime import get_runtime
 from services import jobs
 
 bp = Blueprint("events", __name__, url_prefix="/api/v1/events")
+bp.before_request(auth.users_only)
 
 
 @bp.get("")

@@ -6,7 +6,7 @@ from uuid import UUID
 
 from flask import Blueprint, Response, request
 
-from app import schemas
+from app import auth, schemas
 from app.auth import current_principal
 from app.runtime import get_runtime
 from app.tracing import current_trace_id
@@ -15,6 +15,7 @@ from services import csvjobs, jobs
 from services.errors import InvalidInput
 
 bp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
+bp.before_request(auth.users_only)
 
 IDEMPOTENCY_KEY_MAX = 200
 

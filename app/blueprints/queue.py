@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from app import schemas
+from app import auth, schemas
 from app.runtime import get_runtime
 from services import queue
 
 bp = Blueprint("queue", __name__, url_prefix="/api/v1")
+bp.before_request(auth.operators_only)
 
 
 @bp.get("/queue")

@@ -6,11 +6,12 @@ from uuid import UUID
 
 from flask import Blueprint, Response, request
 
-from app import schemas
+from app import auth, errors, schemas
 from app.runtime import get_runtime
 from services import tasks
 
 bp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks")
+bp.before_request(auth.workers_only)
 
 READ_BLOCK = 1024 * 1024
 
@@ -65,6 +66,20 @@ def result(task_id: UUID):
     worker_id, attempt = body.pop("worker_id"), body.pop("attempt")
     task = tasks.complete_task(get_runtime(), task_id, worker_id, attempt, tasks.TaskResult(**body))
     return schemas.TaskSchema().dump(task)
+
+
+@bp.post("/results")
+def results():
+    """Complete many tasks in one transaction; each result is answered on its own."""
+    body = schemas.load_json(schemas.ResultBatchSchema())
+    completions = [
+        tasks.Completion(item.pop("task_id"), item.pop("attempt"), tasks.TaskResult(**item))
+        for item in body["results"]
+    ]
+    outcomes = tasks.complete_tasks(get_runtime(), body["worker_id"], completions)
+    return schemas.ResultBatchResponseSchema().dump(
+        {"results": [errors.outcome_of(o) for o in outcomes]}
+    )
 
 
 @bp.post("/<uuid:task_id>/failure")

@@ -18,11 +18,12 @@ from services.csvstats.model import (
     Summary,
     Totals,
 )
-from services.csvstats.planning import split, validate_delimiter
+from services.csvstats.planning import MAX_CHUNKS, split, validate_delimiter
 from services.csvstats.sequential import sequential_totals
 from services.csvstats.summarising import summarise
 
 __all__ = [
+    "MAX_CHUNKS",
     "INT64_MAX",
     "INT64_MIN",
     "Checkpoint",

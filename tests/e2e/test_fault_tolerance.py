@@ -21,7 +21,7 @@ import pytest
 from devstack.sample_csv import generate_csv
 from services import csvstats
 from services.archive import archive_path
-from tests.e2e.conftest import SHORT_POLL, big_csv, events, totals_of, wait_for
+from tests.e2e.observe import SHORT_POLL, big_csv, events, totals_of, wait_for
 
 RECORDS, CHUNKS = 20_003, 8
 DEFAULT_TIMINGS = {"CHUNKWISE_MAINTENANCE_SECONDS": "5", "CHUNKWISE_LOG_LEVEL": "INFO"}

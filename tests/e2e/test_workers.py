@@ -13,7 +13,7 @@ import time
 import pytest
 
 from devstack.sample_csv import generate_csv
-from tests.e2e.conftest import SHORT_POLL, big_csv, events, scrape, totals_of, wait_for
+from tests.e2e.observe import SHORT_POLL, big_csv, events, scrape, totals_of, wait_for
 
 CRASH_EXIT_STATUS = 17  # worker_cli.worker.CRASH_EXIT_STATUS
 

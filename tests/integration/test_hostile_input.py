@@ -38,6 +38,11 @@ def failure(**extra: object) -> dict:
     return lease(error_code="boom", error_message="it broke", retryable=True, details={}, **extra)
 
 
+def batch() -> dict:
+    item = {"task_id": "6f1c1a1e-0000-4000-8000-000000000000", "attempt": 1, "metrics": {}}
+    return {"worker_id": WORKER, "results": [item]}
+
+
 def claim_request(**extra: object) -> dict:
     return {"worker_id": WORKER, "workloads": ["echo"], **extra}
 
@@ -49,6 +54,7 @@ JSON_ENDPOINTS = {
     "heartbeat": ("post", "/api/v1/tasks/{task}/heartbeat", "worker", lease(checkpoint={})),
     "result": ("post", "/api/v1/tasks/{task}/result", "worker", lease(metrics={})),
     "failure": ("post", "/api/v1/tasks/{task}/failure", "worker", failure()),
+    "results": ("post", "/api/v1/tasks/results", "worker", batch()),
 }
 
 # Every string a JSON body can carry, named fields and free-form values: (endpoint, path).
@@ -74,6 +80,10 @@ JSON_STRINGS = [
     ("failure", ("error_code",)),
     ("failure", ("error_message",)),
     ("failure", ("details", "reason")),
+    ("results", ("worker_id",)),
+    ("results", ("results", 0, "result_uri")),
+    ("results", ("results", 0, "summary", "column")),
+    ("results", ("results", 0, "metrics", "note")),
 ]
 
 # Every free-form object of a JSON body, whose keys are strings too: (endpoint, path).
@@ -86,6 +96,7 @@ JSON_OBJECTS = [
     ("heartbeat", ("checkpoint",)),
     ("result", ("metrics",)),
     ("failure", ("details",)),
+    ("results", ("results", 0, "metrics")),
 ]
 
 # Integers one past what their column holds (or what the field allows): (endpoint, path, value).
@@ -98,6 +109,7 @@ JSON_INTEGERS = [
     ("heartbeat", ("attempt",), INT32_MAX + 1),
     ("result", ("attempt",), 2**64),
     ("failure", ("attempt",), -(2**31) - 1),
+    ("results", ("results", 0, "attempt"), 2**31),
 ]
 
 

@@ -21,15 +21,19 @@ from tests.integration.manifests import OTHER_WORKER, WORKER, manifest, sha256_o
 TASKS = 500
 JOBS = 10
 WORKERS = 8
-PER_WORKER_CAP = 2  # the defaults of max_leases_per_worker and max_leases_total
+PER_WORKER_CAP = 2  # csv_stats's default caps, given to the echo workload here
 TOTAL_CAP = 8
 DEADLINE_SECONDS = 20
 
 
 @pytest.fixture
 def app_config(app_config):
-    """Room in the queue for one job of TASKS chunks; the lease caps stay at their defaults."""
-    return {**app_config, "CHUNKWISE_MAX_QUEUED_CHUNKS": str(TASKS * 2)}
+    """The echo workload held to lease caps, so claims of it must take turns to keep them."""
+    return {
+        **app_config,
+        "CHUNKWISE_MANIFEST_MAX_LEASES_PER_WORKER": str(PER_WORKER_CAP),
+        "CHUNKWISE_MANIFEST_MAX_LEASES_TOTAL": str(TOTAL_CAP),
+    }
 
 
 def later(minutes: int = 5) -> datetime:
@@ -55,10 +59,8 @@ def echo_spec(chunks: int, **job: object) -> JobSpec:
 
 
 def test_concurrent_workers_lease_each_task_once_lose_none_and_respect_the_caps(rt, user, db):
-    assert (rt.limits.max_leases_per_worker, rt.limits.max_leases_total) == (
-        PER_WORKER_CAP,
-        TOTAL_CAP,
-    )
+    caps = rt.workloads.of("echo").caps
+    assert (caps.max_leases_per_worker, caps.max_leases_total) == (PER_WORKER_CAP, TOTAL_CAP)
     # Several jobs: completing a chunk re-reads its whole job, which is not what this measures.
     created = [
         jobs.create_job(rt, user, echo_spec(TASKS // JOBS), trace_id=uuid.uuid4().hex)

@@ -19,8 +19,14 @@ QUEUE_TABLES = {
     "audit_log",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0003.job_changes"
-LATEST_TRIGGERS = {"jobs_announce_change", "tasks_announce_change"}
+LATEST = "0005.task_storage"
+TRIGGERS = {
+    "jobs_announce_change",
+    "tasks_announce_change",
+    "tasks_announce_new_claimable",
+    "tasks_announce_claimable_change",
+}
+LATEST_INDEXES = {"tasks_unfinished_idx", "jobs_finished_idx"}
 
 
 def public_tables(url: str) -> set[str]:
@@ -43,6 +49,13 @@ def triggers(url: str) -> set[str]:
     return {name for (name,) in rows}
 
 
+def indexes(url: str) -> set[str]:
+    """Names of the indexes on the public schema's tables."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'public'")
+        return {name for (name,) in rows.fetchall()}
+
+
 def test_the_latest_migration_is_the_one_these_tests_roll_back():
     assert migrations.migration_ids()[-1] == LATEST
 
@@ -52,14 +65,17 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
-    assert triggers(empty_database_url) == LATEST_TRIGGERS
+    assert triggers(empty_database_url) == TRIGGERS
+    assert indexes(empty_database_url) >= LATEST_INDEXES
+    assert "tasks_leased_idx" not in indexes(empty_database_url)
 
     migrations.rollback_latest(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
-    assert triggers(empty_database_url) == set()
+    assert not LATEST_INDEXES & indexes(empty_database_url)
+    assert "tasks_leased_idx" in indexes(empty_database_url)
 
     migrations.apply(empty_database_url)
-    assert triggers(empty_database_url) == LATEST_TRIGGERS
+    assert indexes(empty_database_url) >= LATEST_INDEXES
 
 
 def test_rolling_back_every_migration_leaves_no_table(empty_database_url):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 
 from worker_cli.worker import Worker
 from worker_cli.worker_config import WorkerConfig
@@ -133,3 +134,13 @@ class HardExit(Exception):
     def __init__(self, status: int):
         super().__init__(status)
         self.status = status
+
+
+def wait_until_idle(worker: Worker, timeout: float = WAIT) -> bool:
+    """Wait in real time (the chunks run on real threads) until nothing is in flight."""
+    deadline = time.monotonic() + timeout
+    while worker.in_flight:
+        if time.monotonic() > deadline:
+            return False
+        worker.wait_for_slot(0.01)
+    return True

@@ -21,6 +21,28 @@ def test_defaults_match_the_documented_values():
     assert limits.allowed_workloads == ("csv_stats",)
 
 
+def test_manifest_workloads_default_to_no_lease_caps_and_a_large_queue():
+    limits = load_settings({"DATABASE_URL": URL}).limits
+    assert (limits.manifest_max_leases_per_worker, limits.manifest_max_leases_total) == (None, None)
+    assert (limits.manifest_max_queued_tasks, limits.manifest_max_tasks_per_job) == (
+        100_000,
+        10_000,
+    )
+
+
+def test_manifest_caps_are_read_from_the_environment():
+    env = {
+        "DATABASE_URL": URL,
+        "CHUNKWISE_MANIFEST_MAX_LEASES_PER_WORKER": "4",
+        "CHUNKWISE_MANIFEST_MAX_LEASES_TOTAL": "40",
+        "CHUNKWISE_MANIFEST_MAX_QUEUED_TASKS": "5000",
+        "CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB": "500",
+    }
+    limits = load_settings(env).limits
+    assert (limits.manifest_max_leases_per_worker, limits.manifest_max_leases_total) == (4, 40)
+    assert (limits.manifest_max_queued_tasks, limits.manifest_max_tasks_per_job) == (5000, 500)
+
+
 def test_csv_stats_is_always_allowed_beside_extra_workloads():
     s = load_settings({"DATABASE_URL": URL, "CHUNKWISE_ALLOWED_WORKLOADS": "render, echo,"})
     assert s.limits.allowed_workloads == ("csv_stats", "render", "echo")
@@ -43,6 +65,22 @@ def test_csv_stats_is_always_allowed_beside_extra_workloads():
             "CHUNKWISE_MAINTENANCE_SECONDS",
         ),
         ({"DATABASE_URL": URL, "CHUNKWISE_LEASE_SECOND": "30"}, "CHUNKWISE_LEASE_SECOND is not"),
+        (
+            {"DATABASE_URL": URL, "CHUNKWISE_MANIFEST_MAX_LEASES_TOTAL": "0"},
+            "CHUNKWISE_MANIFEST_MAX_LEASES_TOTAL must be at least 1",
+        ),
+        (
+            {
+                "DATABASE_URL": URL,
+                "CHUNKWISE_MANIFEST_MAX_LEASES_PER_WORKER": "9",
+                "CHUNKWISE_MANIFEST_MAX_LEASES_TOTAL": "3",
+            },
+            "CHUNKWISE_MANIFEST_MAX_LEASES_PER_WORKER must not exceed",
+        ),
+        (
+            {"DATABASE_URL": URL, "CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB": "200000"},
+            "CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB must not exceed",
+        ),
     ],
     ids=[
         "missing-url",
@@ -53,6 +91,9 @@ def test_csv_stats_is_always_allowed_beside_extra_workloads():
         "pool-bounds",
         "negative-interval",
         "typo",
+        "manifest-cap-below-minimum",
+        "manifest-caps-bounds",
+        "manifest-job-larger-than-queue",
     ],
 )
 def test_bad_values_are_named_in_the_error(env, named):

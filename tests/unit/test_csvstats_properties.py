@@ -7,7 +7,7 @@ import itertools
 from dataclasses import dataclass
 from unittest import mock
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import services.csvstats.planning as planning
@@ -235,7 +235,7 @@ def test_resuming_from_a_checkpoint_gives_the_uninterrupted_summary(
     try:
         result = split(case.data, "value", case.delimiter, chunks)
     except CsvFormatError:
-        return
+        assume(False)  # nothing to resume: hypothesis draws another case instead
     with mock.patch.object(summarising, "_BATCH_BYTES", batch):
         check_resume(case, result, every, sizes, data)
 

@@ -8,17 +8,34 @@ from marshmallow import Schema, fields
 from app import openapi, schemas
 
 
-def request_schemas() -> list[type[Schema]]:
-    """Every schema the API loads requests with, as the OpenAPI table names them."""
-    found = {request for request, _, _ in openapi.DOCUMENTED.values() if request is not None}
-    return sorted(found | {schemas.TaskSpecSchema}, key=lambda cls: cls.__name__)
-
-
 def all_fields(field: fields.Field):
+    """The field and every field inside it (list items, dict values)."""
     yield field
     for inner in (getattr(field, "inner", None), getattr(field, "value_field", None)):
         if inner is not None:
             yield from all_fields(inner)
+
+
+def request_schemas() -> list[type[Schema]]:
+    """Every schema the API loads requests with: the OpenAPI table's and those they nest."""
+    found: set[type[Schema]] = set()
+    todo = [request for request, _, _ in openapi.DOCUMENTED.values() if request is not None]
+    while todo:
+        schema = todo.pop()
+        if schema in found:
+            continue
+        found.add(schema)
+        for field in schema().fields.values():
+            for part in all_fields(field):
+                if isinstance(part, fields.Nested):
+                    todo.append(type(part.schema))
+    return sorted(found, key=lambda cls: cls.__name__)
+
+
+def test_the_request_schemas_include_the_nested_ones():
+    names = {schema.__name__ for schema in request_schemas()}
+
+    assert {"TaskSpecSchema", "ResultItemSchema", "JobCreateSchema"} <= names
 
 
 @pytest.mark.parametrize("schema", request_schemas(), ids=lambda cls: cls.__name__)

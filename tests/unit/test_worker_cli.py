@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.fakes import WAIT, FakeClient, FakeClock, make_worker, task_payload
+from tests.unit.fakes import FakeClient, FakeClock, make_worker, task_payload, wait_until_idle
 from worker_cli.handlers import ClaimedTask
 from worker_cli.logs import configure_logging
 from worker_cli.worker import main
@@ -85,7 +85,7 @@ def test_log_lines_are_json_with_the_attempts_ids(json_log):
     worker = make_worker(client, clock, capacity=1)
 
     worker.dispatch(ClaimedTask.from_payload(payload))
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
     lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
     by_event = {line["event"]: line for line in lines}

@@ -8,7 +8,7 @@ import importlib.metadata
 import pytest
 
 from services import csvstats
-from tests.unit.fakes import WAIT, FakeClient, FakeClock, task_payload
+from tests.unit.fakes import FakeClient, FakeClock, task_payload, wait_until_idle
 from worker_cli import handlers
 from worker_cli.handlers import (
     ENTRY_POINT_GROUP,
@@ -103,7 +103,7 @@ def test_plugin_manifest_is_submitted_with_the_workers_metrics(plugins):
     )
 
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
     result = client.results[0]["result"]
     assert result["result_uri"] == "s3://results/t1"
@@ -187,7 +187,7 @@ def run_csv_chunk(payload: dict, data: bytes) -> FakeClient:
         client, WorkerConfig(worker_id="w1", capacity=1), clock=clock, sleep=clock.sleep
     )
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
     return client
 
 

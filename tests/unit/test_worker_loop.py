@@ -16,6 +16,7 @@ from tests.unit.fakes import (
     make_worker,
     read_all,
     task_payload,
+    wait_until_idle,
 )
 from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected
 from worker_cli.handlers import ClaimedTask, InputRejected
@@ -78,7 +79,7 @@ def test_claims_up_to_free_capacity_and_not_while_all_slots_are_busy():
     assert [c["capacity"] for c in client.claims] == [2]
     assert worker.in_flight == 2
     gate.release.set()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
 
 def test_claims_only_the_slots_that_freed_up():
@@ -92,7 +93,7 @@ def test_claims_only_the_slots_that_freed_up():
 
     assert [c["capacity"] for c in client.claims] == [3, 1]
     gate.release.set()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
 
 def test_empty_long_poll_claims_do_not_spin():
@@ -211,7 +212,7 @@ def test_heartbeats_every_heartbeat_seconds_during_a_long_chunk():
     assert [b["at"] - start for b in client.heartbeats] == [10, 20, 30, 40, 50, 60]
     assert all(b["attempt"] == 1 and b["worker_id"] == "w1" for b in client.heartbeats)
     gate.release.set()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
     assert len(client.results) == 1
 
 
@@ -235,7 +236,7 @@ def test_heartbeat_carries_only_a_checkpoint_newer_than_the_last_one_sent():
         {"records_done": 200},
     ]
     worker.release.set()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
 
 def dispatch_waiting(clock, client):
@@ -266,7 +267,7 @@ def test_failed_heartbeat_is_retried_soon_and_resends_its_checkpoint():
     assert [b["at"] - start for b in client.heartbeats] == [10, 12, 22]
     assert [b["checkpoint"] for b in client.heartbeats] == [{"records_done": 5}] * 2 + [None]
     worker.release.set()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
 
 def test_409_heartbeat_stops_the_computation_and_submits_nothing():
@@ -279,7 +280,7 @@ def test_409_heartbeat_stops_the_computation_and_submits_nothing():
     worker.send_due_heartbeats(clock.now + 10)
 
     assert gate.stopped.wait(WAIT), "the handler should be stopped at its next checkpoint"
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
     assert client.results == [] and client.failures == []
     worker.send_due_heartbeats(clock.now + 100)
     assert len(client.heartbeats) == 1
@@ -289,7 +290,7 @@ def test_heartbeats_result_and_input_use_the_attempts_trace_id():
     clock, client, worker = setup([task_payload("t1")], capacity=1)
     payload_trace = task_payload("t1")["trace_id"]
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
     assert client.input_reads[0]["trace_id"] == payload_trace
     assert client.results[0]["trace_id"] == payload_trace
@@ -302,7 +303,7 @@ def test_heartbeats_result_and_input_use_the_attempts_trace_id():
 def test_result_carries_attempt_summary_and_metrics():
     clock, client, worker = setup([task_payload("t1", attempt=3)], capacity=1)
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
     [result] = client.results
     assert result["attempt"] == 3 and result["worker_id"] == "w1"
@@ -321,7 +322,7 @@ def test_result_submission_is_retried_with_backoff_on_5xx():
         CoordinatorUnavailable("slow", status=429),
     ]
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
     assert len(client.results) == 4
     gaps = [b["at"] - a["at"] for a, b in zip(client.results, client.results[1:], strict=False)]
@@ -332,7 +333,7 @@ def test_result_submission_gives_up_once_the_lease_must_have_expired():
     clock, client, worker = setup([task_payload("t1", heartbeat_seconds=10)], capacity=1)
     client.result_replies = [CoordinatorUnavailable("down")] * 1000
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
     # No lease_expires_at in the payload: the lease is taken as 3 heartbeats (30 s).
     assert 3 < len(client.results) < 20
@@ -345,9 +346,9 @@ def test_result_409_drops_the_chunk_and_the_worker_carries_on():
     client.result_replies = [LeaseLost("gone", status=409, code="stale_attempt")]
 
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
     assert [r["task_id"] for r in client.results] == ["t1", "t2"]
     assert client.failures == []
@@ -359,7 +360,7 @@ def test_rejected_result_is_reported_as_a_retryable_worker_error():
         RequestRejected("summary does not match", status=400, code="invalid_input")
     ]
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
     [failure] = client.failures
     assert failure["error_code"] == "worker_error" and failure["retryable"] is True
@@ -372,7 +373,7 @@ def test_digest_mismatch_is_a_retryable_input_unavailable():
     payload = task_payload("t1", sha256="0" * 64)
     clock, client, worker = setup([payload], capacity=1)
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
     [failure] = client.failures
     assert failure["error_code"] == "input_unavailable" and failure["retryable"] is True
@@ -385,7 +386,7 @@ def test_unreadable_input_is_a_retryable_input_unavailable():
     clock, client, worker = setup([payload], capacity=1)
     client.inputs[payload["input_uri"]] = CoordinatorUnavailable("read timed out")
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
     [failure] = client.failures
     assert failure["error_code"] == "input_unavailable" and failure["retryable"] is True
@@ -396,7 +397,7 @@ def test_input_409_drops_the_chunk_without_a_failure_report():
     clock, client, worker = setup([payload], capacity=1)
     client.inputs[payload["input_uri"]] = LeaseLost("not yours", status=409, code="lease_lost")
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
     assert client.failures == [] and client.results == []
 
 
@@ -407,7 +408,7 @@ def test_invalid_input_is_not_retryable_and_keeps_its_details():
 
     clock, client, worker = setup([task_payload("t1")], handler=reject, capacity=1)
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
     [failure] = client.failures
     assert failure["error_code"] == "invalid_input" and failure["retryable"] is False
@@ -424,7 +425,7 @@ def test_invalid_input_on_corrupted_bytes_is_reported_as_input_unavailable():
         [task_payload("t1", sha256="1" * 64)], handler=reject_early, capacity=1
     )
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
     [failure] = client.failures
     assert failure["error_code"] == "input_unavailable"
@@ -436,7 +437,7 @@ def test_handler_crash_is_a_retryable_worker_error():
 
     clock, client, worker = setup([task_payload("t1")], handler=crash, capacity=1)
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
     [failure] = client.failures
     assert failure["error_code"] == "worker_error" and failure["retryable"] is True
@@ -447,7 +448,7 @@ def test_handler_crash_is_a_retryable_worker_error():
 def test_unknown_workload_is_a_worker_error():
     clock, client, worker = setup([task_payload("t1", workload="other")], capacity=1)
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
     assert client.failures[0]["error_code"] == "worker_error"
 
 
@@ -490,7 +491,7 @@ def test_warm_shutdown_abandons_chunks_still_running_after_the_grace_period():
     assert worker.run_once() is False
 
     assert gate.stopped.wait(WAIT)
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
     assert client.results == [] and client.failures == []
 
 
@@ -505,7 +506,7 @@ def test_second_sigterm_exits_at_once_with_a_nonzero_status():
 
     assert exited.value.status == 128 + signal.SIGTERM
     gate.release.set()
-    worker.wait_until_idle(WAIT)
+    wait_until_idle(worker)
 
 
 def test_sigint_exits_at_once():
@@ -530,9 +531,9 @@ def test_burst_keeps_going_while_chunks_are_in_flight():
     worker.run_once()
     assert worker.run_once() is True  # empty, but t1 is still running
     gate.release.set()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
     assert worker.run_once() is True  # t2 claimed
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
     assert worker.run_once() is False  # empty and idle: burst ends
 
 
@@ -562,7 +563,7 @@ def test_crash_fault_exits_17_after_compute_and_before_submit():
         exits.append(status) or (_ for _ in ()).throw(HardExit(status))
     )
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
     assert exits == [17]
     assert client.results == []
 
@@ -573,7 +574,7 @@ def test_pause_fault_stops_heartbeats_then_submits_and_is_fenced_off():
     )
     client.result_replies = [LeaseLost("expired", status=409, code="lease_lost")]
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
 
     assert 45 in clock.sleeps
     assert client.heartbeats == []
@@ -592,7 +593,7 @@ def test_input_uri_the_coordinator_does_not_serve_is_input_unavailable():
     clock, client, worker = setup([payload], capacity=1)
     client.inputs[payload["input_uri"]] = ValueError("refusing to call s3://elsewhere")
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
     assert client.failures[0]["error_code"] == "input_unavailable"
 
 
@@ -602,5 +603,5 @@ def test_failure_messages_are_cut_to_what_the_coordinator_accepts():
 
     clock, client, worker = setup([task_payload("t1")], handler=crash, capacity=1)
     worker.run_once()
-    assert worker.wait_until_idle(WAIT)
+    assert wait_until_idle(worker)
     assert len(client.failures[0]["error_message"]) == 4000

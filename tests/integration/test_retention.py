@@ -1,0 +1,57 @@
+"""Finished jobs older than the retention period are deleted by the maintenance pass."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from services import jobs, maintenance
+from services.runtime import Limits
+from tests.integration.manifests import WORKER, manifest
+
+
+@pytest.fixture
+def app_config(app_config):
+    """Keep finished jobs for 7 days."""
+    return {**app_config, "CHUNKWISE_RETENTION_DAYS": "7"}
+
+
+def age(db, job_id: str, days: int) -> None:
+    """Pretend the job finished `days` ago."""
+    db.execute(
+        "UPDATE jobs SET completed_at = now() - make_interval(days => %s) WHERE id = %s",
+        (days, job_id),
+    )
+
+
+def test_a_pass_deletes_old_finished_jobs_with_their_tasks_and_events(
+    rt, submit, claim, complete, db
+):
+    old = submit(manifest(1))
+    complete(claim(WORKER)[0])
+    age(db, old["id"], 8)
+    maintenance.run_pass(rt)
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+    assert db.execute("SELECT count(*) AS n FROM tasks").fetchone()["n"] == 0
+    assert db.execute("SELECT count(*) AS n FROM outbox").fetchone()["n"] == 0
+
+
+def test_recent_and_unfinished_jobs_are_kept(rt, submit, claim, complete, client, headers, db):
+    recent = submit(manifest(1))
+    complete(claim(WORKER)[0])
+    age(db, recent["id"], 6)
+    running = submit(manifest(1))
+    db.execute(
+        "UPDATE jobs SET created_at = now() - interval '30 days' WHERE id = %s", (running["id"],)
+    )
+    assert jobs.delete_expired_history(rt) == 0
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 2
+
+
+def test_without_a_retention_period_nothing_is_deleted(rt, submit, claim, complete, db):
+    job = submit(manifest(1))
+    complete(claim(WORKER)[0])
+    age(db, job["id"], 10_000)
+    assert jobs.delete_expired_history(replace(rt, limits=Limits())) == 0
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 1
