@@ -25,7 +25,9 @@ COLUMN_RANGES = {
 # json.loads pairs \ud83d\ude00 into one code point, so any surrogate left is unpaired; text
 # columns refuse NUL, and UTF-8 cannot encode a lone surrogate.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-_JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+# A JSON string, or an unterminated one running to the end: every quote starts a match that
+# succeeds, so scanning stays linear (a pattern that could fail would rescan from each quote).
+_JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+\\?(?:"|\Z)', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]++")
 _DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
@@ -552,7 +554,9 @@ def decode_json_body() -> object:
         raise BadRequest("the request body must be UTF-8") from exc
     # Measured before decoding: json.loads recurses once per level, so a deep body would
     # otherwise end in RecursionError rather than a clear refusal.
-    if json_depth(text) > MAX_JSON_DEPTH:
+    # Counting brackets first spares the scan to the bodies that could nest that deep at all.
+    opened = text.count("[") + text.count("{")
+    if opened > MAX_JSON_DEPTH and json_depth(text) > MAX_JSON_DEPTH:
         raise BadRequest(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels")
     try:
         return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)

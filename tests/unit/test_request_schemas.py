@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from marshmallow import Schema, fields
 
@@ -81,6 +83,8 @@ def test_an_int_field_keeps_the_narrower_of_its_own_bounds_and_its_column():
         ('["[[[[", "]]]", "\\"[{"]', 1),
         ("[" * 50 + "]" * 50, 50),
         ('{"a": "\\\\"}', 1),
+        ('["unterminated \\', 1),
+        ('[[{"a": "x\\"]"}]]', 3),
     ],
 )
 def test_json_depth_counts_nesting_outside_strings(text, depth):
@@ -98,3 +102,12 @@ def test_json_depth_counts_nesting_outside_strings(text, depth):
 )
 def test_unstorable_text_names_each_place_in_marshmallows_shape(value, errors):
     assert schemas.unstorable_text(value) == errors
+
+
+def test_json_depth_stays_linear_on_strings_that_never_close():
+    # Each escaped quote could restart a failing string match: quadratic, minutes for 4 MiB.
+    text = '"' + '\\"' * (schemas.MAX_JSON_BYTES // 2)
+
+    started = time.perf_counter()
+    assert schemas.json_depth(text) == 0
+    assert time.perf_counter() - started < 2
