@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from flask import Flask
 
-from app import cli, errors, logs, metrics, openapi, runtime, tracing, uploads
-from app.blueprints import chunks, events, health, jobs, queue, tasks
+from app import cli, errors, logs, metrics, openapi, runtime, tracing, ui_session, uploads
+from app.blueprints import chunks, events, health, jobs, queue, tasks, ui
 from app.config import load_settings
 from app.migrations import migration_ids
 
@@ -26,6 +26,8 @@ def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
     uploads.init_app(app, settings.temp_dir, settings.limits.max_upload_bytes)
     errors.init_app(app)
     cli.init_app(app)
-    for blueprint in (health.bp, jobs.bp, chunks.bp, tasks.bp, events.bp, queue.bp, openapi.bp):
+    ui_session.init_app(app, settings)
+    blueprints = (health.bp, jobs.bp, chunks.bp, tasks.bp, events.bp, queue.bp, openapi.bp, ui.bp)
+    for blueprint in blueprints:
         app.register_blueprint(blueprint)
     return app

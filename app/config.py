@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -10,6 +11,8 @@ from pathlib import Path
 from services.runtime import Limits
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# A session-signing key shorter than this could be guessed offline from one signed cookie.
+MIN_SECRET_KEY_LENGTH = 32
 
 
 class ConfigError(ValueError):
@@ -30,6 +33,8 @@ class Settings:
     archive_dir: Path = REPO_ROOT / ".run" / "archive"
     migrations_dir: Path = REPO_ROOT / "sql"
     log_level: str = "INFO"
+    # Signs the dashboard's session cookie; None: a key file beside the archive directory.
+    secret_key: str | None = dataclasses.field(default=None, repr=False)
 
 
 # env name -> (field, lower bound)
@@ -78,6 +83,7 @@ KNOWN_VARIABLES = frozenset(
         "CHUNKWISE_MAINTENANCE_SECONDS",
         "CHUNKWISE_ALLOWED_WORKLOADS",
         "CHUNKWISE_LOG_LEVEL",
+        "CHUNKWISE_SECRET_KEY",
     }
 )
 
@@ -131,6 +137,13 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     for name, field in _PATHS.items():
         if env.get(name):
             values[field] = Path(env[name]).expanduser().resolve()
+    raw = env.get("CHUNKWISE_SECRET_KEY")
+    if raw:
+        if len(raw) < MIN_SECRET_KEY_LENGTH:
+            problems.append(
+                f"CHUNKWISE_SECRET_KEY must be at least {MIN_SECRET_KEY_LENGTH} characters"
+            )
+        values["secret_key"] = raw
     if env.get("CHUNKWISE_LOG_LEVEL"):
         values["log_level"] = env["CHUNKWISE_LOG_LEVEL"].upper()
 

@@ -20,6 +20,8 @@ from services.errors import (
     NotFound,
     PayloadTooLarge,
     QueueFull,
+    StorageFull,
+    StorageUnavailable,
     Unauthenticated,
     Unavailable,
 )
@@ -35,7 +37,10 @@ STATUS: dict[type[ChunkwiseError], int] = {
     PayloadTooLarge: 413,
     InvalidInput: 422,
     QueueFull: 429,
+    StorageUnavailable: 500,  # a directory is missing, read-only, refused or not a directory
     Unavailable: 503,
+    # Out of space is 507, not 503: no Retry-After, because only an operator can free space.
+    StorageFull: 507,
 }
 RETRY_AFTER_UNAVAILABLE = 2
 
@@ -78,6 +83,21 @@ def outcome_of(outcome: CompletionOutcome) -> dict:
     }
 
 
+def log_storage_failure(exc: StorageFull | StorageUnavailable) -> None:
+    """Log a storage failure with the path the answer leaves out."""
+    cause = exc.__cause__
+    logger.error(
+        "storage write failed",
+        extra={
+            "event": "storage_error",
+            "error_code": exc.code,
+            **exc.details,
+            "path": getattr(cause, "filename", None),
+            "error": str(cause or exc),
+        },
+    )
+
+
 def init_app(app: Flask) -> None:
     """Register the handlers."""
 
@@ -91,6 +111,8 @@ def init_app(app: Flask) -> None:
             response.headers["Retry-After"] = str(exc.retry_after)
         if isinstance(exc, Unavailable):
             response.headers["Retry-After"] = str(RETRY_AFTER_UNAVAILABLE)
+        if isinstance(exc, StorageFull | StorageUnavailable):
+            log_storage_failure(exc)
         return response
 
     @app.errorhandler(ValidationError)

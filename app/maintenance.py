@@ -4,14 +4,76 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 
+import psycopg
+import psycopg_pool
 from flask import Flask
 
 from services import maintenance, metrics
+from services.errors import Unavailable
 from services.process import peak_rss_bytes
 from services.runtime import Runtime
 
 logger = logging.getLogger(__name__)
+
+# A database restart or failover: the next pass is expected to succeed.
+TRANSIENT_ERRORS = (psycopg.OperationalError, psycopg_pool.PoolTimeout, Unavailable)
+# Consecutive failed passes after which a transient error is logged as an outage (5 s apart by
+# default, so about half a minute), and again every as many passes while it lasts.
+ESCALATE_AFTER = 6
+
+
+class PassFailures:
+    """Logs each failed pass by its cause: a blip warns in one line, an outage or a bug errs."""
+
+    def __init__(self, escalate_after: int = ESCALATE_AFTER):
+        self.escalate_after = escalate_after
+        self.consecutive = 0
+
+    def failed(self, exc: Exception, trace_id: str) -> None:
+        """Log one failed pass."""
+        self.consecutive += 1
+        fields = {
+            "event": "maintenance_error",
+            "error_class": type(exc).__name__,
+            "error": str(exc)[:500],
+            "consecutive_failures": self.consecutive,
+            "trace_id": trace_id,
+        }
+        if isinstance(exc, TRANSIENT_ERRORS) and self.consecutive % self.escalate_after:
+            logger.warning(
+                f"maintenance pass failed ({type(exc).__name__}); the next pass retries",
+                extra=fields,
+            )
+            return
+        logger.error(
+            f"maintenance pass failed ({type(exc).__name__}, {self.consecutive} in a row)",
+            exc_info=exc,
+            extra=fields,
+        )
+
+    def succeeded(self) -> None:
+        """Note a pass that went through, saying so if it ends a run of failures."""
+        if self.consecutive:
+            logger.info(
+                f"maintenance recovered after {self.consecutive} failed passes",
+                extra={"event": "maintenance_recovered", "failed_passes": self.consecutive},
+            )
+        self.consecutive = 0
+
+
+def run_one_pass(runtime: Runtime, failures: PassFailures) -> None:
+    """Run one pass under a trace id of its own; a failure is logged, never raised."""
+    trace_id = uuid.uuid4().hex
+    try:
+        metrics.COORDINATOR_PEAK_RSS.set(peak_rss_bytes())
+        maintenance.run_pass(runtime, trace_id=trace_id)
+    except Exception as exc:
+        # The next pass retries; a database outage must not kill the thread.
+        failures.failed(exc, trace_id)
+    else:
+        failures.succeeded()
 
 
 def start(app: Flask, interval: float) -> threading.Thread:
@@ -19,13 +81,9 @@ def start(app: Flask, interval: float) -> threading.Thread:
     runtime: Runtime = app.extensions["chunkwise.runtime"]
 
     def loop() -> None:
+        failures = PassFailures()
         while not runtime.stopping.wait(interval):
-            try:
-                metrics.COORDINATOR_PEAK_RSS.set(peak_rss_bytes())
-                maintenance.run_pass(runtime)
-            except Exception:
-                # The next pass retries; a database outage must not kill the thread.
-                logger.exception("maintenance pass failed", extra={"event": "maintenance_error"})
+            run_one_pass(runtime, failures)
 
     thread = threading.Thread(target=loop, name="chunkwise-maintenance", daemon=True)
     thread.start()

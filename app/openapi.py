@@ -32,7 +32,8 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "health.healthz": (None, schemas.HealthSchema, ()),
     "health.readyz": (None, schemas.HealthSchema, (503,)),
     "openapi.document": (None, None, ()),
-    "jobs.create_job": (schemas.JobCreateSchema, schemas.JobSchema, (201, 409, 429)),
+    # 500 storage_unavailable and 507 insufficient_storage: a CSV upload that cannot be stored.
+    "jobs.create_job": (schemas.JobCreateSchema, schemas.JobSchema, (201, 409, 429, 500, 507)),
     "jobs.list_jobs": (schemas.JobListQuerySchema, schemas.JobListSchema, ()),
     "jobs.get_job": (schemas.JobWaitQuerySchema, schemas.JobSchema, (304, 404)),
     "jobs.list_results": (None, schemas.ResultListSchema, (404,)),
@@ -74,7 +75,9 @@ ERROR_DESCRIPTIONS = {
     413: "the body or upload is larger than the limit",
     422: "invalid fields, named in details.fields",
     429: "the queue is full; Retry-After says when to try again",
+    500: "storage_unavailable: the upload's directory is missing, read-only or refused",
     503: "the database is unavailable or too slow; Retry-After says when to try again",
+    507: "insufficient_storage: no space left for the upload; no Retry-After",
 }
 TRACEPARENT_PARAMETER = {
     "in": "header",

@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import atexit
+import logging
 
 from flask import Flask, current_app
 
-from app.config import Settings
+from app.config import ConfigError, Settings
 from app.db import open_pool
-from services import csvstats
+from services import archive, csvstats, health
 from services.csvjobs import CsvStats
 from services.runtime import Limits, Runtime
 from services.wakeups import Wakeups
 from services.workloads import Caps, Workloads
 
+logger = logging.getLogger(__name__)
+
 
 def init_app(app: Flask, settings: Settings) -> Runtime:
-    """Open the pool, start the NOTIFY listener, and close both when the process ends."""
-    settings.temp_dir.mkdir(parents=True, exist_ok=True)
-    settings.archive_dir.mkdir(parents=True, exist_ok=True)
+    """Check storage, open the pool, start the NOTIFY listener; close both when the process ends."""
+    require_storage(settings)
     runtime = Runtime(
         pool=open_pool(settings),
         limits=settings.limits,
@@ -48,6 +50,34 @@ def workloads_for(limits: Limits) -> Workloads:
         max_tasks_per_job=limits.manifest_max_tasks_per_job,
     )
     return Workloads(limits.allowed_workloads, manifest_caps, [CsvStats(csv_caps)])
+
+
+def require_storage(settings: Settings) -> None:
+    """Create the temp and archive directories; raise ConfigError unless they can be used."""
+    paths = {"CHUNKWISE_TEMP_DIR": settings.temp_dir, "CHUNKWISE_ARCHIVE_DIR": settings.archive_dir}
+    problems = []
+    for setting, directory in paths.items():
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            problems.append(f"{setting}={directory} cannot be created ({archive.errno_name(exc)})")
+    if not problems:
+        problems = [
+            f"{p.setting}={paths[p.setting]} {p.problem}"
+            for p in health.setup_problems(settings.temp_dir, settings.archive_dir)
+        ]
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    # A full disk is a condition, not a setting: refusing to boot would make gunicorn stop the
+    # whole coordinator (a worker that fails to boot ends the master) and with it the worker
+    # protocol and job reads. The process starts, says so, and /readyz answers 503 meanwhile.
+    for p in health.space_problems(
+        settings.temp_dir, settings.archive_dir, settings.limits.max_upload_bytes
+    ):
+        logger.warning(
+            f"{p.setting}={paths[p.setting]} {p.problem}; uploads may fail until there is room",
+            extra={"event": "storage_low", "setting": p.setting},
+        )
 
 
 def close(runtime: Runtime) -> None:

@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import uuid
 from pathlib import Path
+from typing import BinaryIO
 
 from flask import Flask, Request, current_app, g, request
 
-from services.archive import Upload
+from services.archive import TEMP, Upload, storage_failure
+from services.errors import StorageFull, StorageUnavailable
 
 
 class HashingSpool(io.RawIOBase):
     """A write-only temp file that computes its SHA-256 and size as bytes arrive."""
 
+    _file: BinaryIO | None = None  # None until opened: close() runs even if opening failed
+
     def __init__(self, directory: Path):
-        directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / f"upload-{uuid.uuid4().hex}"
-        self._file = self.path.open("wb")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("wb")
+        except OSError as exc:
+            raise storage_failure(exc, TEMP) from exc
         self._sha = hashlib.sha256()
         self.size = 0
 
@@ -34,15 +42,24 @@ class HashingSpool(io.RawIOBase):
     def write(self, data) -> int:
         self._sha.update(data)
         self.size += len(data)
-        return self._file.write(data)
+        try:
+            return self._file.write(data)
+        except OSError as exc:
+            raise storage_failure(exc, TEMP) from exc
 
     def seek(self, offset: int, whence: int = 0) -> int:
         # werkzeug rewinds a finished file part; nothing reads it back through this object.
         return 0
 
     def close(self) -> None:
-        self._file.close()
-        super().close()
+        try:
+            # A buffered write may meet a full disk only here, when it is flushed.
+            if self._file is not None:
+                self._file.close()
+        except OSError as exc:
+            raise storage_failure(exc, TEMP) from exc
+        finally:
+            super().close()
 
     def finish(self) -> Upload:
         """Close the spool and describe what it holds."""
@@ -79,5 +96,7 @@ def init_app(app: Flask, temp_dir: Path, max_upload_bytes: int) -> None:
     @app.teardown_request
     def remove_spools(exc: BaseException | None) -> None:
         for spool in g.pop("spools", []):
-            spool.close()
+            # The request already answered any storage error; what is left is to tidy up.
+            with contextlib.suppress(StorageFull, StorageUnavailable):
+                spool.close()
             spool.path.unlink(missing_ok=True)

@@ -31,6 +31,13 @@ def start_stack(run_dir: Path) -> LocalStack:
     return stack
 
 
+def say_dashboard(stack: LocalStack) -> None:
+    """Where the dashboard is and the token to sign in to it with."""
+    say(f"dashboard: {stack.url}/ui/  (sign in with the user token; make run keeps it up)")
+    say(f"  user token:     {stack.tokens.user}")
+    say(f"  operator token: {stack.tokens.operator}  (adds the queue and workers pages)")
+
+
 def run_sample(stack: LocalStack, records: int, chunks: int) -> int:
     """Submit a generated CSV, show progress, print the result beside a sequential count."""
     data = generate_csv(records, seed=7)
@@ -92,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stack = start_stack(RUN_DIR)
         if args.command == "demo":
+            say_dashboard(stack)
             return run_sample(stack, args.records, args.chunks)
         say(f"\nready: CHUNKWISE_URL={stack.url}")
+        say(f"  dashboard:      {stack.url}/ui/  (sign in with the user token)")
         say(f"  user token:     {stack.tokens.user}")
         say(f"  operator token: {stack.tokens.operator}")
         say(f"  worker token:   {stack.tokens.worker}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -42,6 +43,18 @@ def publish(
             "trace": trace_id,
         },
     )
+
+
+def publish_many(conn: Connection, events: Sequence[dict]) -> None:
+    """Write events (each a dict of publish()'s arguments) in the caller's transaction."""
+    with conn.cursor() as cur:
+        cur.executemany(
+            """
+            INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
+            VALUES (%(job_id)s, %(owner_id)s, %(event)s, %(payload)s, %(trace_id)s)
+            """,
+            [{**e, "payload": Jsonb(e["payload"])} for e in events],
+        )
 
 
 def list_events(conn: Connection, *, owner_id: int | None, after: int, limit: int) -> list[Event]:

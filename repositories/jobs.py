@@ -38,6 +38,7 @@ class Job:
     created_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
+    chunks_completed: int
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,19 @@ def lock_many(conn: Connection, job_ids: Sequence[UUID]) -> dict[UUID, Job]:
         {"ids": list(job_ids)},
     ).fetchall()
     return {r["id"]: from_row(Job, r) for r in rows}
+
+
+def count_completed(conn: Connection, job_id: UUID, completed: int) -> Job:
+    """Add just-completed tasks to a (locked) job's counter and return the job."""
+    row = conn.execute(
+        """
+        UPDATE jobs SET chunks_completed = chunks_completed + %(n)s
+        WHERE id = %(id)s
+        RETURNING *
+        """,
+        {"id": job_id, "n": completed},
+    ).fetchone()
+    return from_row(Job, row)
 
 
 def chunk_counts(conn: Connection, job_ids: list[UUID]) -> dict[UUID, ChunkCounts]:

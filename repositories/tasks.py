@@ -227,37 +227,43 @@ def get_many(conn: Connection, task_ids: Sequence[UUID]) -> dict[UUID, Task]:
     return {r["id"]: from_row(Task, r) for r in rows}
 
 
-def complete(
-    conn: Connection,
-    task_id: UUID,
-    worker_id: str,
-    attempt: int,
-    result_uri: str,
-    result_sha256: str,
-    metrics: dict,
-) -> Task | None:
-    """Complete the caller's current lease; None when it is not theirs."""
-    row = conn.execute(
+@dataclass(frozen=True)
+class Outcome:
+    """A result a worker reports under one attempt."""
+
+    task_id: UUID
+    attempt: int
+    result_uri: str
+    result_sha256: str
+    metrics: dict
+
+
+def complete_many(conn: Connection, worker_id: str, outcomes: Sequence[Outcome]) -> list[Task]:
+    """Complete each task whose current lease is the caller's under that attempt, in one
+    statement; return the tasks completed (an outcome not among them was fenced off)."""
+    rows = conn.execute(
         """
-        UPDATE tasks SET status = 'completed', result_uri = %(uri)s, result_sha256 = %(sha)s,
-            metrics = %(metrics)s, lease_owner = NULL, lease_expires_at = NULL,
+        UPDATE tasks t SET status = 'completed', result_uri = v.uri, result_sha256 = v.sha,
+            metrics = v.metrics, lease_owner = NULL, lease_expires_at = NULL,
             completed_at = now(),
             error_code = NULL, error_message = NULL, error_details = NULL,
-            version = version + 1
-        WHERE id = %(id)s AND lease_owner = %(worker)s AND attempt = %(attempt)s
-          AND status = 'leased'
-        RETURNING *
+            version = t.version + 1
+        FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(uris)s::text[], %(shas)s::text[],
+                    %(metrics)s::jsonb[]) AS v(id, attempt, uri, sha, metrics)
+        WHERE t.id = v.id AND t.lease_owner = %(worker)s AND t.attempt = v.attempt
+          AND t.status = 'leased'
+        RETURNING t.*
         """,
         {
-            "id": task_id,
             "worker": worker_id,
-            "attempt": attempt,
-            "uri": result_uri,
-            "sha": result_sha256,
-            "metrics": Jsonb(metrics),
+            "ids": [o.task_id for o in outcomes],
+            "attempts": [o.attempt for o in outcomes],
+            "uris": [o.result_uri for o in outcomes],
+            "shas": [o.result_sha256 for o in outcomes],
+            "metrics": [Jsonb(o.metrics) for o in outcomes],
         },
-    ).fetchone()
-    return from_row(Task, row) if row else None
+    ).fetchall()
+    return [from_row(Task, r) for r in rows]
 
 
 def fail(
@@ -374,6 +380,20 @@ def finish_attempt(
         },
     ).fetchone()
     return from_row(Attempt, row) if row else None
+
+
+def finish_completed_attempts(conn: Connection, tasks: Sequence[Task]) -> dict[UUID, Attempt]:
+    """Close the current attempt of each just-completed task; return them by task id."""
+    rows = conn.execute(
+        """
+        UPDATE task_attempts a SET outcome = 'completed', finished_at = now()
+        FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS v(id, attempt)
+        WHERE a.task_id = v.id AND a.attempt = v.attempt AND a.outcome IS NULL
+        RETURNING a.*
+        """,
+        {"ids": [t.id for t in tasks], "attempts": [t.attempt for t in tasks]},
+    ).fetchall()
+    return {r["task_id"]: from_row(Attempt, r) for r in rows}
 
 
 def attempts(conn: Connection, task_ids: Sequence[UUID]) -> list[Attempt]:

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import shutil
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+from services.errors import StorageFull, StorageUnavailable
 
 logger = logging.getLogger(__name__)
 
 TEMP_MAX_AGE_SECONDS = 24 * 3600
+
+# The two directories by the role users see in errors, and the setting an operator fixes.
+TEMP = "temp"
+ARCHIVE = "archive"
+SETTING_OF_ROLE = {TEMP: "CHUNKWISE_TEMP_DIR", ARCHIVE: "CHUNKWISE_ARCHIVE_DIR"}
+OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+COPY_BLOCK_SIZE = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -32,15 +44,76 @@ def input_uri(sha256: str) -> str:
     return f"archive:sha256:{sha256}"
 
 
+def storage_failure(exc: OSError, role: str) -> StorageFull | StorageUnavailable:
+    """The service error for a failed write into the temp or archive directory."""
+    # The answer names the role and the setting, never the path: that would tell a caller
+    # about the host's layout. The coordinator logs the path from the chained OSError.
+    reason = errno_name(exc)
+    setting = SETTING_OF_ROLE[role]
+    details = {"directory": role, "setting": setting, "reason": reason}
+    if exc.errno in OUT_OF_SPACE:
+        return StorageFull(
+            f"the {role} directory is out of space ({reason}); an operator must free space "
+            f"under {setting}",
+            details=details,
+        )
+    return StorageUnavailable(
+        f"the {role} directory cannot be written ({reason}); an operator must fix {setting}",
+        details=details,
+    )
+
+
+def errno_name(exc: OSError) -> str:
+    """The symbolic name of an OSError's errno (ENOSPC, EACCES, ...), safe to show anyone."""
+    return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+
+
 def store(archive_dir: Path, upload: Upload) -> bool:
     """Move an upload into the archive; False when those bytes were already there."""
     target = archive_path(archive_dir, upload.sha256)
-    if target.exists():
-        return False
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # os.replace is atomic on one filesystem; temp and archive directories should share one.
-    os.replace(upload.path, target)
+    try:
+        if target.exists():
+            return False
+        target.parent.mkdir(parents=True, exist_ok=True)
+        move_file(upload.path, target)
+    except OSError as exc:
+        raise storage_failure(exc, ARCHIVE) from exc
     return True
+
+
+def move_file(source: Path, target: Path) -> None:
+    """Rename a file into place, or copy it there durably when it is on another filesystem."""
+    try:
+        # Atomic: a failure leaves nothing at the target.
+        os.replace(source, target)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    # Copied beside the target, made durable, then renamed into place: readers never see a
+    # partial file, and a failure removes the copy (a crash mid-copy leaves only an .incoming
+    # file no job refers to).
+    partial = target.with_name(f".incoming-{uuid.uuid4().hex}")
+    try:
+        with source.open("rb") as src, partial.open("wb") as dst:
+            shutil.copyfileobj(src, dst, COPY_BLOCK_SIZE)
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.replace(partial, target)
+        _fsync_directory(target.parent)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    source.unlink()
+
+
+def _fsync_directory(directory: Path) -> None:
+    # The rename is durable only once the directory entry is.
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def remove_stale_temp_files(temp_dir: Path, now: float | None = None) -> int:

@@ -77,3 +77,15 @@ class Unavailable(ChunkwiseError):
     """The database is unreachable or too slow to answer in time."""
 
     code = "unavailable"
+
+
+class StorageFull(ChunkwiseError):
+    """A storage directory has no space (or quota) left; `details` names its role, not its path."""
+
+    code = "insufficient_storage"
+
+
+class StorageUnavailable(ChunkwiseError):
+    """A storage directory cannot be written: missing, read-only, refused, or not a directory."""
+
+    code = "storage_unavailable"

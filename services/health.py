@@ -1,12 +1,96 @@
-"""Readiness: the database answers and its schema is the one this code expects."""
+"""Readiness: storage takes an upload, the database answers, and its schema is up to date."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from repositories import health
+from services import archive
 from services.errors import Unavailable
 from services.runtime import Runtime
+
+PROBE_PREFIX = ".probe-"  # never matches the stale-spool sweep's upload-*
+
+
+@dataclass(frozen=True)
+class StorageProblem:
+    """One reason the temp or archive directory cannot take uploads, by the setting to fix."""
+
+    setting: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.setting} {self.problem}"
+
+
+def storage_problems(temp_dir: Path, archive_dir: Path, upload_bytes: int) -> list[StorageProblem]:
+    """What keeps the two directories from taking one upload of `upload_bytes`; [] if nothing."""
+    return setup_problems(temp_dir, archive_dir) or space_problems(
+        temp_dir, archive_dir, upload_bytes
+    )
+
+
+def setup_problems(temp_dir: Path, archive_dir: Path) -> list[StorageProblem]:
+    """Directories that are missing or cannot be written, or a move between them that fails."""
+    problems = []
+    for role, directory in ((archive.TEMP, temp_dir), (archive.ARCHIVE, archive_dir)):
+        problem = _directory_problem(directory)
+        if problem:
+            problems.append(StorageProblem(archive.SETTING_OF_ROLE[role], problem))
+    if not problems:
+        problem = _move_problem(temp_dir, archive_dir)
+        if problem:
+            problems.append(StorageProblem(archive.SETTING_OF_ROLE[archive.ARCHIVE], problem))
+    return problems
+
+
+def space_problems(temp_dir: Path, archive_dir: Path, upload_bytes: int) -> list[StorageProblem]:
+    """Directories with less room than one upload of `upload_bytes`."""
+    problems = []
+    for role, directory in ((archive.TEMP, temp_dir), (archive.ARCHIVE, archive_dir)):
+        free = shutil.disk_usage(directory).free
+        if free < upload_bytes:
+            problems.append(
+                StorageProblem(
+                    archive.SETTING_OF_ROLE[role],
+                    f"has {free} bytes free, less than one maximum-size upload "
+                    f"(CHUNKWISE_MAX_UPLOAD_BYTES={upload_bytes})",
+                )
+            )
+    return problems
+
+
+def _directory_problem(directory: Path) -> str | None:
+    if not directory.is_dir():
+        return "is not a directory" if directory.exists() else "does not exist"
+    try:
+        # A real write: os.access() trusts permission bits that root ignores, and misses quotas.
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=PROBE_PREFIX) as probe:
+            probe.write(b"ok")
+            probe.flush()
+    except OSError as exc:
+        return f"cannot be written ({archive.errno_name(exc)})"
+    return None
+
+
+def _move_problem(temp_dir: Path, archive_dir: Path) -> str | None:
+    # The same move an admitted upload makes (a rename, or a copy across filesystems).
+    probe = temp_dir / f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+    target = archive_dir / probe.name
+    try:
+        probe.write_bytes(b"ok")
+        archive.move_file(probe, target)
+    except OSError as exc:
+        return f"cannot receive a file from CHUNKWISE_TEMP_DIR ({archive.errno_name(exc)})"
+    finally:
+        probe.unlink(missing_ok=True)
+        target.unlink(missing_ok=True)
+    return None
 
 
 def missing_migrations(rt: Runtime, expected: Sequence[str]) -> list[str]:
@@ -17,7 +101,14 @@ def missing_migrations(rt: Runtime, expected: Sequence[str]) -> list[str]:
 
 
 def require_ready(rt: Runtime, expected: Sequence[str]) -> None:
-    """Raise Unavailable naming the missing migrations, if any."""
+    """Raise Unavailable naming the storage problems or the missing migrations, if any."""
+    problems = storage_problems(rt.temp_dir, rt.archive_dir, rt.limits.max_upload_bytes)
+    if problems:
+        raise Unavailable(
+            "storage cannot take uploads: " + "; ".join(str(p) for p in problems),
+            code="storage_not_ready",
+            details={"storage": [{"setting": p.setting, "problem": p.problem} for p in problems]},
+        )
     missing = missing_migrations(rt, expected)
     if missing:
         raise Unavailable(

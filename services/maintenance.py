@@ -11,9 +11,9 @@ from services.runtime import Runtime
 logger = logging.getLogger(__name__)
 
 
-def run_pass(rt: Runtime) -> None:
-    """Run every housekeeping step once."""
-    logcontext.begin(trace_id=None, operation="maintenance")
+def run_pass(rt: Runtime, *, trace_id: str | None = None) -> None:
+    """Run every housekeeping step once, logging under `trace_id`."""
+    logcontext.begin(trace_id=trace_id, operation="maintenance")
     tasks.expire_leases(rt)
     with rt.pool.connection() as conn:
         waiting = job_rows.merging_jobs(conn)

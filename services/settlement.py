@@ -25,20 +25,40 @@ def settle(conn: Connection, job: Job, rules: Workload) -> Job:
     if counts.failed:
         return _settle_failure(conn, job, rules)
     if counts.completed == job.chunks_total:
-        if rules.merged:
-            return job_rows.set_status(conn, job.id, "merging")
-        job = job_rows.set_status(conn, job.id, "succeeded")
-        event_rows.publish(
-            conn,
-            job_id=job.id,
-            owner_id=job.owner_id,
-            event="job.succeeded",
-            payload={},
-            trace_id=job.trace_id,
-        )
-        return job
+        return _finish(conn, job, rules)
     if job.status == "queued" and (counts.leased or counts.completed):
         return job_rows.set_status(conn, job.id, "running")
+    return job
+
+
+def settle_completions(conn: Connection, job: Job, rules: Workload) -> Job:
+    """Move a locked job on after some of its tasks completed (its counter counts them).
+
+    Without a merge step a failed task fails its job at once, so a job still queued or
+    running has none, and the counter alone says whether this was the last chunk.
+    """
+    if rules.merged or job.status not in ("queued", "running"):
+        return settle(conn, job, rules)
+    if job.chunks_completed == job.chunks_total:
+        return _finish(conn, job, rules)
+    if job.status == "queued":
+        return job_rows.set_status(conn, job.id, "running")
+    return job
+
+
+def _finish(conn: Connection, job: Job, rules: Workload) -> Job:
+    """Every chunk is in: merge next, or succeed now."""
+    if rules.merged:
+        return job_rows.set_status(conn, job.id, "merging")
+    job = job_rows.set_status(conn, job.id, "succeeded")
+    event_rows.publish(
+        conn,
+        job_id=job.id,
+        owner_id=job.owner_id,
+        event="job.succeeded",
+        payload={},
+        trace_id=job.trace_id,
+    )
     return job
 
 

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
 from psycopg import Connection
 
+from repositories import events as event_rows
 from repositories import jobs as job_rows
 from repositories import locks
 from repositories import tasks as task_rows
 from repositories import workers as worker_rows
-from repositories.events import publish
 from repositories.jobs import Job
 from repositories.tasks import ClaimedTask, ExpiredLease, Task
 from services import logcontext, settlement
@@ -162,62 +163,99 @@ def complete_tasks(
     locked first, in id order: completions of one job take turns there, so exactly one of
     them sees "every chunk completed" and moves the job on.
     """
-    merging: list[tuple[UUID, Workload]] = []
     with rt.pool.connection() as conn:
         tasks = task_rows.get_many(conn, [c.task_id for c in completions])
         jobs = job_rows.lock_many(conn, sorted({t.job_id for t in tasks.values()}))
-        outcomes = [_complete_one(conn, rt, worker_id, c, tasks, jobs) for c in completions]
-        done = [o.task for o in outcomes if o.task is not None and not o.replayed]
-        if done:
-            peak = max((t.metrics or {}).get("peak_rss_bytes") or 0 for t in done) or None
-            worker_rows.record_tasks_done(conn, worker_id, len(done), peak)
-        for job_id in sorted({t.job_id for t in done}):
-            rules = rt.workloads.of(jobs[job_id].workload)
-            if settlement.settle(conn, jobs[job_id], rules).status == "merging":
-                merging.append((job_id, rules))
+        checked = [_checked(rt, tasks, c) for c in completions]
+        valid = [o for o in checked if isinstance(o, task_rows.Outcome)]
+        done = {t.id: t for t in task_rows.complete_many(conn, worker_id, valid)} if valid else {}
+        outcomes = []
+        for completion, check in zip(completions, checked, strict=True):
+            if isinstance(check, ChunkwiseError):
+                outcomes.append(CompletionOutcome(completion.task_id, error=check))
+                continue
+            task = done.get(completion.task_id)
+            if task is not None and task.result_sha256 == check.result_sha256:
+                # Accepted here; a repeat of it later in the batch is a replay.
+                outcomes.append(CompletionOutcome(completion.task_id, done.pop(task.id)))
+                continue
+            try:
+                replay = _replayed_result(
+                    conn, completion.task_id, worker_id, completion.attempt, check.result_sha256
+                )
+                outcomes.append(CompletionOutcome(completion.task_id, replay, replayed=True))
+            except ChunkwiseError as exc:
+                outcomes.append(CompletionOutcome(completion.task_id, error=exc))
+        accepted = [
+            (o, c)
+            for o, c in zip(outcomes, completions, strict=True)
+            if o.task is not None and not o.replayed
+        ]
+        merging = _record_completions(conn, rt, worker_id, accepted, jobs) if accepted else []
     for job_id, rules in merging:
         rules.merge(rt, job_id)
     return outcomes
 
 
-def _complete_one(
+def _checked(
+    rt: Runtime, tasks: dict[UUID, Task], completion: Completion
+) -> task_rows.Outcome | ChunkwiseError:
+    """The outcome to write for a result, or the error that refuses it before any write."""
+    task = tasks.get(completion.task_id)
+    if task is None:
+        return NotFound(f"task {completion.task_id} does not exist")
+    try:
+        uri, sha = rt.workloads.of(task.workload).check_result(task, completion.result)
+    except ChunkwiseError as exc:
+        return exc
+    metrics = completion.result.metrics or {}
+    return task_rows.Outcome(completion.task_id, completion.attempt, uri, sha, metrics)
+
+
+def _record_completions(
     conn: Connection,
     rt: Runtime,
     worker_id: str,
-    completion: Completion,
-    tasks: dict[UUID, Task],
+    accepted: list[tuple[CompletionOutcome, Completion]],
     jobs: dict[UUID, Job],
-) -> CompletionOutcome:
-    task_id, attempt, result = completion.task_id, completion.attempt, completion.result
-    task = tasks.get(task_id)
-    try:
-        if task is None:
-            raise NotFound(f"task {task_id} does not exist")
-        rules = rt.workloads.of(task.workload)
-        uri, sha = rules.check_result(task, result)
-        done = task_rows.complete(conn, task_id, worker_id, attempt, uri, sha, result.metrics or {})
-        if done is None:
-            replay = _replayed_result(conn, task_id, worker_id, attempt, sha)
-            return CompletionOutcome(task_id, replay, replayed=True)
-    except ChunkwiseError as exc:
-        return CompletionOutcome(task_id, error=exc)
-    closed = task_rows.finish_attempt(conn, task_id, attempt, "completed")
-    rules.accept_result(conn, done, result)
-    job = jobs[done.job_id]
-    publish(
+) -> list[tuple[UUID, Workload]]:
+    """Close the attempts, keep what each workload keeps, publish, count, settle the jobs."""
+    done = [outcome.task for outcome, _ in accepted]
+    closed = task_rows.finish_completed_attempts(conn, done)
+    for task, (_, completion) in zip(done, accepted, strict=True):
+        rt.workloads.of(task.workload).accept_result(conn, task, completion.result)
+    event_rows.publish_many(
         conn,
-        job_id=job.id,
-        owner_id=job.owner_id,
-        event="chunk.completed",
-        payload={"task_id": str(task_id), "chunk_index": done.chunk_index, "attempt": attempt},
-        trace_id=job.trace_id,
+        [
+            {
+                "job_id": t.job_id,
+                "owner_id": jobs[t.job_id].owner_id,
+                "event": "chunk.completed",
+                "payload": {
+                    "task_id": str(t.id),
+                    "chunk_index": t.chunk_index,
+                    "attempt": t.attempt,
+                },
+                "trace_id": jobs[t.job_id].trace_id,
+            }
+            for t in done
+        ],
     )
-    with logcontext.scope(**_attempt_fields(done, worker_id, closed)):
-        logger.info("task completed", extra={"event": "task_completed"})
-    if len(tasks) == 1:
+    for t in done:
+        with logcontext.scope(**_attempt_fields(t, worker_id, closed.get(t.id))):
+            logger.info("task completed", extra={"event": "task_completed"})
+    if len(done) == 1:
         # One result per request: the rest of the request (its merge) logs as this attempt.
-        logcontext.bind(**_attempt_fields(done, worker_id, closed))
-    return CompletionOutcome(task_id, done)
+        logcontext.bind(**_attempt_fields(done[0], worker_id, closed.get(done[0].id)))
+    peak = max((t.metrics or {}).get("peak_rss_bytes") or 0 for t in done) or None
+    worker_rows.record_tasks_done(conn, worker_id, len(done), peak)
+    merging = []
+    for job_id, count in sorted(Counter(t.job_id for t in done).items()):
+        job = job_rows.count_completed(conn, job_id, count)
+        rules = rt.workloads.of(job.workload)
+        if settlement.settle_completions(conn, job, rules).status == "merging":
+            merging.append((job_id, rules))
+    return merging
 
 
 def fail_task(

@@ -1,3 +1,4 @@
+ALTER TABLE jobs DROP COLUMN chunks_completed;
 DROP INDEX jobs_finished_idx;
 DROP INDEX tasks_unfinished_idx;
 ALTER TABLE tasks RESET (fillfactor);

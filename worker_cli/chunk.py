@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -58,6 +59,79 @@ class RunningChunk:
         return (self.task.task_id, self.task.attempt)
 
 
+class ResumingInput:
+    """A chunk's input that rides out coordinator blips: reopened, skipping what it passed on."""
+
+    # The coordinator serves no byte ranges, so a reopened stream starts again from the first
+    # byte, and the bytes the handler already has are read and dropped. TaskContext checks
+    # input_sha256 over exactly the bytes the handler was given, so changed bytes still fail.
+
+    def __init__(
+        self,
+        open_stream: Callable[[], Iterable[bytes]],
+        *,
+        backoff: Backoff,
+        patience: float,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+        log: Callable[..., None],
+    ):
+        self._open_stream = open_stream
+        self._backoff = backoff
+        self._patience = patience
+        self._clock = clock
+        self._sleep = sleep
+        self._log = log
+        self._stream: Iterable[bytes] | None = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        delivered = 0
+        outage_began: float | None = None
+        while True:
+            skip = delivered
+            try:
+                self._stream = self._open_stream()
+                for block in self._stream:
+                    if skip >= len(block):
+                        skip -= len(block)
+                        continue
+                    block, skip = block[skip:], 0
+                    delivered += len(block)
+                    outage_began = None
+                    self._backoff.reset()
+                    yield block
+                return
+            except CoordinatorUnavailable as exc:
+                if not exc.is_blip:
+                    raise
+                self.close()
+                now = self._clock()
+                outage_began = now if outage_began is None else outage_began
+                delay = self._backoff.next_delay(exc.retry_after)
+                if now + delay - outage_began >= self._patience:
+                    # By now the lease has run out; another worker will get the chunk, and a
+                    # failure report could only be refused.
+                    raise ChunkStopped("coordinator_unavailable") from exc
+                self._log(
+                    logging.WARNING,
+                    "backoff",
+                    f"reading the input failed at byte {delivered}, retrying in {delay:.1f}s: "
+                    f"{exc}",
+                    during="input",
+                    delay_seconds=round(delay, 3),
+                    tries=self._backoff.failures,
+                    status=exc.status,
+                    resume_at_byte=delivered,
+                )
+                self._sleep(delay)
+
+    def close(self) -> None:
+        """Release the current stream's connection, if one is open."""
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            close()
+
+
 class ChunkRunner:
     """Runs each claimed chunk: streams its input, computes, renews its lease, sends the outcome."""
 
@@ -73,6 +147,7 @@ class ChunkRunner:
         clock: Callable[[], float],
         sleep: Callable[[float], None],
         rng: Callable[[], float],
+        wall_clock: Callable[[], float] = time.time,
     ):
         self.client = client
         self.config = config
@@ -84,6 +159,7 @@ class ChunkRunner:
         self._clock = clock
         self._sleep = sleep
         self._rng = rng
+        self._wall_clock = wall_clock
 
     def _fence(self, task: ClaimedTask) -> dict:
         # Every call about a chunk names its attempt, so the coordinator can refuse a stale one.
@@ -93,9 +169,19 @@ class ChunkRunner:
             "trace_id": task.trace_id,
         }
 
-    def open_input(self, task: ClaimedTask):
-        """Start streaming the task's input from the coordinator."""
-        return self.client.stream_input(task.input_uri, **self._fence(task))
+    def open_input(self, task: ClaimedTask) -> ResumingInput:
+        """Stream the task's input from the coordinator, reopening it after a blip."""
+        return ResumingInput(
+            lambda: self.client.stream_input(task.input_uri, **self._fence(task)),
+            backoff=Backoff(
+                self.config.submit_backoff_base, self.config.submit_backoff_cap, rng=self._rng
+            ),
+            # Opened right after the claim, so this is about the whole lease.
+            patience=lease_seconds_left(task, self._wall_clock),
+            clock=self._clock,
+            sleep=self._sleep,
+            log=self._log,
+        )
 
     def process(self, chunk: RunningChunk) -> None:
         """Compute one chunk, then submit its result or report its failure."""
@@ -274,6 +360,7 @@ class ChunkRunner:
                     logging.WARNING,
                     "backoff",
                     f"sending the {what} failed, retrying in {delay:.1f}s: {exc}",
+                    during=what,
                     delay_seconds=round(delay, 3),
                     tries=backoff.failures,
                     status=exc.status,

@@ -55,6 +55,8 @@ class Invocation:
 
     def call(self, method: Callable, *args, retry: bool = True, **kwargs):
         """Call a client method, retrying 429, 5xx and an unreachable coordinator a few times."""
+        # A StorageFailed (507, storage_unavailable) is not retried: the disk stays full or
+        # unwritable until an operator acts, and each retry would upload the file again.
         delays = RETRY_DELAYS if retry else ()
         for delay in (*delays, None):
             try:

@@ -23,6 +23,10 @@ INPUT_BLOCK_SIZE = 1024 * 1024
 UPLOAD_TIMEOUT = 300.0
 UPLOAD_BLOCK_SIZE = 256 * 1024
 
+# Answers of a coordinator (or of the proxy in front of it) that is briefly unable to serve.
+BLIP_STATUSES = frozenset({429, 502, 503, 504})
+STORAGE_FAILURE_CODES = frozenset({"insufficient_storage", "storage_unavailable"})
+
 _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 # Failures of the network or of the peer, as opposed to a malformed URL or request (bugs).
 _UNREACHABLE = (
@@ -76,6 +80,15 @@ class CoordinatorUnavailable(CoordinatorError):
     def __init__(self, message: str, *, retry_after: float | None = None, **kwargs):
         super().__init__(message, **kwargs)
         self.retry_after = retry_after
+
+    @property
+    def is_blip(self) -> bool:
+        """No answer, or one that says "busy, come back" (429, 502, 503, 504), not a 500."""
+        return self.status is None or self.status in BLIP_STATUSES
+
+
+class StorageFailed(CoordinatorError):
+    """507 or 500 storage_unavailable: retrying cannot help until an operator fixes the disk."""
 
 
 class LeaseLost(CoordinatorError):
@@ -510,6 +523,8 @@ def _raise_for_status(method: str, path: str, response: requests.Response) -> No
     message = error.get("message") or f"{method} {path}: HTTP {status}"
     details = error.get("details") if isinstance(error.get("details"), dict) else {}
     fields = {"status": status, "code": code, "details": details, "trace_id": trace_id}
+    if status == 507 or (status >= 500 and code in STORAGE_FAILURE_CODES):
+        raise StorageFailed(message, **fields)
     if status == 429 or status >= 500:
         raise CoordinatorUnavailable(
             message, retry_after=_retry_after(response.headers.get("Retry-After")), **fields

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from services import csvstats
-from worker_cli.client import CoordinatorUnavailable, RequestRejected
+from worker_cli.client import CoordinatorUnavailable, RequestRejected, StorageFailed
 
 ENTRY_POINT_GROUP = "chunkwise.handlers"
 
@@ -30,7 +30,10 @@ class ChunkStopped(Exception):
 
 
 class InputUnavailable(Exception):
-    """The chunk's input could not be read, or its bytes do not match input_sha256."""
+    """The chunk's input cannot be read, or its bytes do not match input_sha256."""
+
+    # Never a coordinator blip (no answer, 429, 502-504): ResumingInput rides those out within
+    # the lease, so they do not spend the chunk's read-retry budget.
 
     def __init__(self, message: str, *, details: dict | None = None):
         super().__init__(message)
@@ -143,17 +146,18 @@ class TaskContext:
         digest = hashlib.sha256()
         try:
             self.raise_if_stopped()
-            try:
-                self._stream = self._open_input()
-            except ValueError as exc:  # an input_uri the coordinator does not serve
-                raise InputUnavailable(str(exc)) from exc
+            self._stream = self._open_input()
             for block in self._stream:
                 # Checked per block too, so a cancelled chunk stops between checkpoints.
                 self.raise_if_stopped()
                 digest.update(block)
                 self.bytes_read += len(block)
                 yield block
-        except (CoordinatorUnavailable, RequestRejected) as exc:
+        except ValueError as exc:  # an input_uri the coordinator does not serve
+            # Only the stream raises in here: the handler's own errors stay with the handler.
+            raise InputUnavailable(str(exc)) from exc
+        except (CoordinatorUnavailable, RequestRejected, StorageFailed) as exc:
+            # What reaches here is no blip: ResumingInput retried those.
             raise InputUnavailable(
                 f"could not read input: {exc}",
                 details={"status": exc.status, "code": exc.code},

@@ -18,6 +18,6 @@ def healthz():
 
 @bp.get("/readyz")
 def readyz():
-    """The database answers and every migration this code needs is applied."""
+    """Storage takes an upload, the database answers, every migration this code needs is in."""
     health.require_ready(get_runtime(), current_app.config["CHUNKWISE_MIGRATIONS"])
     return {"status": "ready", "missing_migrations": []}

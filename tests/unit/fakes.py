@@ -59,8 +59,12 @@ class FakeClient:
     def stream_input(self, input_uri, **kwargs):
         self.input_reads.append({"input_uri": input_uri, **kwargs})
         data = self.inputs[input_uri]
+        if isinstance(data, list):  # one reply per read, the last one repeated
+            data = data.pop(0) if len(data) > 1 else data[0]
         if isinstance(data, Exception):
             raise data
+        if isinstance(data, BrokenStream):
+            return data.blocks()
         return [data[i : i + 7] for i in range(0, len(data), 7)]
 
     def heartbeat(self, task_id, **kwargs):
@@ -74,6 +78,20 @@ class FakeClient:
     def report_failure(self, task_id, **kwargs):
         self.failures.append({"task_id": task_id, **kwargs})
         return _reply(self.failure_replies, {"status": "pending"})
+
+
+class BrokenStream:
+    """An input whose stream breaks with `error` after `after` bytes, as a cut connection does."""
+
+    def __init__(self, data: bytes, *, after: int, error: Exception):
+        self.data = data
+        self.after = after
+        self.error = error
+
+    def blocks(self):
+        for start in range(0, self.after, 7):
+            yield self.data[start : min(start + 7, self.after)]
+        raise self.error
 
 
 def _reply(replies: list, default):

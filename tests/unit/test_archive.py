@@ -1,10 +1,15 @@
-"""The input archive stores bytes once by digest; stale upload spools are swept after a day."""
+"""The input archive stores bytes once by digest, never half; stale spools are swept after a day."""
 
+import errno
 import hashlib
 import os
 import time
+from pathlib import Path
+
+import pytest
 
 from services import archive
+from services.errors import StorageFull
 
 
 def spool(directory, content: bytes, name: str = "upload-1") -> archive.Upload:
@@ -48,3 +53,33 @@ def test_spools_older_than_a_day_are_removed_and_younger_ones_kept(tmp_path):
     assert not old.exists()
     assert young.exists()
     assert other.exists()
+
+
+def test_a_copy_across_filesystems_that_runs_out_of_space_leaves_no_partial_file(
+    tmp_path, monkeypatch
+):
+    upload = spool(tmp_path / "tmp", b"id,value\n1,2\n" * 100)
+    real_replace = os.replace
+
+    def rename_across_devices(src, dst):
+        if Path(src).parent == upload.path.parent:
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), str(src), None, str(dst))
+        return real_replace(src, dst)
+
+    def disk_fills_halfway(src, dst, length):
+        dst.write(src.read(100))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(archive.os, "replace", rename_across_devices)
+    monkeypatch.setattr(archive.shutil, "copyfileobj", disk_fills_halfway)
+
+    with pytest.raises(StorageFull) as caught:
+        archive.store(tmp_path / "archive", upload)
+
+    assert caught.value.details == {
+        "directory": "archive",
+        "setting": "CHUNKWISE_ARCHIVE_DIR",
+        "reason": "ENOSPC",
+    }
+    assert [p for p in (tmp_path / "archive").rglob("*") if p.is_file()] == []
+    assert upload.path.exists()  # submit_csv_job removes the spool, whatever happened

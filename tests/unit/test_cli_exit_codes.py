@@ -15,7 +15,7 @@ from worker_cli.chunkwise import (
     exit_status_for,
     run,
 )
-from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected
+from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected, StorageFailed
 
 JOB_ID = "6e56eaf5-06ec-450f-a4f0-f652955b2d63"
 ENV = {"CHUNKWISE_URL": "http://c.test", "CHUNKWISE_TOKEN": "cwu_t"}
@@ -80,6 +80,9 @@ class ScriptedClient:
 
     def queue_status(self, *, trace_id):
         return self._next("queue_status")
+
+    def submit_csv_job(self, file, *, trace_id, **form):
+        return self._next("submit_csv_job")
 
     def close(self):
         pass
@@ -227,6 +230,24 @@ def test_an_unreachable_coordinator_is_retried_then_exits_4():
     assert slept == list(RETRY_DELAYS)
     assert err.startswith("chunkwise: coordinator unreachable at http://c.test:")
     assert "trace id " in err  # the CLI's own trace id: every call of the run carried it
+
+
+@pytest.mark.parametrize(
+    ("status", "code"), [(507, "insufficient_storage"), (500, "storage_unavailable")]
+)
+def test_an_upload_the_coordinator_cannot_store_is_not_sent_again(tmp_path, status, code):
+    csv_file = tmp_path / "data.csv"
+    csv_file.write_text("id,value\n1,2\n")
+    no_room = StorageFailed(
+        "the temp directory is out of space (ENOSPC)", status=status, code=code, trace_id="t507"
+    )
+
+    exit_status, _, err, slept = run_scripted(
+        ["submit", str(csv_file), "--column", "value"], [no_room, job("queued")]
+    )
+
+    assert (exit_status, slept, ScriptedClient.calls) == (EXIT_HTTP_ERROR, [], ["submit_csv_job"])
+    assert f"{code}: the temp directory is out of space (ENOSPC) (HTTP {status})" in err
 
 
 def test_retry_is_sent_once_even_when_the_answer_is_lost():

@@ -16,6 +16,7 @@ from worker_cli.client import (
     CoordinatorUnavailable,
     LeaseLost,
     RequestRejected,
+    StorageFailed,
     traceparent,
 )
 
@@ -214,6 +215,30 @@ def test_5xx_is_unavailable(client, coordinator, status):
 
     assert caught.value.status == status
     assert caught.value.retry_after is None
+
+
+@pytest.mark.parametrize(
+    ("status", "code"), [(507, "insufficient_storage"), (500, "storage_unavailable")]
+)
+def test_a_storage_failure_is_neither_unavailable_nor_rejected(client, coordinator, status, code):
+    coordinator.reply(status, error_body(code, "the temp directory is out of space"))
+
+    with pytest.raises(StorageFailed) as caught:
+        client.list_jobs()
+
+    assert not isinstance(caught.value, CoordinatorUnavailable | RequestRejected)
+    assert (caught.value.status, caught.value.code, caught.value.trace_id) == (
+        status,
+        code,
+        TRACE_ID,
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "blip"), [(None, True), (429, True), (502, True), (503, True), (500, False)]
+)
+def test_only_no_answer_and_come_back_later_statuses_are_blips(status, blip):
+    assert CoordinatorUnavailable("x", status=status).is_blip is blip
 
 
 def test_other_4xx_is_rejected_with_status_code_message_and_trace_id(client, coordinator):

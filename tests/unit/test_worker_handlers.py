@@ -8,8 +8,15 @@ import importlib.metadata
 import pytest
 
 from services import csvstats
-from tests.unit.fakes import FakeClient, FakeClock, task_payload, wait_until_idle
+from tests.unit.fakes import (
+    BrokenStream,
+    FakeClient,
+    FakeClock,
+    task_payload,
+    wait_until_idle,
+)
 from worker_cli import handlers
+from worker_cli.client import CoordinatorUnavailable
 from worker_cli.handlers import (
     ENTRY_POINT_GROUP,
     ChunkStopped,
@@ -180,7 +187,7 @@ def csv_payload(data: bytes, *, checkpoint=None, task_id="t1", attempt=1) -> dic
     return payload
 
 
-def run_csv_chunk(payload: dict, data: bytes) -> FakeClient:
+def run_csv_chunk(payload: dict, data) -> FakeClient:
     clock = FakeClock()
     client = FakeClient(clock, claims=[[payload]], inputs={payload["input_uri"]: data})
     worker = Worker(
@@ -299,6 +306,24 @@ def test_csv_chunk_with_corrupted_bytes_is_input_unavailable_not_invalid_input()
 
     [failure] = client.failures
     assert failure["error_code"] == "input_unavailable" and failure["retryable"] is True
+
+
+def test_csv_chunk_whose_input_is_cut_by_coordinator_blips_gives_the_uninterrupted_summary():
+    data = csv_records(2000)
+    cut = CoordinatorUnavailable("input stream broke: connection reset")
+    inputs = [
+        BrokenStream(data, after=len(data) // 3, error=cut),
+        CoordinatorUnavailable("database unavailable", status=503, retry_after=1),
+        BrokenStream(data, after=len(data) // 2, error=cut),
+        data,
+    ]
+    client = run_csv_chunk(csv_payload(data), inputs)
+
+    assert client.failures == []
+    [result] = client.results
+    assert result["result"]["summary"] == direct_summary(data).to_dict()
+    assert result["result"]["metrics"]["bytes"] == len(data)
+    assert len(client.input_reads) == 4
 
 
 def test_invalid_input_exception_carries_the_partial_summary():

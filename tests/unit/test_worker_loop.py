@@ -10,6 +10,7 @@ import pytest
 
 from tests.unit.fakes import (
     WAIT,
+    BrokenStream,
     FakeClient,
     FakeClock,
     HardExit,
@@ -18,8 +19,9 @@ from tests.unit.fakes import (
     task_payload,
     wait_until_idle,
 )
+from worker_cli.chunk import ResumingInput
 from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected
-from worker_cli.handlers import ClaimedTask, InputRejected
+from worker_cli.handlers import ChunkStopped, ClaimedTask, InputRejected
 from worker_cli.schedule import Backoff
 from worker_cli.worker import Worker
 from worker_cli.worker_config import Fault
@@ -381,15 +383,132 @@ def test_digest_mismatch_is_a_retryable_input_unavailable():
     assert client.results == []
 
 
-def test_unreadable_input_is_a_retryable_input_unavailable():
+def test_an_input_the_coordinator_fails_to_serve_is_a_retryable_input_unavailable():
     payload = task_payload("t1")
     clock, client, worker = setup([payload], capacity=1)
-    client.inputs[payload["input_uri"]] = CoordinatorUnavailable("read timed out")
+    client.inputs[payload["input_uri"]] = CoordinatorUnavailable("internal error", status=500)
     worker.run_once()
     assert wait_until_idle(worker)
 
     [failure] = client.failures
     assert failure["error_code"] == "input_unavailable" and failure["retryable"] is True
+    assert len(client.input_reads) == 1  # a 500 is no blip: not retried by the worker
+
+
+# -- coordinator blips while reading the input --------------------------------------------
+
+DATA = b"id,value\n" + b"".join(b"%d,%d\n" % (i, i * 7) for i in range(40))
+
+
+def blips(*errors: Exception) -> list:
+    """Input replies: each blip once, then the whole input."""
+    return [*errors, DATA]
+
+
+def run_one_chunk(inputs) -> tuple:
+    payload = task_payload("t1", data=DATA)
+    clock, client, worker = setup([payload], capacity=1)
+    client.inputs[payload["input_uri"]] = inputs
+    worker.run_once()
+    assert wait_until_idle(worker)
+    return clock, client
+
+
+def test_503_429_and_no_answer_on_opening_the_input_are_retried_and_the_chunk_succeeds():
+    clock, client = run_one_chunk(
+        blips(
+            CoordinatorUnavailable("database unavailable", status=503, retry_after=2),
+            CoordinatorUnavailable("slow down", status=429),
+            CoordinatorUnavailable("connection refused"),
+        )
+    )
+
+    assert client.failures == []
+    [result] = client.results
+    assert result["result"]["summary"] == {"length": len(DATA)}
+    assert len(client.input_reads) == 4
+    # Backoff from 0.5 s doubling (rng 0.5 puts each delay at 3/4 of its ceiling), and a
+    # Retry-After is honoured.
+    assert clock.sleeps[:3] == [2.0, 0.75, 1.5]
+
+
+def test_an_input_stream_cut_three_times_resumes_and_hands_on_each_byte_once():
+    cut = CoordinatorUnavailable("input stream broke: connection reset")
+    clock, client = run_one_chunk(
+        [
+            BrokenStream(DATA, after=50, error=cut),
+            BrokenStream(DATA, after=120, error=cut),
+            CoordinatorUnavailable("busy", status=503),
+            BrokenStream(DATA, after=121, error=cut),
+            DATA,
+        ]
+    )
+
+    assert client.failures == []
+    [result] = client.results
+    # read_all reports the length of what it was handed: a repeated byte would show.
+    assert result["result"]["summary"] == {"length": len(DATA)}
+    assert result["result"]["metrics"]["bytes"] == len(DATA)
+
+
+def test_an_outage_longer_than_the_lease_drops_the_chunk_without_reporting_a_failure(caplog):
+    down = CoordinatorUnavailable("database unavailable", status=503)
+    clock, client = run_one_chunk([down])
+
+    assert client.failures == [] and client.results == []
+    # task_payload has no lease_expires_at, so the lease is taken to be 3 heartbeats (30 s).
+    assert sum(clock.sleeps) < 30
+    dropped = [r for r in caplog.records if getattr(r, "event", None) == "dropped"]
+    assert [r.reason for r in dropped] == ["coordinator_unavailable"]
+
+
+def test_resumed_input_that_is_not_the_same_bytes_fails_its_digest():
+    changed = DATA.replace(b"7", b"8")
+    cut = CoordinatorUnavailable("input stream broke")
+    clock, client = run_one_chunk([BrokenStream(DATA, after=30, error=cut), changed])
+
+    [failure] = client.failures
+    assert failure["error_code"] == "input_unavailable"
+    assert failure["details"]["actual_sha256"] != failure["details"]["expected_sha256"]
+
+
+def test_resuming_input_skips_what_it_passed_on_across_uneven_blocks():
+    cut = CoordinatorUnavailable("cut")
+    replies = [
+        BrokenStream(DATA, after=10, error=cut).blocks(),
+        BrokenStream(DATA, after=33, error=cut).blocks(),
+        iter([DATA[:5], DATA[5:60], DATA[60:]]),
+    ]
+    clock = FakeClock()
+    stream = ResumingInput(
+        lambda: replies.pop(0),
+        backoff=Backoff(0.5, 8.0, rng=lambda: 0.5),
+        patience=30.0,
+        clock=clock,
+        sleep=clock.sleep,
+        log=lambda *args, **fields: None,
+    )
+
+    assert b"".join(stream) == DATA
+    assert clock.sleeps == [0.375, 0.375]  # progress between the cuts reset the backoff
+
+
+def test_resuming_input_gives_up_as_a_stopped_chunk_once_the_lease_is_spent():
+    clock = FakeClock()
+    stream = ResumingInput(
+        lambda: (_ for _ in ()).throw(CoordinatorUnavailable("refused")),
+        backoff=Backoff(0.5, 8.0, rng=lambda: 0.5),
+        patience=10.0,
+        clock=clock,
+        sleep=clock.sleep,
+        log=lambda *args, **fields: None,
+    )
+
+    with pytest.raises(ChunkStopped) as stopped:
+        b"".join(stream)
+
+    assert stopped.value.reason == "coordinator_unavailable"
+    assert sum(clock.sleeps) < 10
 
 
 def test_input_409_drops_the_chunk_without_a_failure_report():

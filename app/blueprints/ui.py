@@ -1,0 +1,350 @@
+"""The web dashboard: server-rendered pages over the same services the API calls."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from uuid import UUID
+
+from flask import Blueprint, Response, g, redirect, render_template, request, url_for
+from marshmallow import ValidationError
+from werkzeug.exceptions import HTTPException
+
+from app import errors, schemas, ui_session
+from app.attempt_timeline import build_timeline
+from app.runtime import get_runtime
+from app.tracing import current_trace_id
+from app.uploads import uploaded
+from services import chunks, csvjobs, jobs, logcontext, metrics, queue
+from services.errors import (
+    ChunkwiseError,
+    Forbidden,
+    InvalidInput,
+    PayloadTooLarge,
+    QueueFull,
+    Unauthenticated,
+)
+
+bp = Blueprint(
+    "ui", __name__, url_prefix="/ui", static_folder="../static/ui", static_url_path="/static"
+)
+
+OPEN_ENDPOINTS = frozenset({"ui.sign_in", "ui.static"})
+OPERATOR_ENDPOINTS = frozenset({"ui.queue_page", "ui.workers_page"})
+# Nothing inline and nothing from elsewhere: scripts and styles come only from /ui/static.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+JOB_STATUSES = ("queued", "running", "merging", "succeeded", "failed", "cancelled")
+CANCELLABLE = frozenset({"queued", "running", "merging"})
+PAGE_SIZE = 50
+# A job page's script waits this long on the job watch before asking again.
+WATCH_SECONDS = 20
+DELIMITERS = {"comma": ",", "semicolon": ";", "tab": "\t", "pipe": "|"}
+
+
+@bp.before_request
+def require_signed_in_user() -> Response | None:
+    """Refuse form posts without the session's CSRF token; send strangers to sign in."""
+    if request.method == "POST":
+        ui_session.check_csrf(request.form.get("csrf_token"))
+    if request.endpoint in OPEN_ENDPOINTS:
+        return None
+    principal = ui_session.signed_in_principal(get_runtime().pool)
+    if principal is None:
+        return redirect(url_for("ui.sign_in", next=_wanted_page()))
+    g.principal = principal
+    logcontext.bind(principal=principal.name)
+    if request.endpoint in OPERATOR_ENDPOINTS and not principal.is_operator:
+        raise Forbidden("this page is for operators")
+    return None
+
+
+@bp.after_request
+def protect_page(response: Response) -> Response:
+    """Every dashboard response: strict CSP, never framed, never sniffed, never cached."""
+    response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    if request.endpoint != "ui.static":
+        response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@bp.app_context_processor
+def page_context() -> dict:
+    """What every dashboard template may use: the CSRF token and who is signed in."""
+    return {"csrf_token": ui_session.csrf_token, "principal": g.get("principal")}
+
+
+# --- sign-in --------------------------------------------------------------------------------
+
+
+@bp.route("/sign-in", methods=["GET", "POST"])
+def sign_in():
+    """Show the sign-in form, or sign in with the user token typed into it."""
+    target = _local_page(request.values.get("next"))
+    if request.method == "GET":
+        return render_template("ui/sign_in.html", next=target)
+    ui_session.sign_in(get_runtime().pool, request.form.get("token", ""))
+    return redirect(target, 303)
+
+
+@bp.post("/sign-out")
+def sign_out():
+    """End the session."""
+    ui_session.sign_out()
+    return redirect(url_for("ui.sign_in"), 303)
+
+
+def _wanted_page() -> str:
+    query = request.query_string.decode()
+    return f"{request.path}?{query}" if query else request.path
+
+
+def _local_page(target: str | None) -> str:
+    # Only a dashboard path: never a redirect to another site after sign-in.
+    if target and target.startswith("/ui/") and "\\" not in target:
+        return target
+    return url_for("ui.jobs_page")
+
+
+# --- jobs -----------------------------------------------------------------------------------
+
+
+@bp.get("/")
+def jobs_page():
+    """The signed-in user's jobs, newest first, filtered by status and label."""
+    filters = _list_filters()
+    views, cursor = _list_jobs(filters)
+    return render_template(
+        "ui/jobs.html", jobs=views, next_cursor=cursor, filters=filters, statuses=JOB_STATUSES
+    )
+
+
+@bp.get("/jobs.json")
+def jobs_json():
+    """The same list as the page, as the API shapes it, for the page's polling script."""
+    views, cursor = _list_jobs(_list_filters())
+    return schemas.JobListSchema().dump({"jobs": views, "next_cursor": cursor})
+
+
+def _list_filters() -> dict[str, str]:
+    # A blank filter box sends an empty value, which means no filter at all.
+    return {
+        name: value
+        for name in ("status", "label", "cursor")
+        if (value := request.args.get(name, "").strip())
+    }
+
+
+def _list_jobs(filters: dict[str, str]) -> tuple[list[jobs.JobView], str | None]:
+    query = schemas.JobListQuerySchema().load({**filters, "limit": PAGE_SIZE})
+    label = query.pop("label")
+    return jobs.list_jobs(
+        get_runtime(),
+        g.principal,
+        label=tuple(label.split("=", 1)) if label else None,
+        **query,
+    )
+
+
+@bp.get("/jobs/<uuid:job_id>")
+def job_page(job_id: UUID):
+    """One job: parameters, outcome, chunks and the timeline of their attempts."""
+    rt = get_runtime()
+    view = jobs.get_job(rt, g.principal, job_id)
+    chunk_views = chunks.list_chunks(rt, g.principal, job_id)
+    shown = schemas.JobSchema().dump(view)
+    # Only a hint for which buttons to draw: the service decides whether a retry may happen.
+    unrecoverable = (view.job.error or {}).get("code") in jobs.UNRECOVERABLE_ERRORS
+    return render_template(
+        "ui/job.html",
+        view=view,
+        chunks=chunk_views,
+        timeline=build_timeline(view.job.created_at, chunk_views, datetime.now(UTC)),
+        can_cancel=view.job.status in CANCELLABLE,
+        can_retry=view.job.status == "failed" and not unrecoverable,
+        partial_result=shown["partial_result"],
+        input_digest=shown["input_digest"],
+    )
+
+
+@bp.get("/jobs/<uuid:job_id>/watch")
+def watch_job(job_id: UUID):
+    """The job as the API shows it, answered as soon as it differs from `version`."""
+    known = request.args.get("version") or None
+    view = jobs.get_job(
+        get_runtime(),
+        g.principal,
+        job_id,
+        unless_version=known,
+        wait_seconds=WATCH_SECONDS if known else 0,
+    )
+    return {"version": view.version, "job": schemas.JobSchema().dump(view)}
+
+
+@bp.post("/jobs/<uuid:job_id>/cancel")
+def cancel_job(job_id: UUID):
+    """Cancel the job, then show it again."""
+    jobs.cancel_job(get_runtime(), g.principal, job_id, trace_id=current_trace_id())
+    return redirect(url_for("ui.job_page", job_id=job_id), 303)
+
+
+@bp.post("/jobs/<uuid:job_id>/retry")
+def retry_job(job_id: UUID):
+    """Re-queue the failed job, then show it again."""
+    jobs.retry_job(get_runtime(), g.principal, job_id, trace_id=current_trace_id())
+    return redirect(url_for("ui.job_page", job_id=job_id), 303)
+
+
+# --- submit ---------------------------------------------------------------------------------
+
+
+@bp.route("/submit", methods=["GET", "POST"])
+def submit():
+    """Show the CSV form, or submit the uploaded CSV as a job."""
+    if request.method == "GET":
+        return _submit_form({}, [], 200)
+    try:
+        view = csvjobs.submit_csv_job(
+            get_runtime(),
+            g.principal,
+            _uploaded_csv(),
+            _csv_job_request(),
+            trace_id=current_trace_id(),
+            idempotency_key=request.form.get("submission_key") or None,
+        )
+    except ValidationError as exc:
+        return _submit_form(request.form, _field_messages(exc.messages), 422)
+    except (InvalidInput, PayloadTooLarge, QueueFull) as exc:
+        if isinstance(exc, QueueFull):
+            metrics.ADMISSION_REJECTIONS.inc()
+        messages = _field_messages(exc.details.get("fields")) or [exc.message]
+        return _submit_form(request.form, messages, errors.STATUS[type(exc)])
+    return redirect(url_for("ui.job_page", job_id=view.job.id), 303)
+
+
+def _uploaded_csv():
+    storage = request.files.get("file")
+    upload = uploaded("file")
+    if upload is None or storage is None or not storage.filename:
+        raise InvalidInput.field("file", "choose a CSV file to upload")
+    return upload
+
+
+def _csv_job_request() -> csvjobs.CsvJobRequest:
+    form = request.form
+    fields = {
+        name: form[name].strip()
+        for name in ("column", "chunks", "priority")
+        if form.get(name, "").strip()
+    }
+    lines = [line.strip() for line in form.get("labels", "").splitlines() if line.strip()]
+    loaded = schemas.CsvJobFormSchema().load(
+        {**fields, "delimiter": DELIMITERS.get(form.get("delimiter", ""), ","), "label": lines}
+    )
+    labels = dict(item.split("=", 1) for item in loaded.pop("label"))
+    return csvjobs.CsvJobRequest(**loaded, labels=labels)
+
+
+def _submit_form(values, messages: list[str], status: int):
+    return (
+        render_template(
+            "ui/submit.html",
+            values=values,
+            messages=messages,
+            delimiters=DELIMITERS,
+            submission_key=uuid.uuid4().hex,
+            max_chunks=csvjobs.MAX_CHUNKS,
+        ),
+        status,
+    )
+
+
+def _field_messages(fields: dict | list | None) -> list[str]:
+    if not fields:
+        return []
+    if isinstance(fields, list):
+        return [str(m) for m in fields]
+    return [f"{name}: {'; '.join(map(str, msgs))}" for name, msgs in sorted(fields.items())]
+
+
+# --- operators ------------------------------------------------------------------------------
+
+
+@bp.get("/queue")
+def queue_page():
+    """Chunks by workload and state, the oldest pending age, leases against the caps."""
+    return render_template("ui/queue.html", queue=queue.queue_status(get_runtime()))
+
+
+@bp.get("/workers")
+def workers_page():
+    """Every worker with its heartbeat age, leases held, chunks done and peak memory."""
+    return render_template(
+        "ui/workers.html",
+        workers=queue.list_workers(get_runtime()),
+        limits=get_runtime().limits,
+        now=datetime.now(UTC),
+    )
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+@bp.errorhandler(ChunkwiseError)
+def service_error(exc: ChunkwiseError):
+    """A service's refusal as a page: 404 for another user's job, 403, 409, ..."""
+    if isinstance(exc, Unauthenticated):
+        page = render_template(
+            "ui/sign_in.html", next=_local_page(request.form.get("next")), message=exc.message
+        )
+        return page, 401
+    status = next((errors.STATUS[c] for c in type(exc).__mro__ if c in errors.STATUS), 500)
+    return _error_page(status, exc.message)
+
+
+@bp.errorhandler(ValidationError)
+def invalid_query(exc: ValidationError):
+    """A filter the list cannot use."""
+    return _error_page(422, "; ".join(_field_messages(exc.messages)))
+
+
+@bp.errorhandler(HTTPException)
+def http_error(exc: HTTPException):
+    """Werkzeug's refusals (a body too large, a malformed form) as a page."""
+    return _error_page(exc.code or 500, exc.description or exc.name)
+
+
+def _error_page(status: int, message: str):
+    job_id = (request.view_args or {}).get("job_id")
+    return render_template("ui/error.html", status=status, message=message, job_id=job_id), status
+
+
+@bp.app_template_filter("timestamp")
+def timestamp(value: datetime | None) -> str:
+    """A moment in UTC, to the second."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"
+
+
+@bp.app_template_filter("duration")
+def duration(seconds: float | None) -> str:
+    """A length of time a person reads at a glance."""
+    if seconds is None:
+        return "—"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
+
+
+@bp.app_template_filter("mebibytes")
+def mebibytes(size: int | None) -> str:
+    """A byte count in MiB."""
+    return f"{size / 2**20:.1f} MiB" if size is not None else "—"

@@ -1,0 +1,133 @@
+"""The dashboard's signed session cookie: its key, its flags, the token it holds, CSRF tokens."""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+from datetime import timedelta
+from pathlib import Path
+
+from flask import Flask, request, session
+from flask.sessions import SecureCookieSessionInterface
+from psycopg_pool import ConnectionPool
+
+from app.config import Settings
+from services import auth
+from services.auth import Principal
+from services.errors import Forbidden, Unauthenticated
+
+COOKIE_NAME = "chunkwise_ui"
+COOKIE_PATH = "/ui"
+# The cookie's signature carries its time; Flask refuses one older than this on every request.
+SESSION_LIFETIME = timedelta(hours=12)
+SECRET_KEY_FILE = "dashboard-secret-key"
+
+
+class DashboardSessionInterface(SecureCookieSessionInterface):
+    """Flask's signed cookie, marked Secure whenever the request came over https.
+
+    Browsers drop a Secure cookie set over plain http, so on http://localhost (make run, the
+    tests) the cookie goes without it; behind TLS, gunicorn reports https (X-Forwarded-Proto
+    from forwarded_allow_ips) and the flag is set.
+    """
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        """Secure when this request arrived over https."""
+        return request.is_secure or bool(app.config["SESSION_COOKIE_SECURE"])
+
+
+def init_app(app: Flask, settings: Settings) -> None:
+    """Give the app its session key and the dashboard's cookie flags."""
+    app.secret_key = settings.secret_key or shared_secret_key(
+        settings.archive_dir.parent / SECRET_KEY_FILE
+    )
+    app.session_interface = DashboardSessionInterface()
+    app.config.update(
+        SESSION_COOKIE_NAME=COOKIE_NAME,
+        SESSION_COOKIE_PATH=COOKIE_PATH,
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
+        # The lifetime counts from sign-in, not from the last page seen.
+        SESSION_REFRESH_EACH_REQUEST=False,
+    )
+
+
+def shared_secret_key(path: Path) -> str:
+    """The key in this file, which the first coordinator process to need it writes.
+
+    Each gunicorn process builds its own app, so a key drawn per process would make a cookie
+    signed by one worker look forged to the next. The file sits beside the archive directory
+    (the run directory locally, /var/lib/chunkwise in the image), which every coordinator
+    process of a host already shares.
+    """
+    try:
+        if not path.exists():
+            _write_new_key(path)
+        return path.read_text().strip()
+    except OSError as exc:
+        raise RuntimeError(
+            f"cannot keep the dashboard's session key in {path} ({exc.strerror}): "
+            "set CHUNKWISE_SECRET_KEY"
+        ) from exc
+
+
+def _write_new_key(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(48))
+    try:
+        # link() never replaces: when processes race, the first complete file wins.
+        os.link(draft, path)
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink()
+
+
+def sign_in(pool: ConnectionPool, token: str) -> Principal:
+    """Check a typed user token and start a fresh session holding it."""
+    principal = auth.authenticate(pool, token.strip())
+    if principal.kind == "worker":
+        raise Forbidden("worker tokens cannot sign in to the dashboard")
+    # A new session, never the one from before sign-in (session fixation).
+    session.clear()
+    session.permanent = True
+    session["token"] = token.strip()
+    session["csrf"] = secrets.token_urlsafe(32)
+    return principal
+
+
+def sign_out() -> None:
+    """Forget the session."""
+    session.clear()
+
+
+def signed_in_principal(pool: ConnectionPool) -> Principal | None:
+    """The user of this session, re-checked on every request so a revoked token ends it."""
+    token = session.get("token")
+    if not token:
+        return None
+    try:
+        principal = auth.authenticate(pool, token)
+    except Unauthenticated:
+        session.clear()
+        return None
+    return principal if principal.kind == "user" else None
+
+
+def csrf_token() -> str:
+    """This session's CSRF token, made on first use (the sign-in form needs one too)."""
+    if "csrf" not in session:
+        session["csrf"] = secrets.token_urlsafe(32)
+    return session["csrf"]
+
+
+def check_csrf(submitted: str | None) -> None:
+    """Refuse a form post that does not carry this session's CSRF token."""
+    expected = session.get("csrf")
+    if not expected or not submitted or not hmac.compare_digest(expected, submitted):
+        raise Forbidden("the form's CSRF token is missing or stale; reload the page")

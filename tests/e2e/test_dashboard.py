@@ -1,0 +1,344 @@
+"""The dashboard in a real browser (Debian's chromium, driven by Playwright) on the real stack.
+
+Each test signs in through the form, as a person would, against gunicorn and real workers.
+Screenshots go to $UI_SCREENSHOTS_DIR when it is set (reports/ui/ for the README), else to
+the test's temporary directory. Chromium missing is a failure, never a skip: CI installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, Response, expect, sync_playwright
+
+from devstack.sample_csv import generate_csv
+from devstack.stack import BIN, REPO, LocalStack
+from tests.e2e.observe import SHORT_POLL, events, totals_of, wait_for
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+JOB_URL = re.compile(r"/ui/jobs/([0-9a-f-]{36})$")
+LOAD_FAILED = "Failed to load resource: the server responded with a status of"
+HOSTILE_LABEL = "<script>alert('label')</script><img src=x onerror=alert('img')>"
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Browser:
+    """One headless chromium for the module's tests."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def shots(tmp_path) -> Path:
+    """Where this test's screenshots go."""
+    directory = Path(os.environ.get("UI_SCREENSHOTS_DIR") or tmp_path / "screenshots")
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+class Dashboard:
+    """Browser sessions on the stack's dashboard, each watched for script and CSP errors."""
+
+    def __init__(self, browser: Browser, stack: LocalStack, shots: Path):
+        self.browser = browser
+        self.stack = stack
+        self.shots = shots
+        self.console_errors: list[str] = []
+        self.dialogs: list[str] = []
+
+    def page(self) -> Page:
+        """A new browser session (its own cookies) on a blank page."""
+        context = self.browser.new_context(viewport={"width": 1280, "height": 860})
+        page = context.new_page()
+        page.on("console", self._console)
+        page.on("pageerror", lambda error: self.console_errors.append(str(error)))
+        page.on("dialog", self._dialog)
+        page.on("response", self._response)
+        return page
+
+    def _console(self, message: ConsoleMessage) -> None:
+        # A 403 or 404 page is logged as a failed load; the tests open those on purpose.
+        if message.type == "error" and not message.text.startswith(LOAD_FAILED):
+            self.console_errors.append(message.text)
+
+    def _response(self, response: Response) -> None:
+        if "/ui/static/" in response.url and response.status >= 400:
+            self.console_errors.append(f"{response.status} for {response.url}")
+
+    def _dialog(self, dialog) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    def sign_in(self, token: str, shot: str | None = None) -> Page:
+        """Sign in through the form in a new session; land on the jobs list."""
+        page = self.page()
+        page.goto(f"{self.stack.url}/ui/")
+        expect(page).to_have_url(re.compile(r"/ui/sign-in"))
+        page.fill("input[name=token]", token)
+        if shot:
+            self.shoot(page, shot)
+        page.click("button[type=submit]")
+        expect(page.locator("h1")).to_have_text(re.compile("jobs"))
+        return page
+
+    def shoot(self, page: Page, name: str) -> None:
+        """Save a full-page screenshot."""
+        page.screenshot(path=str(self.shots / f"{name}.png"), full_page=True)
+
+    def submit_csv(
+        self, page: Page, data: bytes, *, chunks: int, labels: str = "", shot: str | None = None
+    ) -> str:
+        """Fill in and send the submit form; return the new job's id from its page's URL."""
+        page.click("text=Submit a CSV")
+        page.set_input_files(
+            "input[name=file]",
+            files=[{"name": "sample.csv", "mimeType": "text/csv", "buffer": data}],
+        )
+        page.fill("input[name=column]", "value")
+        page.fill("input[name=chunks]", str(chunks))
+        page.fill("textarea[name=labels]", labels)
+        if shot:
+            self.shoot(page, shot)
+        page.click("form.submit button[type=submit]")
+        page.wait_for_url(JOB_URL)
+        return JOB_URL.search(page.url).group(1)
+
+    def assert_no_script_errors(self) -> None:
+        """No CSP refusal, no script error, no dialog a page's content opened."""
+        assert self.console_errors == []
+        assert self.dialogs == []
+
+
+@pytest.fixture
+def dashboard(chromium, stack, shots) -> Dashboard:
+    """The stack's dashboard in chromium."""
+    board = Dashboard(chromium, stack, shots)
+    yield board
+    board.assert_no_script_errors()
+
+
+def create_user(stack: LocalStack, name: str) -> str:
+    """A new user's token, from the flask create-user command."""
+    done = subprocess.run(
+        [str(BIN / "flask"), "--app", "app", "create-user", name],
+        cwd=REPO,
+        env=stack.base_env(),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return next(line for line in done.stdout.splitlines() if line.startswith("cwu_"))
+
+
+def submit_as(stack: LocalStack, token: str, *, chunks: int) -> str:
+    """Submit a CSV job over the API with this token; return its id."""
+    answer = stack.api(token).post(
+        f"{stack.url}/api/v1/jobs",
+        files={"file": ("data.csv", generate_csv(5_000, seed=chunks))},
+        data={"column": "value", "chunks": str(chunks)},
+        timeout=30,
+    )
+    assert answer.status_code == 201, answer.text
+    return answer.json()["id"]
+
+
+def test_a_user_submits_a_csv_through_the_form_and_sees_the_apis_result(stack, jobs, dashboard):
+    data = generate_csv(60_000, seed=21)
+    page = dashboard.sign_in(stack.tokens.user, shot="sign-in")
+    stack.start_worker("worker-1", *SHORT_POLL, "--capacity", "2")
+    stack.start_worker("worker-2", *SHORT_POLL, "--capacity", "2")
+
+    job_id = dashboard.submit_csv(
+        page, data, chunks=8, labels="team=finance\nrun=nightly", shot="submit"
+    )
+
+    expect(page.locator("#live progress")).to_have_js_property("value", 1, timeout=60_000)
+    expect(page.locator("#live [data-field=status]")).to_have_text("succeeded")
+    expect(page.locator("#live [data-field=percent]")).to_have_text("100%")
+    api = jobs.get(job_id)
+    shown = {
+        key: page.locator(f"#result tr[data-key={key}] td").inner_text()
+        for key in ("count", "sum", "min", "max")
+    }
+    assert shown == {key: str(value) for key, value in api["result"].items()}
+    assert api["result"] == totals_of(data)
+    expect(page.locator("#chunks tbody tr[data-state=completed]")).to_have_count(8)
+    expect(page.locator("#input-digest")).to_have_text(api["input_digest"])
+    dashboard.shoot(page, "job")
+    page.click("nav >> text=Jobs")
+    row = page.locator(f"tr[data-job-id='{job_id}']")
+    expect(row.locator("[data-field=status]")).to_have_text("succeeded")
+    expect(row.locator("[data-field=chunks]")).to_have_text("8/8")
+
+
+def test_the_jobs_list_follows_a_running_job_without_reloading(stack, jobs, dashboard):
+    page = dashboard.sign_in(stack.tokens.user)
+    job = jobs.submit(generate_csv(20_000, seed=22), 4)
+    page.reload()
+    row = page.locator(f"tr[data-job-id='{job['id']}']")
+    expect(row.locator("[data-field=status]")).to_have_text("queued")
+    expect(row.locator("[data-field=percent]")).to_have_text("0%")
+    page.evaluate("window.sameDocument = true")
+
+    stack.start_worker("worker-1", *SHORT_POLL, "--capacity", "2")
+
+    expect(row.locator("[data-field=status]")).to_have_text("succeeded", timeout=30_000)
+    expect(row.locator("progress")).to_have_js_property("value", 1)
+    expect(row.locator("[data-field=chunks]")).to_have_text("4/4")
+    assert page.evaluate("window.sameDocument") is True
+
+
+def test_cancelling_a_running_job_from_its_page(stack, jobs, dashboard):
+    job = jobs.submit(generate_csv(20_000, seed=23), 2)
+    # The worker holds its lease, computing nothing more, until the cancel reaches it.
+    stack.start_worker(
+        "holder", *SHORT_POLL, "--capacity", "1", "--fault", "pause-after-compute=30"
+    )
+    wait_for(lambda: events(stack, "holder", "fault"), 20, what="the holder to hold its lease")
+    page = dashboard.sign_in(stack.tokens.user)
+    page.goto(f"{stack.url}/ui/jobs/{job['id']}")
+    expect(page.locator("#live [data-field=status]")).to_have_text("running")
+
+    page.click("#cancel")
+
+    expect(page.locator("#live [data-field=status]")).to_have_text("cancelled")
+    expect(page.locator("#cancel")).to_have_count(0)
+    assert jobs.get(job["id"])["status"] == "cancelled"
+    stack.kill("holder")
+
+
+def test_a_killed_workers_attempt_shows_as_expired_on_the_timeline(stack, jobs, dashboard):
+    job = jobs.submit(generate_csv(20_000, seed=24), 4)
+    stack.start_worker(
+        "victim", *SHORT_POLL, "--capacity", "1", "--fault", "pause-after-compute=300"
+    )
+    wait_for(lambda: events(stack, "victim", "fault"), 20, what="the victim to hold its lease")
+    stack.kill("victim", signal.SIGKILL)
+    stack.start_worker("rescuer-1", *SHORT_POLL, "--capacity", "2")
+    stack.start_worker("rescuer-2", *SHORT_POLL, "--capacity", "2")
+    jobs.wait(job["id"], "succeeded", timeout=40)
+
+    page = dashboard.sign_in(stack.tokens.user)
+    page.goto(f"{stack.url}/ui/jobs/{job['id']}")
+
+    lost = next(
+        a for c in jobs.chunks(job["id"]) for a in c["attempts"] if a["worker_id"] == "victim"
+    )
+    assert lost["state"] == "lease_expired"
+    bar = page.locator("#timeline g.attempt[data-worker=victim]")
+    expect(bar).to_have_attribute("data-state", "expired")
+    expect(bar).to_have_attribute("data-trace-id", lost["trace_id"])
+    row = page.locator("#attempts tr[data-worker=victim]")
+    expect(row).to_have_attribute("data-state", "expired")
+    expect(row).to_contain_text(lost["trace_id"])
+    expect(page.locator("#timeline g.attempt[data-state=completed]")).to_have_count(4)
+    dashboard.shoot(page, "job-with-expired-lease")
+
+
+def test_a_user_cannot_open_another_users_job_or_the_operator_pages(stack, dashboard):
+    foreign = submit_as(stack, create_user(stack, "someone_else"), chunks=2)
+    page = dashboard.sign_in(stack.tokens.user)
+
+    shown = page.goto(f"{stack.url}/ui/jobs/{foreign}")
+    assert shown.status == 404
+    expect(page.locator(".message")).to_contain_text("does not exist")
+    dashboard.shoot(page, "not-found")
+    for path in ("/ui/queue", "/ui/workers"):
+        assert page.goto(f"{stack.url}{path}").status == 403
+        expect(page.locator(".message")).to_have_text("this page is for operators")
+    page.goto(f"{stack.url}/ui/")
+    expect(page.locator("nav >> text=Queue")).to_have_count(0)
+    expect(page.locator(f"tr[data-job-id='{foreign}']")).to_have_count(0)
+
+
+def test_an_operator_sees_the_queue_and_the_workers_holding_its_leases(stack, dashboard):
+    for chunks in (6, 4):
+        submit_as(stack, stack.tokens.user, chunks=chunks)
+    page = dashboard.sign_in(stack.tokens.operator)
+    page.click("nav >> text=Queue")
+    expect(page.locator("#chunks-by-state")).to_contain_text("pending")
+    # Two workers that lease a chunk each, then hold it without heartbeats.
+    for name in ("worker-1", "worker-2"):
+        stack.start_worker(
+            name, *SHORT_POLL, "--capacity", "2", "--fault", "pause-after-compute=30"
+        )
+    for name in ("worker-1", "worker-2"):
+        wait_for(lambda name=name: events(stack, name, "fault"), 20, what=f"{name} to pause")
+
+    page.reload()
+    expect(page.locator("#chunks-by-state")).to_contain_text("leased")
+    dashboard.shoot(page, "queue")
+    page.click("nav >> text=Workers")
+    expect(page.locator("#workers tr[data-worker]")).to_have_count(2)
+    dashboard.shoot(page, "workers")
+    for name in ("worker-1", "worker-2"):
+        stack.kill(name)
+
+
+def test_a_worker_token_cannot_sign_in(stack, dashboard):
+    page = dashboard.page()
+    page.goto(f"{stack.url}/ui/sign-in")
+    page.fill("input[name=token]", stack.tokens.worker)
+
+    page.click("button[type=submit]")
+
+    expect(page.locator(".message")).to_have_text("worker tokens cannot sign in to the dashboard")
+    page.goto(f"{stack.url}/ui/")
+    expect(page).to_have_url(re.compile(r"/ui/sign-in\?next="))
+
+
+def test_a_label_holding_a_script_is_shown_as_text(stack, jobs, dashboard):
+    page = dashboard.sign_in(stack.tokens.user)
+
+    job_id = dashboard.submit_csv(
+        page, generate_csv(500, seed=26), chunks=1, labels=f"note={HOSTILE_LABEL}"
+    )
+
+    expect(page.locator("#labels .label")).to_have_text(f"note={HOSTILE_LABEL}")
+    assert jobs.get(job_id)["labels"] == {"note": HOSTILE_LABEL}
+    page.goto(f"{stack.url}/ui/")
+    expect(page.locator(f"tr[data-job-id='{job_id}'] .label")).to_have_text(f"note={HOSTILE_LABEL}")
+    assert page.locator("img[src=x]").count() == 0
+    # The dashboard fixture then checks that no alert() ran and chromium logged no error.
+
+
+def test_a_bad_record_is_named_by_its_line_on_the_job_page(stack, jobs, dashboard):
+    data = generate_csv(20_003, seed=11, malformed_at=12_345)
+    stack.start_worker("worker-1", *SHORT_POLL, "--capacity", "2")
+    page = dashboard.sign_in(stack.tokens.user)
+
+    done = jobs.submit(generate_csv(5_000, seed=27), 2)
+    cancelled = jobs.submit(generate_csv(5_000, seed=28), 2)
+    jobs.session.post(f"{stack.url}/api/v1/jobs/{cancelled['id']}/cancel", timeout=10)
+    jobs.wait(done["id"], "succeeded", timeout=30)
+
+    job_id = dashboard.submit_csv(page, data, chunks=4, labels="team=finance")
+
+    expect(page.locator("#live [data-field=status]")).to_have_text("failed", timeout=30_000)
+    details = jobs.get(job_id)["error"]["details"]
+    expect(page.locator("#bad-record")).to_contain_text(
+        f"record {details['record']}, line {details['line']}"
+    )
+    expect(page.locator("#error")).to_contain_text("invalid_input")
+    dashboard.shoot(page, "job-failed")
+    page.click("nav >> text=Jobs")
+    dashboard.shoot(page, "jobs")

@@ -1,0 +1,479 @@
+"""The dashboard without a browser: sign-in, isolation, CSRF, escaping and security headers."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Callable
+
+import pytest
+
+from app import create_app
+from app.runtime import close
+from devstack.sample_csv import generate_csv
+from services import auth
+from tests.integration.csv_worker import settings
+from tests.integration.manifests import WORKER, manifest
+
+DATA = generate_csv(40, seed=3)
+HOSTILE = "<script>document.title='owned'</script>"
+CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+@pytest.fixture
+def app_config(app_config, request):
+    """The shared test settings, plus whatever a test asks for with @settings(...)."""
+    return {**app_config, **getattr(request, "param", {})}
+
+
+def csrf_of(page) -> str:
+    """The CSRF token a rendered page carries in its forms."""
+    return CSRF_FIELD.search(page.text).group(1)
+
+
+@pytest.fixture
+def sign_in(app, tokens) -> Callable[[str], object]:
+    """A fresh test client signed in as one of the seeded principals."""
+
+    def signed_in(name: str):
+        browser = app.test_client()
+        form = browser.get("/ui/sign-in")
+        answer = browser.post(
+            "/ui/sign-in", data={"csrf_token": csrf_of(form), "token": tokens[name]}
+        )
+        assert answer.status_code == 303, answer.text
+        return browser
+
+    return signed_in
+
+
+def submit_through_form(browser, *, column: str = "value", labels: str = "", data=DATA):
+    """POST the dashboard's submit form as a browser would."""
+    form = browser.get("/ui/submit")
+    return browser.post(
+        "/ui/submit",
+        data={
+            "csrf_token": csrf_of(form),
+            "file": (io.BytesIO(data), "data.csv"),
+            "column": column,
+            "delimiter": "comma",
+            "chunks": "2",
+            "priority": "3",
+            "labels": labels,
+        },
+        content_type="multipart/form-data",
+    )
+
+
+def job_id_of(answer) -> str:
+    """The job id a successful submission redirected to."""
+    assert answer.status_code == 303, answer.text
+    return answer.headers["Location"].rsplit("/", 1)[1]
+
+
+# --- sign-in --------------------------------------------------------------------------------
+
+
+def test_every_page_sends_a_stranger_to_sign_in(client):
+    for path in ["/ui/", "/ui/submit", "/ui/queue", "/ui/workers", "/ui/jobs.json"]:
+        answer = client.get(path)
+
+        assert answer.status_code == 302, path
+        assert answer.headers["Location"].startswith("/ui/sign-in?next="), path
+
+
+def test_signing_in_keeps_the_token_in_an_httponly_samesite_cookie_scoped_to_the_dashboard(
+    client, tokens
+):
+    form = client.get("/ui/sign-in")
+
+    answer = client.post(
+        "/ui/sign-in",
+        data={"csrf_token": csrf_of(form), "token": tokens["user"], "next": "/ui/submit"},
+    )
+
+    assert (answer.status_code, answer.headers["Location"]) == (303, "/ui/submit")
+    cookie = answer.headers["Set-Cookie"]
+    assert cookie.startswith("chunkwise_ui=")
+    assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Path=/ui" in cookie
+    # Plain http here: a Secure cookie would be dropped by the browser.
+    assert "Secure" not in cookie
+    assert client.get("/ui/").status_code == 200
+
+
+def test_the_session_cookie_is_secure_when_the_dashboard_is_served_over_https(app, tokens):
+    browser = app.test_client()
+    form = browser.get("/ui/sign-in", base_url="https://dashboard.example")
+
+    answer = browser.post(
+        "/ui/sign-in",
+        data={"csrf_token": csrf_of(form), "token": tokens["user"]},
+        base_url="https://dashboard.example",
+    )
+
+    assert answer.status_code == 303
+    assert "; Secure" in answer.headers["Set-Cookie"]
+
+
+def test_a_worker_token_is_refused_at_sign_in(client, tokens):
+    form = client.get("/ui/sign-in")
+
+    answer = client.post(
+        "/ui/sign-in", data={"csrf_token": csrf_of(form), "token": tokens["worker"]}
+    )
+
+    assert answer.status_code == 403
+    assert "worker tokens cannot sign in" in answer.text
+    assert client.get("/ui/").status_code == 302
+
+
+def test_an_unknown_token_is_refused_at_sign_in(client):
+    form = client.get("/ui/sign-in")
+
+    answer = client.post(
+        "/ui/sign-in", data={"csrf_token": csrf_of(form), "token": "cwu_" + "x" * 43}
+    )
+
+    assert answer.status_code == 401
+    assert "a valid bearer token is required" in answer.text
+    assert client.get("/ui/").status_code == 302
+
+
+def test_sign_in_never_redirects_off_the_dashboard(client, tokens):
+    form = client.get("/ui/sign-in")
+
+    answer = client.post(
+        "/ui/sign-in",
+        data={
+            "csrf_token": csrf_of(form),
+            "token": tokens["user"],
+            "next": "https://elsewhere.example/ui/",
+        },
+    )
+
+    assert answer.headers["Location"] == "/ui/"
+
+
+def test_signing_out_ends_the_session(sign_in):
+    browser = sign_in("user")
+
+    answer = browser.post("/ui/sign-out", data={"csrf_token": csrf_of(browser.get("/ui/"))})
+
+    assert (answer.status_code, answer.headers["Location"]) == (303, "/ui/sign-in")
+    assert browser.get("/ui/").status_code == 302
+
+
+def test_a_revoked_token_ends_its_session_on_the_next_page(sign_in, tokens, db):
+    browser = sign_in("user")
+    db.execute(
+        "UPDATE api_tokens SET revoked_at = now() WHERE token_sha256 = %s",
+        (auth.token_digest(tokens["user"]),),
+    )
+
+    assert browser.get("/ui/").status_code == 302
+
+
+def test_a_session_signed_by_one_process_is_valid_in_another_on_the_same_run_directory(
+    app_config, sign_in
+):
+    browser = sign_in("user")
+    # Each gunicorn worker builds its own app: the second app reads the key the first wrote.
+    second = create_app(app_config)
+    try:
+        cookie = browser.get_cookie("chunkwise_ui", path="/ui")
+        other = second.test_client()
+        other.set_cookie("chunkwise_ui", cookie.value, path="/ui")
+
+        assert other.get("/ui/").status_code == 200
+    finally:
+        close(second.extensions["chunkwise.runtime"])
+
+
+# --- isolation ------------------------------------------------------------------------------
+
+
+def test_another_users_job_page_is_404_like_a_missing_one(sign_in, submit):
+    job = submit(manifest(1), as_="other")
+    browser = sign_in("user")
+    csrf = csrf_of(browser.get("/ui/"))
+
+    for answer in [
+        browser.get(f"/ui/jobs/{job['id']}"),
+        browser.get(f"/ui/jobs/{job['id']}/watch"),
+        browser.post(f"/ui/jobs/{job['id']}/cancel", data={"csrf_token": csrf}),
+        browser.get("/ui/jobs/6f1c1a1e-0000-4000-8000-000000000000"),
+    ]:
+        assert answer.status_code == 404
+        assert "does not exist" in answer.text
+    assert job["id"] not in browser.get("/ui/").text
+
+
+def test_the_operator_pages_are_403_for_users_and_open_to_operators(sign_in):
+    user, operator = sign_in("user"), sign_in("operator")
+
+    for path in ["/ui/queue", "/ui/workers"]:
+        assert user.get(path).status_code == 403
+        assert "this page is for operators" in user.get(path).text
+        assert operator.get(path).status_code == 200
+
+
+def test_an_operator_sees_everyones_jobs_as_the_api_does(sign_in, submit):
+    job = submit(manifest(1), as_="other")
+
+    assert job["id"] in sign_in("operator").get("/ui/").text
+
+
+# --- CSRF -----------------------------------------------------------------------------------
+
+
+def test_a_form_post_without_the_sessions_csrf_token_is_refused(sign_in, submit, job_row):
+    job = submit(manifest(1))
+    browser = sign_in("user")
+
+    for form in [{}, {"csrf_token": "forged"}]:
+        answer = browser.post(f"/ui/jobs/{job['id']}/cancel", data=form)
+
+        assert answer.status_code == 403
+        assert "CSRF" in answer.text
+    assert job_row(job["id"])["status"] == "queued"
+
+
+def test_a_sign_in_without_the_csrf_token_is_refused(client, tokens):
+    answer = client.post("/ui/sign-in", data={"token": tokens["user"]})
+
+    assert answer.status_code == 403
+    assert client.get("/ui/").status_code == 302
+
+
+def test_cancel_with_the_csrf_token_cancels_the_job_and_shows_it_again(sign_in, submit, job_row):
+    job = submit(manifest(2))
+    browser = sign_in("user")
+    page = browser.get(f"/ui/jobs/{job['id']}")
+    assert 'id="cancel"' in page.text
+
+    answer = browser.post(f"/ui/jobs/{job['id']}/cancel", data={"csrf_token": csrf_of(page)})
+
+    assert (answer.status_code, answer.headers["Location"]) == (303, f"/ui/jobs/{job['id']}")
+    assert job_row(job["id"])["status"] == "cancelled"
+    assert 'id="cancel"' not in browser.get(f"/ui/jobs/{job['id']}").text
+
+
+def test_retry_with_the_csrf_token_requeues_a_failed_job(
+    sign_in, submit, claim, task_call, job_row
+):
+    job = submit(manifest(1))
+    claimed = claim()[0]
+    failure = {"worker_id": WORKER, "attempt": claimed["attempt"], "error_code": "boom"}
+    assert (
+        task_call(claimed["task_id"], "failure", {**failure, "retryable": False}).status_code == 200
+    )
+    browser = sign_in("user")
+    page = browser.get(f"/ui/jobs/{job['id']}")
+    assert 'id="retry"' in page.text and 'id="cancel"' not in page.text
+
+    answer = browser.post(f"/ui/jobs/{job['id']}/retry", data={"csrf_token": csrf_of(page)})
+
+    assert (answer.status_code, answer.headers["Location"]) == (303, f"/ui/jobs/{job['id']}")
+    assert job_row(job["id"])["status"] == "running"
+
+
+def test_a_succeeded_manifest_job_points_to_its_result_manifests(sign_in, submit, claim, complete):
+    job = submit(manifest(1))
+    complete(claim()[0])
+
+    page = sign_in("user").get(f"/ui/jobs/{job['id']}").text
+
+    assert 'id="manifest-results"' in page and f"/api/v1/jobs/{job['id']}/results" in page
+    assert 'id="cancel"' not in page and 'id="retry"' not in page
+
+
+def test_cancelling_a_finished_job_shows_the_services_refusal(sign_in, submit, claim, complete):
+    job = submit(manifest(1))
+    complete(claim()[0])
+    browser = sign_in("user")
+    csrf = csrf_of(browser.get("/ui/"))
+
+    answer = browser.post(f"/ui/jobs/{job['id']}/cancel", data={"csrf_token": csrf})
+
+    assert answer.status_code == 409
+    assert "a succeeded job cannot be cancelled" in answer.text
+
+
+# --- submitting -----------------------------------------------------------------------------
+
+
+def test_a_job_submitted_through_the_form_is_the_job_the_api_shows(sign_in, client, headers):
+    browser = sign_in("user")
+
+    job_id = job_id_of(submit_through_form(browser, labels="team=finance\nrun=nightly"))
+
+    job = client.get(f"/api/v1/jobs/{job_id}", headers=headers["user"]).get_json()
+    assert (job["status"], job["chunks_total"], job["priority"]) == ("queued", 2, 3)
+    assert job["labels"] == {"team": "finance", "run": "nightly"}
+    assert job["parameters"]["column"] == "value"
+    page = browser.get(f"/ui/jobs/{job_id}")
+    assert job["input_digest"] in page.text and f'id="revision">{job["revision"]}<' in page.text
+
+
+def test_a_resubmitted_form_returns_the_job_it_made(sign_in, db):
+    browser = sign_in("user")
+    form = browser.get("/ui/submit")
+    key = re.search(r'name="submission_key" value="([^"]+)"', form.text).group(1)
+
+    def post():
+        return browser.post(
+            "/ui/submit",
+            data={
+                "csrf_token": csrf_of(form),
+                "submission_key": key,
+                "file": (io.BytesIO(DATA), "data.csv"),
+                "column": "value",
+                "chunks": "2",
+            },
+            content_type="multipart/form-data",
+        )
+
+    assert job_id_of(post()) == job_id_of(post())
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 1
+
+
+def test_a_form_the_service_refuses_is_shown_again_with_the_reason(sign_in, db):
+    browser = sign_in("user")
+
+    answer = submit_through_form(browser, column="no_such_column")
+
+    assert answer.status_code == 422
+    assert "no_such_column" in answer.text and 'value="no_such_column"' in answer.text
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
+@settings(CHUNKWISE_MAX_QUEUED_CHUNKS="3")
+def test_a_job_the_full_queue_refuses_is_shown_on_the_form_as_429(sign_in, db):
+    browser = sign_in("user")
+    job_id_of(submit_through_form(browser))
+
+    answer = submit_through_form(browser)
+
+    assert answer.status_code == 429
+    assert "exceed the limit of 3" in answer.text
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 1
+
+
+def test_a_form_without_a_file_is_refused(sign_in):
+    browser = sign_in("user")
+    form = browser.get("/ui/submit")
+
+    answer = browser.post(
+        "/ui/submit",
+        data={"csrf_token": csrf_of(form), "column": "value"},
+        content_type="multipart/form-data",
+    )
+
+    assert answer.status_code == 422
+    assert "choose a CSV file" in answer.text
+
+
+# --- escaping and headers -------------------------------------------------------------------
+
+
+def test_user_controlled_text_is_shown_escaped(sign_in):
+    browser = sign_in("user")
+    job_id = job_id_of(submit_through_form(browser, labels=f"note={HOSTILE}"))
+    refused = submit_through_form(browser, column=HOSTILE)
+
+    for page in [browser.get("/ui/"), browser.get(f"/ui/jobs/{job_id}"), refused]:
+        assert HOSTILE not in page.text
+        assert "&lt;script&gt;document.title=" in page.text
+
+
+def test_an_attempts_worker_id_and_trace_id_are_on_the_job_page(sign_in, submit, claim, complete):
+    job = submit(manifest(2))
+    claimed = claim()[0]
+    complete(claimed)
+    claim(worker_id="<b>worker</b>")
+
+    page = sign_in("user").get(f"/ui/jobs/{job['id']}").text
+
+    assert claimed["trace_id"] in page
+    assert f'data-worker="{WORKER}" data-chunk="0" data-state="completed"' in page
+    assert 'data-worker="&lt;b&gt;worker&lt;/b&gt;" data-chunk="1" data-state="running"' in page
+    assert "<b>worker</b>" not in page
+
+
+def test_every_dashboard_response_has_a_strict_csp_and_refuses_framing(sign_in, client):
+    browser = sign_in("user")
+
+    for answer in [
+        client.get("/ui/sign-in"),
+        browser.get("/ui/"),
+        browser.get("/ui/submit"),
+        browser.get("/ui/queue"),
+        browser.get("/ui/jobs/6f1c1a1e-0000-4000-8000-000000000000"),
+        browser.get("/ui/static/ui.js"),
+    ]:
+        policy = answer.headers["Content-Security-Policy"]
+        assert "default-src 'none'" in policy and "frame-ancestors 'none'" in policy
+        assert "script-src 'self'" in policy and "style-src 'self'" in policy
+        assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+        assert answer.headers["X-Frame-Options"] == "DENY"
+        assert answer.headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_pages_hold_no_inline_script_or_style_for_the_csp_to_block(sign_in, submit, claim):
+    job = submit(manifest(1))
+    claim()
+    browser = sign_in("operator")
+
+    for path in ["/ui/", "/ui/submit", "/ui/queue", "/ui/workers", f"/ui/jobs/{job['id']}"]:
+        html = browser.get(path).text
+
+        assert re.findall(r"<script(?![^>]*\bsrc=)", html) == [], path
+        assert " style=" not in html and "<style" not in html, path
+        assert re.findall(r"\son[a-z]+=", html) == [], path
+
+
+def test_the_api_sends_no_dashboard_cookie_and_ignores_one(client, headers, sign_in):
+    answer = client.get("/api/v1/jobs", headers=headers["user"])
+    assert "Set-Cookie" not in answer.headers
+
+    browser = sign_in("user")
+    assert browser.get("/api/v1/jobs").status_code == 401
+
+
+# --- live updates ---------------------------------------------------------------------------
+
+
+def test_the_job_watch_answers_at_once_with_a_version_the_page_does_not_know(sign_in, submit):
+    job = submit(manifest(1))
+
+    answer = sign_in("user").get(f"/ui/jobs/{job['id']}/watch?version=stale")
+
+    assert answer.status_code == 200
+    body = answer.get_json()
+    assert body["job"]["id"] == job["id"] and body["version"] != "stale"
+
+
+def test_the_polled_list_is_the_apis_list(sign_in, submit, client, headers):
+    submit(manifest(1))
+    submit(manifest(2, labels={"team": "a"}))
+
+    polled = sign_in("user").get("/ui/jobs.json?label=team=a").get_json()
+    api = client.get("/api/v1/jobs?label=team=a", headers=headers["user"]).get_json()
+
+    assert [j["id"] for j in polled["jobs"]] == [j["id"] for j in api["jobs"]]
+    assert len(polled["jobs"]) == 1
+
+
+def test_the_list_page_filters_by_status_and_label(sign_in, submit, client, headers):
+    kept = submit(manifest(1, labels={"team": "a"}))
+    cancelled = submit(manifest(1, labels={"team": "b"}))
+    client.post(f"/api/v1/jobs/{cancelled['id']}/cancel", headers=headers["user"])
+    browser = sign_in("user")
+
+    by_status = browser.get("/ui/?status=cancelled&label=").text
+    by_label = browser.get("/ui/?status=&label=team%3Da").text
+    unusable = browser.get("/ui/?label=no-equals-sign")
+
+    assert cancelled["id"] in by_status and kept["id"] not in by_status
+    assert kept["id"] in by_label and cancelled["id"] not in by_label
+    assert unusable.status_code == 422 and "must be key=value" in unusable.text
