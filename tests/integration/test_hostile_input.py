@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import re
 
 import pytest
 from marshmallow import ValidationError
@@ -470,3 +471,48 @@ def test_a_value_the_database_refuses_past_the_schemas_is_422_not_500(sql, value
     assert body["trace_id"] == response.headers["X-Trace-Id"]
     with rt.pool.connection() as conn:  # the connection went back to the pool usable
         assert conn.execute("SELECT 1 AS one").fetchone() == {"one": 1}
+
+
+# --- the dashboard's forms and filters --------------------------------------------------------
+
+CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+@pytest.fixture
+def browser(app, tokens):
+    """A test client signed in to the dashboard as the user."""
+    browser = app.test_client()
+    form = browser.get("/ui/sign-in")
+    csrf = CSRF_FIELD.search(form.text).group(1)
+    answer = browser.post("/ui/sign-in", data={"csrf_token": csrf, "token": tokens["user"]})
+    assert answer.status_code == 303
+    return browser
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("column", NUL), ("labels", f"team={NUL}"), ("submission_key", NUL), ("chunks", "2" * 12)],
+)
+def test_a_bad_field_of_the_dashboards_submit_form_is_422_on_the_form(field, value, browser, db):
+    form = browser.get("/ui/submit")
+    data = {
+        "csrf_token": CSRF_FIELD.search(form.text).group(1),
+        "file": (io.BytesIO(b"a,b\n1,2\n"), "data.csv"),
+        "column": "a",
+        "delimiter": "comma",
+        field: value,
+    }
+
+    answer = browser.post("/ui/submit", data=data, content_type="multipart/form-data")
+
+    assert answer.status_code == 422
+    assert "text/html" in answer.content_type
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
+@pytest.mark.parametrize("name", ["label", "status"])
+def test_a_dashboard_filter_with_a_nul_is_422(name, browser):
+    answer = browser.get("/ui/", query_string={name: f"team={NUL}"})
+
+    assert answer.status_code == 422
+    assert "NUL" in answer.text
