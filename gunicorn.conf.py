@@ -27,9 +27,11 @@ class OrphanAwareThreadWorker(ThreadWorker):
         if super().is_parent_alive():
             return True
         for listener in self.sockets:
+            queued = select.poll()
+            queued.register(listener, select.POLLIN)
             # At most a backlog's worth: what is queued now, not what keeps arriving.
             for _ in range(self.cfg.backlog):
-                if not select.select([listener], [], [], 0)[0]:
+                if not queued.poll(0):
                     break
                 self.accept(listener)
         self.set_accept_enabled(False)
