@@ -67,7 +67,6 @@ def outcome_of(outcome: CompletionOutcome) -> dict:
             "task_id": outcome.task_id,
             "outcome": label,
             "status": 200,
-            "task": outcome.task,
             "error": None,
         }
     exc = outcome.error
@@ -78,7 +77,6 @@ def outcome_of(outcome: CompletionOutcome) -> dict:
         "task_id": outcome.task_id,
         "outcome": "rejected",
         "status": _status_of(exc),
-        "task": None,
         "error": error,
     }
 

@@ -272,7 +272,6 @@ class ResultOutcomeSchema(Schema):
     task_id = fields.UUID()
     outcome = fields.Str(metadata={"enum": ["accepted", "replayed", "rejected"]})
     status = fields.Int(metadata={"description": "the HTTP status of the single endpoint"})
-    task = fields.Nested(lambda: TaskSchema(), allow_none=True)
     error = fields.Nested(ErrorBodySchema, allow_none=True)
 
 

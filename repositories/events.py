@@ -46,15 +46,21 @@ def publish(
 
 
 def publish_many(conn: Connection, events: Sequence[dict]) -> None:
-    """Write events (each a dict of publish()'s arguments) in the caller's transaction."""
-    with conn.cursor() as cur:
-        cur.executemany(
-            """
-            INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
-            VALUES (%(job_id)s, %(owner_id)s, %(event)s, %(payload)s, %(trace_id)s)
-            """,
-            [{**e, "payload": Jsonb(e["payload"])} for e in events],
-        )
+    """Write events (each a dict of publish()'s arguments) in one statement."""
+    conn.execute(
+        """
+        INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
+        SELECT * FROM unnest(%(jobs)s::uuid[], %(owners)s::bigint[], %(events)s::text[],
+                             %(payloads)s::jsonb[], %(traces)s::text[])
+        """,
+        {
+            "jobs": [e["job_id"] for e in events],
+            "owners": [e["owner_id"] for e in events],
+            "events": [e["event"] for e in events],
+            "payloads": [Jsonb(e["payload"]) for e in events],
+            "traces": [e["trace_id"] for e in events],
+        },
+    )
 
 
 def list_events(conn: Connection, *, owner_id: int | None, after: int, limit: int) -> list[Event]:

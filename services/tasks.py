@@ -242,7 +242,10 @@ def _record_completions(
         ],
     )
     for t in done:
-        with logcontext.scope(**_attempt_fields(t, worker_id, closed.get(t.id))):
+        attempt = closed.get(t.id)
+        # Under the attempt's own trace id, whichever attempt's trace named the batch call.
+        trace = {"trace_id": attempt.trace_id} if attempt else {}
+        with logcontext.scope(**_attempt_fields(t, worker_id, attempt), **trace):
             logger.info("task completed", extra={"event": "task_completed"})
     if len(done) == 1:
         # One result per request: the rest of the request (its merge) logs as this attempt.

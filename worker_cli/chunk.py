@@ -21,6 +21,7 @@ from worker_cli.handlers import (
     TaskContext,
     UnknownWorkload,
 )
+from worker_cli.results import ResultBatcher
 from worker_cli.schedule import Backoff, HeartbeatSchedule
 from worker_cli.worker_config import WorkerConfig
 
@@ -160,6 +161,7 @@ class ChunkRunner:
         self._sleep = sleep
         self._rng = rng
         self._wall_clock = wall_clock
+        self.results = ResultBatcher(client, config.worker_id)
 
     def _fence(self, task: ClaimedTask) -> dict:
         # Every call about a chunk names its attempt, so the coordinator can refuse a stale one.
@@ -225,7 +227,9 @@ class ChunkRunner:
         self._deliver(
             chunk,
             "result",
-            lambda: self.client.submit_result(task.task_id, result=result, **self._fence(task)),
+            lambda: self.results.submit(
+                task.task_id, attempt=task.attempt, result=result, trace_id=task.trace_id
+            ),
             on_rejected=lambda exc: self._result_rejected(chunk, exc),
         )
 

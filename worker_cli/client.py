@@ -274,6 +274,18 @@ class CoordinatorClient:
             "POST", f"/api/v1/tasks/{task_id}/heartbeat", json=payload, trace_id=trace_id
         )
 
+    def submit_results(
+        self, *, worker_id: str, results: list[dict], trace_id: str | None = None
+    ) -> list[dict]:
+        """Commit many results in one call; return the coordinator's outcome for each, in order."""
+        body = self._task_request(
+            "POST",
+            "/api/v1/tasks/results",
+            json={"worker_id": worker_id, "results": results},
+            trace_id=trace_id,
+        )
+        return body["results"]
+
     def submit_result(
         self,
         task_id: str,

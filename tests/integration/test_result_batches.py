@@ -33,7 +33,6 @@ def test_a_batch_completes_every_task_and_the_last_one_finishes_the_job(
     outcomes = response.get_json()["results"]
     assert [o["task_id"] for o in outcomes] == [t["task_id"] for t in leased]
     assert {(o["outcome"], o["status"], o["error"]) for o in outcomes} == {("accepted", 200, None)}
-    assert all(o["task"]["status"] == "completed" for o in outcomes)
     assert job_row(job["id"])["status"] == "succeeded"
     assert {task_row(t["task_id"])["status"] for t in leased} == {"completed"}
 

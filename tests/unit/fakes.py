@@ -71,6 +71,20 @@ class FakeClient:
         self.heartbeats.append({"task_id": task_id, "at": self.clock.now, **kwargs})
         return _reply(self.heartbeat_replies, {"lease_expires_at": "2030-01-01T00:00:00Z"})
 
+    def submit_results(self, *, worker_id, results, trace_id=None):
+        """Each result of the call as its own submit_result; an exception fails the call."""
+        answers = []
+        for item in results:
+            body = dict(item)
+            task_id, attempt = body.pop("task_id"), body.pop("attempt")
+            self.submit_result(
+                task_id, worker_id=worker_id, attempt=attempt, result=body, trace_id=trace_id
+            )
+            answers.append(
+                {"task_id": task_id, "outcome": "accepted", "status": 200, "error": None}
+            )
+        return answers
+
     def submit_result(self, task_id, **kwargs):
         self.results.append({"task_id": task_id, "at": self.clock.now, **kwargs})
         return _reply(self.result_replies, {"status": "completed"})

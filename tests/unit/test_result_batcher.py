@@ -1,0 +1,109 @@
+"""Results of chunks that finish together share one call; each still gets its own answer."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected
+from worker_cli.results import ResultBatcher
+
+WAIT = 5.0
+
+
+class GatedClient:
+    """Records each batch; the first call waits at a gate so others can pile up behind it."""
+
+    def __init__(self, answer=None):
+        self.calls: list[dict] = []
+        self.gate = threading.Event()
+        self.first_call = threading.Event()
+        self.answer = answer or (
+            lambda item: {"task_id": item["task_id"], "outcome": "accepted", "status": 200}
+        )
+
+    def submit_results(self, *, worker_id, results, trace_id=None):
+        self.calls.append({"worker_id": worker_id, "results": results, "trace_id": trace_id})
+        if len(self.calls) == 1:
+            self.first_call.set()
+            assert self.gate.wait(WAIT)
+        answers = [self.answer(item) for item in results]
+        if any(isinstance(a, Exception) for a in answers):
+            raise next(a for a in answers if isinstance(a, Exception))
+        return answers
+
+
+def submit_in_thread(batcher, task_id, outcomes):
+    def run():
+        try:
+            outcomes[task_id] = batcher.submit(
+                task_id, attempt=1, result={"summary": {}}, trace_id=f"trace-{task_id}"
+            )
+        except Exception as exc:
+            outcomes[task_id] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_one_result_alone_is_one_call_traced_as_its_attempt():
+    client = GatedClient()
+    client.gate.set()
+    outcome = ResultBatcher(client, "w1").submit("t1", attempt=3, result={"m": 1}, trace_id="abc")
+    assert outcome == {"task_id": "t1", "outcome": "accepted", "status": 200}
+    assert client.calls == [
+        {"worker_id": "w1", "results": [{"task_id": "t1", "attempt": 3, "m": 1}], "trace_id": "abc"}
+    ]
+
+
+def test_results_that_finish_while_a_call_is_in_flight_share_the_next_call():
+    client = GatedClient()
+    batcher = ResultBatcher(client, "w1")
+    outcomes: dict = {}
+    first = submit_in_thread(batcher, "t1", outcomes)
+    assert client.first_call.wait(WAIT)
+    others = [submit_in_thread(batcher, f"t{n}", outcomes) for n in range(2, 6)]
+    while len(batcher._pending) < 4:  # the four wait behind the call
+        threading.Event().wait(0.001)
+    client.gate.set()
+    for thread in [first, *others]:
+        thread.join(WAIT)
+    assert [len(call["results"]) for call in client.calls] == [1, 4]
+    assert {task_id: outcome["task_id"] for task_id, outcome in outcomes.items()} == {
+        f"t{n}": f"t{n}" for n in range(1, 6)
+    }
+
+
+def test_a_refused_result_raises_for_its_chunk_only():
+    def answer(item):
+        if item["task_id"] == "stale":
+            error = {"code": "stale_attempt", "message": "old", "details": {}}
+            return {"outcome": "rejected", "status": 409, "error": error}
+        if item["task_id"] == "bad":
+            error = {"code": "invalid_input", "message": "no", "details": {}}
+            return {"outcome": "rejected", "status": 422, "error": error}
+        return {"task_id": item["task_id"], "outcome": "accepted", "status": 200}
+
+    client = GatedClient(answer)
+    batcher = ResultBatcher(client, "w1")
+    outcomes: dict = {}
+    first = submit_in_thread(batcher, "first", outcomes)
+    assert client.first_call.wait(WAIT)
+    rest = [submit_in_thread(batcher, name, outcomes) for name in ("ok", "stale", "bad")]
+    while len(batcher._pending) < 3:
+        threading.Event().wait(0.001)
+    client.gate.set()
+    for thread in [first, *rest]:
+        thread.join(WAIT)
+    assert outcomes["ok"]["task_id"] == "ok"
+    assert isinstance(outcomes["stale"], LeaseLost) and outcomes["stale"].code == "stale_attempt"
+    assert isinstance(outcomes["bad"], RequestRejected) and outcomes["bad"].status == 422
+
+
+def test_a_call_that_fails_raises_for_every_result_it_carried():
+    client = GatedClient(lambda item: CoordinatorUnavailable("down", status=503))
+    client.gate.set()
+    with pytest.raises(CoordinatorUnavailable):
+        ResultBatcher(client, "w1").submit("t1", attempt=1, result={}, trace_id=None)

@@ -1,0 +1,89 @@
+"""Results of chunks that finish together go to the coordinator in one call (group commit)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from worker_cli.client import CoordinatorClient, LeaseLost, RequestRejected
+
+
+@dataclass
+class _Pending:
+    """One chunk's result, waiting for the call that carries it."""
+
+    body: dict
+    trace_id: str | None
+    finished: bool = False
+    outcome: dict | None = None
+    error: Exception | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class ResultBatcher:
+    """Sends every result waiting at the moment in one POST /api/v1/tasks/results.
+
+    A chunk thread that finds no call in flight sends what is waiting, its own result
+    included; results that arrive meanwhile go in the next call, sent by one of their own
+    threads. One result alone costs one call, as before; many finishing together cost one.
+    """
+
+    def __init__(self, client: CoordinatorClient, worker_id: str):
+        self._client = client
+        self._worker_id = worker_id
+        self._cond = threading.Condition()
+        self._pending: list[_Pending] = []
+        self._sending = False
+
+    def submit(self, task_id: str, *, attempt: int, result: dict, trace_id: str | None) -> dict:
+        """Commit one result; return its outcome, or raise what the single endpoint would."""
+        item = _Pending({"task_id": task_id, "attempt": attempt, **result}, trace_id)
+        with self._cond:
+            self._pending.append(item)
+            while self._sending and not item.finished:
+                self._cond.wait()
+            if not item.finished:
+                self._sending = True
+                batch, self._pending = self._pending, []
+        if not item.finished:
+            try:
+                self._send(batch)
+            finally:
+                with self._cond:
+                    self._sending = False
+                    self._cond.notify_all()
+        if item.error is not None:
+            raise item.error
+        return item.outcome
+
+    def _send(self, batch: list[_Pending]) -> None:
+        # The first result's attempt names the call, so one result alone is traced as before.
+        try:
+            outcomes = self._client.submit_results(
+                worker_id=self._worker_id,
+                results=[p.body for p in batch],
+                trace_id=batch[0].trace_id,
+            )
+        except Exception as exc:  # the whole call failed: each chunk decides what to do
+            outcomes = [exc] * len(batch)
+        with self._cond:
+            for item, outcome in zip(batch, outcomes, strict=True):
+                if isinstance(outcome, Exception):
+                    item.error = outcome
+                elif outcome["outcome"] == "rejected":
+                    item.error = _rejection(outcome)
+                else:
+                    item.outcome = outcome
+                item.finished = True
+
+
+def _rejection(outcome: dict) -> Exception:
+    """The exception the single result endpoint's answer would have raised."""
+    error = outcome["error"] or {}
+    kind = LeaseLost if outcome["status"] == 409 else RequestRejected
+    return kind(
+        error.get("message", "result refused"),
+        status=outcome["status"],
+        code=error.get("code"),
+        details=error.get("details"),
+    )
