@@ -115,9 +115,6 @@ class Workloads:
         for name in names:
             self._rules.setdefault(name, Workload(name, default_caps))
 
-    def __iter__(self):
-        return iter(self._rules.values())
-
     def get(self, name: str) -> Workload | None:
         """The rules of a served workload, or None."""
         return self._rules.get(name)

@@ -119,7 +119,7 @@ def test_late_result_of_a_paused_worker_is_rejected_and_the_other_workers_summar
     data = generate_csv(20_003, seed=3)
     job = jobs.submit(data, 4)
     rejected_before = scrape(stack).value(
-        "chunkwise_fenced_writes_rejected_total", endpoint="tasks.result"
+        "chunkwise_fenced_writes_rejected_total", endpoint="tasks.results"
     )
     # Silent for twice the lease: by the time it submits, its chunk belongs to someone else.
     sleeper = stack.start_worker(
@@ -151,7 +151,7 @@ def test_late_result_of_a_paused_worker_is_rejected_and_the_other_workers_summar
     ).fetchone()
     assert summary["attempt"] == first["attempts"][1]["attempt"]
     assert (
-        scrape(stack).value("chunkwise_fenced_writes_rejected_total", endpoint="tasks.result")
+        scrape(stack).value("chunkwise_fenced_writes_rejected_total", endpoint="tasks.results")
         == rejected_before + 1
     )
 
