@@ -58,10 +58,7 @@ def _submit_csv(key: str | None) -> jobs.JobView:
 
 
 def _idempotency_key() -> str | None:
-    key = request.headers.get("Idempotency-Key")
-    if key is not None and not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX:
-        raise InvalidInput.field("Idempotency-Key", f"must be 1 to {IDEMPOTENCY_KEY_MAX} chars")
-    return key
+    return schemas.check_header("Idempotency-Key", max_length=IDEMPOTENCY_KEY_MAX)
 
 
 def _dump_job(view: jobs.JobView) -> dict:
