@@ -240,6 +240,10 @@ class CsvStats(Workload):
             p["byte_end"] - p["byte_start"],
         )
 
+    def accepted_summaries(self, conn: Connection, job_id: UUID) -> dict[UUID, dict]:
+        """Each completed chunk's accepted summary, by task id."""
+        return {s.task_id: s.summary for s in summary_rows.summaries(conn, job_id)}
+
     def partial_result(self, conn: Connection, job: Job) -> dict | None:
         """The totals of the chunks accepted before the job failed."""
         accepted = summary_rows.summaries(conn, job.id)
