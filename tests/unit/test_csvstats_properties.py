@@ -10,7 +10,6 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import services.csvstats.planning as planning
 import services.csvstats.summarising as summarising
 from services.csvstats import (
     INT64_MAX,
@@ -150,8 +149,6 @@ def summarise_chunk(case: CsvCase, result, plan, sizes: list[int], **options):
 block_sizes = st.lists(st.integers(0, 40), min_size=1, max_size=6).filter(any)
 # Tiny batches make every block boundary a place where a batch is cut after a whole record.
 batch_bytes = st.sampled_from([summarising._BATCH_BYTES, 1, 3, 16])
-# Likewise for the blocks, cut at quotes, in which split checks and masks quoted fields.
-scan_steps = st.sampled_from([planning._QUOTE_SCAN_STEP, 1, 2, 7])
 
 
 @PROPERTY_SETTINGS
@@ -161,15 +158,13 @@ scan_steps = st.sampled_from([planning._QUOTE_SCAN_STEP, 1, 2, 7])
     sizes=block_sizes,
     stop_at_first_error=st.booleans(),
     batch=batch_bytes,
-    scan_step=scan_steps,
 )
 def test_chunked_path_decides_like_the_sequential_loop(
-    case, chunks, sizes, stop_at_first_error, batch, scan_step
+    case, chunks, sizes, stop_at_first_error, batch
 ):
     expected = outcome(lambda: sequential_totals(case.data, "value", case.delimiter))
     try:
-        with mock.patch.object(planning, "_QUOTE_SCAN_STEP", scan_step):
-            result = split(case.data, "value", case.delimiter, chunks)
+        result = split(case.data, "value", case.delimiter, chunks)
     except CsvFormatError as exc:
         assert expected == ("format", exc.field)
         return
@@ -193,10 +188,9 @@ def test_chunked_path_decides_like_the_sequential_loop(
 
 
 @PROPERTY_SETTINGS
-@given(case=csv_cases(malformed=False), chunks=st.integers(1, 64), scan_step=scan_steps)
-def test_each_chunk_starts_on_the_physical_line_csv_reader_counts(case, chunks, scan_step):
-    with mock.patch.object(planning, "_QUOTE_SCAN_STEP", scan_step):
-        result = split(case.data, "value", case.delimiter, chunks)
+@given(case=csv_cases(malformed=False), chunks=st.integers(1, 64))
+def test_each_chunk_starts_on_the_physical_line_csv_reader_counts(case, chunks):
+    result = split(case.data, "value", case.delimiter, chunks)
     for plan in result.plans:
         before = case.data[: plan.byte_start].decode("utf-8-sig")
         # newline="" splits lines at LF, CRLF and a lone CR, as csv.reader's line_num does.
