@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import codecs
-import functools
 import hashlib
-import re
 from bisect import bisect_right
 from dataclasses import dataclass, replace
 from itertools import accumulate, repeat
@@ -17,8 +15,10 @@ from services.csvstats.syntax import (
     first_misplaced_quote,
     line_breaks,
     offset_after_lines,
+    quoted_field_walk,
     record_fields,
     terminator_view,
+    walk_to_special_fields,
 )
 
 MAX_CHUNKS = 64
@@ -174,43 +174,14 @@ def split(data: bytes, column: str, delimiter: str = ",", chunks: int = 1) -> Sp
     )
 
 
-@functools.lru_cache(maxsize=16)
-def _walk_to_multiline_field(delimiter: str) -> re.Pattern:
-    """A pattern that matches from a record boundary up to and including the next quoted field
-    that may hold a line break (group 1 is its content), or else as far as quotes are well
-    placed: each opens a field (after a separator or at the start), closes it (before a
-    separator or at the end) or is doubled inside it. A field left open at the end matches
-    too: the chunk that holds it reports it, as a sequential reader would."""
-    d = delimiter.encode()
-    if len(d) == 1:  # one lookaround on a class is much faster than an alternation of them
-        opens = rb"(?<![^" + re.escape(d) + rb'\r\n])"'
-        closes = rb'"(?![^' + re.escape(d) + rb"\r\n])"
-    else:
-        opens = rb"(?:(?<=" + re.escape(d) + rb')|(?<![^\r\n]))"'
-        closes = rb'"(?=' + re.escape(d) + rb"|[\r\n]|\Z)"
-    one_line = opens + rb'[^"\r\n]*+(?:""[^"\r\n]*+)*+' + closes
-    any_lines = opens + rb'([^"]*+(?:""[^"]*+)*+)(?:' + closes + rb"|\Z)"
-    # Possessive throughout, so the engine never backtracks; and one repeated group with no
-    # alternation inside, which keeps the engine on its fast path (about 3x faster here).
-    return re.compile(rb'[^"]*+(?:' + one_line + rb'[^"]*+)*+(?:' + any_lines + rb")?")
-
-
 def _multiline_fields(data: bytes, start: int, delimiter: str) -> list[int] | None:
     """Return [start, end, start, end, ...] of the contents of the quoted fields from start on
     that may hold a line break (every one that does, and one left open at the end); None if
     a quote is misplaced."""
-    walk = _walk_to_multiline_field(delimiter).match
+    walk = quoted_field_walk(delimiter.encode(), b"\r\n")
     view = memoryview(data)[start:]  # a BOM is not a separator, but start acts as the file's
-    end, spans, pos = len(view), [], 0
-    while True:
-        step = walk(view, pos)
-        content_start, content_end = step.span(1)
-        if content_start < 0:
-            return spans if step.end() == end else None
-        spans += (start + content_start, start + content_end)
-        pos = step.end()
-        if pos == end:
-            return spans
+    spans = walk_to_special_fields(walk, view)
+    return None if spans is None else [start + at for at in spans]
 
 
 def _line_at(data: bytes, offset: int) -> int:
