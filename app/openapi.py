@@ -39,13 +39,16 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "tasks.failure": (schemas.FailureSchema, schemas.TaskSchema, (401, 403, 409, 422)),
 }
 QUERY_METHODS = {"GET"}
+# A CSV job's file travels as the whole body (its parameters in the query string) or as a
+# multipart form: the media types an endpoint takes beside JSON.
+CSV_FILE = {"type": "string", "format": "binary"}
+CSV_BODIES = {"jobs.create_job": (schemas.CsvJobFormSchema, schemas.CsvJobQuerySchema)}
 
 
 def build_spec(app: Flask) -> dict:
     """Describe every documented route of the app."""
-    spec = APISpec(
-        title="Chunkwise", version="1", openapi_version="3.0.3", plugins=[MarshmallowPlugin()]
-    )
+    marshmallow = MarshmallowPlugin()
+    spec = APISpec(title="Chunkwise", version="1", openapi_version="3.0.3", plugins=[marshmallow])
     spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
     spec.components.schema("Error", schema=schemas.ErrorSchema)
     for rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
@@ -73,6 +76,8 @@ def build_spec(app: Flask) -> dict:
                 operation["requestBody"] = {
                     "content": {"application/json": {"schema": request_schema}}
                 }
+            if rule.endpoint in CSV_BODIES:
+                _add_csv_bodies(spec, marshmallow, operation, *CSV_BODIES[rule.endpoint])
             for status in statuses:
                 if status < 300:
                     ok = operation["responses"]["200"]
@@ -95,6 +100,38 @@ def build_spec(app: Flask) -> dict:
                 operation["security"] = [{"bearer": []}]
             spec.path(path=path, operations={method.lower(): operation})
     return spec.to_dict()
+
+
+def _add_csv_bodies(
+    spec: APISpec, marshmallow: MarshmallowPlugin, operation: dict, form, query
+) -> None:
+    """Document a CSV file sent as the text/csv body or in a multipart form."""
+    name = form.__name__.removesuffix("Schema")
+    if name not in spec.components.schemas:
+        spec.components.schema(name, schema=form)
+    content = operation["requestBody"]["content"]
+    content["text/csv"] = {"schema": CSV_FILE}
+    content["multipart/form-data"] = {
+        "schema": {
+            "allOf": [
+                {"$ref": f"#/components/schemas/{name}"},
+                {"type": "object", "required": ["file"], "properties": {"file": CSV_FILE}},
+            ]
+        }
+    }
+    for field_name, field in query().fields.items():
+        # Query parameters cannot depend on the media type: they are optional here, and the
+        # ones the form requires are required with a text/csv body.
+        when = " (required then)" if field.required else ""
+        operation["parameters"].append(
+            {
+                "in": "query",
+                "name": field_name,
+                "required": False,
+                "description": f"with a text/csv body{when}",
+                "schema": marshmallow.converter.field2property(field),
+            }
+        )
 
 
 @bp.get("/api/v1/openapi.json")

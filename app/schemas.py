@@ -396,3 +396,7 @@ def load_json(schema: Schema) -> dict:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     return schema.load(body)
+
+
+class CsvJobQuerySchema(CsvJobFormSchema):
+    """The query parameters of a CSV statistics job whose body is the file (text/csv)."""
