@@ -55,6 +55,8 @@ QUERY_METHODS = {"GET"}
 # Responses that carry the job's version (app/blueprints/jobs.py _etag).
 ETAG_ENDPOINTS = {"jobs.create_job", "jobs.get_job"}
 
+CSV_FILE = {"type": "string", "format": "binary"}
+
 TRACE_HEADER = {
     "description": "the request's trace id: its traceparent's, else a new one",
     "required": True,
@@ -144,6 +146,8 @@ def _response(endpoint: str, status: int, response_schema) -> dict:
 def _request_body(endpoint: str, request_schema) -> dict:
     content = {"application/json": {"schema": request_schema}}
     if endpoint == "jobs.create_job":
+        # A CSV job's file is the whole body (parameters in the query string) or a form part.
+        content["text/csv"] = {"schema": CSV_FILE}
         content["multipart/form-data"] = {
             "schema": CsvJobUploadSchema,
             # label repeats, one part per key=value
@@ -154,9 +158,8 @@ def _request_body(endpoint: str, request_schema) -> dict:
 
 def build_spec(app: Flask) -> dict:
     """Describe every documented route of the app."""
-    spec = APISpec(
-        title="Chunkwise", version="1", openapi_version="3.0.3", plugins=[MarshmallowPlugin()]
-    )
+    marshmallow = MarshmallowPlugin()
+    spec = APISpec(title="Chunkwise", version="1", openapi_version="3.0.3", plugins=[marshmallow])
     spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
     spec.components.schema("Error", schema=schemas.ErrorSchema)
     spec.components.header("TraceId", TRACE_HEADER)
@@ -198,10 +201,31 @@ def build_spec(app: Flask) -> dict:
             }
             if has_body:
                 operation["requestBody"] = _request_body(rule.endpoint, request_schema)
+            if rule.endpoint == "jobs.create_job":
+                parameters += _csv_query_parameters(marshmallow)
             if path.startswith("/api/v1"):
                 operation["security"] = [{"bearer": []}]
             spec.path(path=path, operations={method.lower(): operation})
     return spec.to_dict()
+
+
+def _csv_query_parameters(marshmallow: MarshmallowPlugin) -> list[dict]:
+    """The query parameters of a CSV job sent as the text/csv body."""
+    parameters = []
+    for field_name, field in schemas.CsvJobQuerySchema().fields.items():
+        # Query parameters cannot depend on the media type: they are optional here, and the
+        # ones the form requires are required with a text/csv body.
+        when = " (required then)" if field.required else ""
+        parameters.append(
+            {
+                "in": "query",
+                "name": field_name,
+                "required": False,
+                "description": f"with a text/csv body{when}",
+                "schema": marshmallow.converter.field2property(field),
+            }
+        )
+    return parameters
 
 
 @bp.get("/api/v1/openapi.json")

@@ -594,3 +594,7 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{text} is too large for a JSON number here")
     return value
+
+
+class CsvJobQuerySchema(CsvJobFormSchema):
+    """The query parameters of a CSV statistics job whose body is the file (text/csv)."""

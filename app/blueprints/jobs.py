@@ -10,7 +10,7 @@ from app import auth, schemas
 from app.auth import current_principal
 from app.runtime import get_runtime
 from app.tracing import current_trace_id
-from app.uploads import uploaded
+from app.uploads import spooled_body, uploaded
 from services import csvjobs, jobs
 from services.errors import InvalidInput
 
@@ -22,9 +22,11 @@ IDEMPOTENCY_KEY_MAX = 200
 
 @bp.post("")
 def create_job():
-    """Submit a CSV (multipart) or a manifest of tasks (JSON)."""
+    """Submit a CSV (the text/csv body or a multipart form) or a manifest of tasks (JSON)."""
     key = _idempotency_key()
-    if request.mimetype == "multipart/form-data":
+    if request.mimetype == "text/csv":
+        view = _submit_csv_body(key)
+    elif request.mimetype == "multipart/form-data":
         view = _submit_csv(key)
     else:
         body = schemas.load_json(schemas.JobCreateSchema())
@@ -54,6 +56,24 @@ def _submit_csv(key: str | None) -> jobs.JobView:
         csvjobs.CsvJobRequest(**form, labels=labels),
         trace_id=current_trace_id(),
         idempotency_key=key,
+    )
+
+
+def _submit_csv_body(key: str | None) -> jobs.JobView:
+    # The parameters travel in the query string, so they are checked before the body is read.
+    query = schemas.CsvJobQuerySchema().load(
+        {**request.args.to_dict(), "label": request.args.getlist("label")}
+    )
+    upload, data = spooled_body()
+    labels = dict(item.split("=", 1) for item in query.pop("label"))
+    return csvjobs.submit_csv_job(
+        get_runtime(),
+        current_principal(),
+        upload,
+        csvjobs.CsvJobRequest(**query, labels=labels),
+        trace_id=current_trace_id(),
+        idempotency_key=key,
+        data=data,
     )
 
 
