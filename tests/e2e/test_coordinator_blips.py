@@ -24,7 +24,8 @@ class BlippingLink:
     answers each new one with 503 + Retry-After for OUTAGE_SECONDS.
 
     It blips `input_cuts` times, each after `cut_every_bytes` more bytes went to the worker
-    (only an input stream is that large), then `result_cuts` times as results are posted (the worker sends them in batches).
+    (only an input stream is that large), then `result_cuts` times as a batch of results is
+    posted.
     """
 
     def __init__(self, port: int, *, input_cuts: int, cut_every_bytes: int, result_cuts: int):
