@@ -177,12 +177,16 @@ class EventQuerySchema(RequestSchema):
     limit = Int(minimum=1, maximum=1000, load_default=100)
 
 
+# A claim leases at most as many tasks as one batch of results can report.
+MAX_BATCH_RESULTS = 1000
+
+
 class ClaimSchema(RequestSchema):
     """A worker asking for work."""
 
     worker_id = fields.Str(required=True, validate=WORKER_ID)
     workloads = fields.List(fields.Str(), required=True, validate=validate.Length(min=1, max=20))
-    capacity = Int(minimum=1, maximum=64, load_default=1)
+    capacity = Int(minimum=1, maximum=MAX_BATCH_RESULTS, load_default=1)
     wait_seconds = fields.Float(load_default=0, validate=validate.Range(min=0, max=30))
 
 
@@ -219,7 +223,6 @@ class ResultItemSchema(RequestSchema):
     metrics = fields.Dict(load_default=dict)
 
 
-MAX_BATCH_RESULTS = 1000
 
 
 class ResultBatchSchema(RequestSchema):

@@ -3,7 +3,7 @@
 python -m bench.queue [--seconds 5] [--history 1000000]
 
 Prints, on one server: pgbench -N TPS and no-op tasks/s through HTTP at 1, 4 and 16 client
-threads (claim with capacity 32, batched results); idle pickup latency beside one HTTP round
+threads (claims of 100, batched results); idle pickup latency beside one HTTP round
 trip plus one pgbench transaction; claim latency with an empty history and with --history
 finished tasks; and the coordinator's peak RSS during a 49 MiB CSV upload against idle.
 """
@@ -32,7 +32,7 @@ from devstack.sample_csv import HEADER, generate_csv
 from devstack.stack import LocalStack, database_url
 
 WORKLOAD = "noop"
-CLAIM_CAPACITY = 32
+CLAIM_CAPACITY = 100
 THREADS = (1, 4, 16)
 TASKS_PER_JOB = 10_000
 UPLOAD_BYTES = 49 * 1024 * 1024
