@@ -1,0 +1,2 @@
+def unwritable_archive(bench):
+    raise NotImplementedError
