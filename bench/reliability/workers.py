@@ -126,7 +126,7 @@ def _phase(rig: Rig, victim: str, job_id: str) -> str:
 
 
 def zombie(bench: Bench) -> dict:
-    """SIGSTOP a worker past its lease, SIGCONT it after another finished: its writes change nothing."""
+    """SIGSTOP a worker past its lease, SIGCONT it once another finished: it changes nothing."""
     data = generate_csv(RECORDS, seed=13)
     with bench.rig("zombie") as rig:
         for _ in range(bench.rounds):
