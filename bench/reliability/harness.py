@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import psycopg
 import requests
 from psycopg.rows import dict_row
@@ -65,6 +66,30 @@ class Rig:
                     raise
                 self.unavailable_seen += 1
                 time.sleep(0.1)
+
+    def wait_booted(self, timeout: float = 30) -> None:
+        """Wait until every gunicorn worker process is connected to PostgreSQL.
+
+        /readyz answers from the first process up; a second one still booting would meet a
+        storage fault made now in its start checks, and a failed boot ends the whole server.
+        """
+        [master] = [
+            p
+            for name, p in self.stack.processes.items()
+            if name.startswith("coordinator") and p.poll() is None
+        ]
+        expected = int(self.stack.base_env().get("CHUNKWISE_WEB_WORKERS", "2"))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            children = psutil.Process(master.pid).children()
+            connected = 0
+            for child in children:
+                with contextlib.suppress(psutil.Error):
+                    connected += any(c.raddr for c in child.net_connections(kind="all"))
+            if len(children) == expected and connected == expected:
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"the coordinator's {expected} processes were not up in {timeout} s")
 
     def worker(self, name: str, *args: str, coordinator: str | None = None):
         """Start a chunkwise-worker (optionally through a relay) and return its process."""
