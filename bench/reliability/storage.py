@@ -76,10 +76,13 @@ def unwritable_archive(bench: Bench) -> dict:
         ),
         "rounds": rounds,
         "figures": {
-            "answers": tally(r.get("answer") for r in rounds),
-            "readyz": tally(r.get("readyz") for r in rounds),
-            "left_behind": sum(r.get("left_behind", 1) for r in rounds),
-            "variants": tally(r.get("variant") for r in rounds),
+            "answers": tally(r["answer"] for r in rounds if "answer" in r),
+            "readyz": tally(r["readyz"] for r in rounds if "readyz" in r),
+            "rows_or_files_left_behind": sum(r.get("left_behind", 0) for r in rounds),
+            "after_repair": tally(r["after_repair"] for r in rounds if "after_repair" in r),
+            "survived_a_worker_respawn": tally(
+                r.get("coordinator_alive") for r in rounds if "coordinator_alive" in r
+            ),
         },
     }
 

@@ -176,7 +176,7 @@ def _zombie_round(rig: Rig, data: bytes, n: int) -> dict:
     process.wait(timeout=30)
     time.sleep(0.5)  # the relayed answer is counted when its request ends
     rejected = {
-        key: count - before.get(key, 0)
+        key: int(count - before.get(key, 0))
         for key, count in _rejections(rig).items()
         if count > before.get(key, 0)
     }

@@ -63,7 +63,8 @@ def test_markdown_has_a_row_per_round_and_says_why_a_round_failed():
             "same key": {
                 "description": "50 submits.",
                 "rounds": rounds,
-                "figures": {"answers": {"200": 49}},
+                "figures": {"answers": {"200": 49}, "wait_s": spread([1.0, 2.0, 3.0])},
+                "seconds": 3.5,
                 "summary": scenario_summary(rounds),
             }
         },
@@ -71,7 +72,9 @@ def test_markdown_has_a_row_per_round_and_says_why_a_round_failed():
 
     text = render_markdown(report)
 
-    assert "| same key | 2 | 1 | answers=200=49 |" in text
+    assert "| [same key](#same-key) | 2 | 1 | 3.5 |" in text
+    assert "- answers: 200=49" in text
+    assert "- wait_s: min 1.00, median 2.00, max 3.00 (n=3)" in text
     assert "| 1 | 200=49, 201=1 | yes |" in text
     assert "| 2 |  | **NO** |" in text
     assert "Round 2 failed: error='TimeoutError: slow'" in text
