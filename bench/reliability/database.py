@@ -40,7 +40,17 @@ def restart(bench: Bench) -> dict:
         )
         return begun
 
-    result = _run(bench, "pg-restart", fault, server_url=url)
+    try:
+        result = _run(bench, "pg-restart", fault, server_url=url)
+    finally:
+        # The wheel's own stop at exit looks for the first postmaster's pid, which the
+        # restart replaced, so it would leave this server running.
+        pg_ctl(
+            ["-w", "-m", "fast", "stop"],
+            pgdata=Path(server.pgdata),
+            user=server.system_user,
+            timeout=60,
+        )
     result["description"] = (
         f"A job of {RECORDS:,} records in {CHUNKS} chunks, two workers reading through a relay "
         f"that makes each chunk's input take about {TRANSFER_SECONDS:.0f} s. Once two chunks "
