@@ -1,18 +1,50 @@
 """Gunicorn settings for the coordinator: threaded workers with room for long polls."""
 
 import os
+import select
 import tempfile
 from pathlib import Path
+
+from gunicorn.workers.gthread import ThreadWorker
 
 # Counters must be summed over every worker process: prometheus_client's multiprocess mode
 # keeps them in files here. This file is read before the workers import the app, so setting
 # the directory now covers every process.
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="chunkwise-metrics-"))
 
+
+class OrphanAwareThreadWorker(ThreadWorker):
+    """A gthread worker that gives the port back as soon as its master is gone.
+
+    A worker whose master was SIGKILLed notices within a second (gthread checks its parent
+    once per loop) and then drains for up to graceful_timeout, long polls included, with the
+    listening socket still open: no new master could bind the port for ~30 s. This worker
+    closes its listeners the moment it sees the master gone, after taking in the connections
+    already queued on them, and lets the drain answer every request it had accepted.
+    """
+
+    def is_parent_alive(self) -> bool:
+        if super().is_parent_alive():
+            return True
+        for listener in self.sockets:
+            queued = select.poll()
+            queued.register(listener, select.POLLIN)
+            # At most a backlog's worth: what is queued now, not what keeps arriving.
+            for _ in range(self.cfg.backlog):
+                if not queued.poll(0):
+                    break
+                self.accept(listener)
+        self.set_accept_enabled(False)
+        for listener in self.sockets:
+            listener.close()
+        self.log.info("Master gone: listeners closed, draining %s connections", self.nr_conns)
+        return False
+
+
 wsgi_app = "app:create_app()"
 bind = os.environ.get("CHUNKWISE_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("CHUNKWISE_WEB_WORKERS", "2"))
-worker_class = "gthread"
+worker_class = OrphanAwareThreadWorker
 # A waiting claim holds a thread (never a pooled connection) for up to 30 s, so each
 # process keeps plenty of threads for user requests beside the long polls.
 threads = int(os.environ.get("CHUNKWISE_WEB_THREADS", "32"))

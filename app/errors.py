@@ -140,6 +140,24 @@ def init_app(app: Flask) -> None:
         )
         return service_error(Unavailable("the database is unavailable or too slow; retry shortly"))
 
+    @app.errorhandler(psycopg.DataError)
+    @app.errorhandler(UnicodeEncodeError)
+    def unstorable_value(exc: Exception):
+        # A backstop: app/schemas.py should refuse such input first. DataError is SQLSTATE
+        # class 22 (out of range, NUL in text, bad JSON text); UnicodeEncodeError is a lone
+        # surrogate the driver could not send.
+        sqlstate = getattr(exc, "sqlstate", None)
+        logger.warning(
+            "value refused by the database",
+            extra={"event": "unstorable_value", "sqlstate": sqlstate, "error": str(exc)[:500]},
+        )
+        return error_response(
+            422,
+            "invalid_input",
+            "a value in the request cannot be stored (out of range, NUL or unpaired surrogate)",
+            {"sqlstate": sqlstate} if sqlstate else {},
+        )
+
     @app.errorhandler(Exception)
     def unexpected(exc: Exception):
         logger.exception("unhandled error", extra={"event": "internal_error"})

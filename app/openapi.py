@@ -2,108 +2,233 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
-from flask import Blueprint, Flask, current_app
+from flask import Blueprint, Flask, Response, current_app
+from marshmallow import fields
 
 from app import auth, schemas
 
 bp = Blueprint("openapi", __name__)
 bp.before_request(auth.any_token)
 
-# endpoint -> (request schema, response schema, extra statuses)
+# The registered media type of the document. tracing.py stamps trace_id only into
+# application/json bodies, so the document stays a clean OpenAPI document.
+MEDIA_TYPE = "application/vnd.oai.openapi+json"
+
+
+class CsvJobUploadSchema(schemas.CsvJobFormSchema):
+    """The multipart form of a CSV job: the form fields and the file part."""
+
+    file = fields.Raw(required=True, metadata={"type": "string", "format": "binary"})
+
+
+# endpoint -> (request schema, response schema, statuses beyond those every route of its kind
+# can give; see _statuses). A request schema is the query of a GET and the JSON body otherwise.
 DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "health.healthz": (None, schemas.HealthSchema, ()),
     "health.readyz": (None, schemas.HealthSchema, (503,)),
-    "openapi.document": (None, None, (401,)),
-    "jobs.create_job": (
-        schemas.JobCreateSchema,
-        schemas.JobSchema,
-        (201, 400, 401, 409, 413, 422, 429),
-    ),
-    "jobs.list_jobs": (schemas.JobListQuerySchema, schemas.JobListSchema, (401, 422)),
-    "jobs.get_job": (schemas.JobWaitQuerySchema, schemas.JobSchema, (304, 401, 404, 422)),
-    "jobs.list_results": (None, schemas.ResultListSchema, (401, 404)),
-    "jobs.cancel_job": (None, schemas.JobSchema, (401, 404, 409)),
-    "jobs.retry_job": (None, schemas.JobSchema, (401, 404, 409)),
-    "chunks.list_chunks": (None, schemas.ChunkListSchema, (401, 404)),
-    "chunks.get_chunk": (None, schemas.ChunkSchema, (401, 404)),
-    "events.list_events": (schemas.EventQuerySchema, schemas.EventListSchema, (401, 422)),
-    "queue.queue_status": (None, schemas.QueueSchema, (401, 403)),
-    "queue.list_workers": (None, schemas.WorkerListSchema, (401, 403)),
-    "tasks.claim": (schemas.ClaimSchema, schemas.ClaimResponseSchema, (204, 401, 403, 422)),
-    "tasks.read_input": (schemas.LeaseSchema, None, (401, 403, 409)),
-    "tasks.heartbeat": (schemas.HeartbeatSchema, schemas.LeaseRenewedSchema, (401, 403, 409)),
-    "tasks.result": (schemas.ResultSchema, schemas.TaskSchema, (401, 403, 409, 422)),
-    "tasks.results": (
-        schemas.ResultBatchSchema,
-        schemas.ResultBatchResponseSchema,
-        (401, 403, 422),
-    ),
-    "tasks.failure": (schemas.FailureSchema, schemas.TaskSchema, (401, 403, 409, 422)),
+    "openapi.document": (None, None, ()),
+    # 500 storage_unavailable and 507 insufficient_storage: a CSV upload that cannot be stored.
+    "jobs.create_job": (schemas.JobCreateSchema, schemas.JobSchema, (201, 409, 429, 500, 507)),
+    "jobs.list_jobs": (schemas.JobListQuerySchema, schemas.JobListSchema, ()),
+    "jobs.get_job": (schemas.JobWaitQuerySchema, schemas.JobSchema, (304, 404)),
+    "jobs.list_results": (None, schemas.ResultListSchema, (404,)),
+    "jobs.cancel_job": (None, schemas.JobSchema, (404, 409)),
+    "jobs.retry_job": (None, schemas.JobSchema, (404, 409)),
+    "chunks.list_chunks": (None, schemas.ChunkListSchema, (404,)),
+    "chunks.get_chunk": (None, schemas.ChunkSchema, (404,)),
+    "events.list_events": (schemas.EventQuerySchema, schemas.EventListSchema, ()),
+    "queue.queue_status": (None, schemas.QueueSchema, ()),
+    "queue.list_workers": (None, schemas.WorkerListSchema, ()),
+    "tasks.claim": (schemas.ClaimSchema, schemas.ClaimResponseSchema, (204,)),
+    "tasks.read_input": (schemas.LeaseSchema, None, (404, 409)),
+    "tasks.heartbeat": (schemas.HeartbeatSchema, schemas.LeaseRenewedSchema, (404, 409)),
+    "tasks.result": (schemas.ResultSchema, schemas.TaskSchema, (404, 409)),
+    "tasks.results": (schemas.ResultBatchSchema, schemas.ResultBatchResponseSchema, ()),
+    "tasks.failure": (schemas.FailureSchema, schemas.TaskSchema, (404, 409)),
 }
 QUERY_METHODS = {"GET"}
+# Responses that carry the job's version (app/blueprints/jobs.py _etag).
+ETAG_ENDPOINTS = {"jobs.create_job", "jobs.get_job"}
+
+CSV_FILE = {"type": "string", "format": "binary"}
+
+TRACE_HEADER = {
+    "description": "the request's trace id: its traceparent's, else a new one",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+}
+ETAG_HEADER = {"description": "the job's version", "required": True, "schema": {"type": "string"}}
+RETRY_AFTER_HEADER = {
+    "description": "seconds to wait before trying again",
+    "required": True,
+    "schema": {"type": "integer"},
+}
+ERROR_DESCRIPTIONS = {
+    400: "malformed: not a JSON object, not UTF-8, or nested too deep",
+    401: "no valid bearer token",
+    403: "this kind of token may not call this route",
+    404: "no such resource, or not the caller's",
+    409: "conflicts with the current state (the error code says which)",
+    413: "the body or upload is larger than the limit",
+    422: "invalid fields, named in details.fields",
+    429: "the queue is full; Retry-After says when to try again",
+    500: "storage_unavailable: the upload's directory is missing, read-only or refused",
+    503: "the database is unavailable or too slow; Retry-After says when to try again",
+    507: "insufficient_storage: no space left for the upload; no Retry-After",
+}
+TRACEPARENT_PARAMETER = {
+    "in": "header",
+    "name": "traceparent",
+    "required": False,
+    "description": "W3C trace context; a malformed one starts a new trace, a NUL gets 422",
+    "schema": {"type": "string"},
+}
+IDEMPOTENCY_KEY_PARAMETER = {
+    "in": "header",
+    "name": "Idempotency-Key",
+    "required": False,
+    "description": "a retry with the same key and body returns the original job (200)",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+}
+IF_NONE_MATCH_PARAMETER = {
+    "in": "header",
+    "name": "If-None-Match",
+    "required": False,
+    "description": "the ETag already known: 304 while it is current, up to wait_seconds",
+    "schema": {"type": "string"},
+}
+
+
+def _statuses(endpoint: str, path: str, has_body: bool) -> list[int]:
+    """Every status the route can answer with: its own and those of its kind of route."""
+    own = DOCUMENTED[endpoint][2]
+    statuses = {200, *own, 422}  # 422: a traceparent with a NUL, on any route
+    if path.startswith("/api/v1/"):
+        statuses |= {401, 403, 503}  # the token is looked up in PostgreSQL
+    if has_body:
+        statuses |= {400, 413}
+    return sorted(statuses)
+
+
+def _response(endpoint: str, status: int, response_schema) -> dict:
+    headers: dict = {"X-Trace-Id": "TraceId"}
+    if status >= 400:
+        if status in (429, 503):
+            headers["Retry-After"] = "RetryAfter"
+        return {
+            "description": ERROR_DESCRIPTIONS[status],
+            "headers": headers,
+            "content": {"application/json": {"schema": "Error"}},
+        }
+    if endpoint in ETAG_ENDPOINTS and status in (200, 201, 304):
+        headers["ETag"] = "ETag"
+    if status == 204:
+        return {"description": "no task was leased within wait_seconds", "headers": headers}
+    if status == 304:
+        return {"description": "not modified: If-None-Match is current", "headers": headers}
+    description = "created" if status == 201 else "OK"
+    if endpoint == "jobs.create_job" and status == 200:
+        description = "the original job of an idempotent retry"
+    if endpoint == "tasks.read_input":
+        content = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+    elif endpoint == "openapi.document":
+        content = {MEDIA_TYPE: {"schema": {"type": "object"}}}
+    else:
+        content = {"application/json": {"schema": response_schema}}
+    return {"description": description, "headers": headers, "content": content}
+
+
+def _request_body(endpoint: str, request_schema) -> dict:
+    content = {"application/json": {"schema": request_schema}}
+    if endpoint == "jobs.create_job":
+        # A CSV job's file is the whole body (parameters in the query string) or a form part.
+        content["text/csv"] = {"schema": CSV_FILE}
+        content["multipart/form-data"] = {
+            "schema": CsvJobUploadSchema,
+            # label repeats, one part per key=value
+            "encoding": {"label": {"style": "form", "explode": True}},
+        }
+    return {"required": True, "content": content}
 
 
 def build_spec(app: Flask) -> dict:
     """Describe every documented route of the app."""
-    spec = APISpec(
-        title="Chunkwise", version="1", openapi_version="3.0.3", plugins=[MarshmallowPlugin()]
-    )
+    marshmallow = MarshmallowPlugin()
+    spec = APISpec(title="Chunkwise", version="1", openapi_version="3.0.3", plugins=[marshmallow])
     spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
     spec.components.schema("Error", schema=schemas.ErrorSchema)
+    spec.components.header("TraceId", TRACE_HEADER)
+    spec.components.header("ETag", ETAG_HEADER)
+    spec.components.header("RetryAfter", RETRY_AFTER_HEADER)
     for rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
         if rule.endpoint not in DOCUMENTED:
             continue
-        request_schema, response_schema, statuses = DOCUMENTED[rule.endpoint]
+        request_schema, response_schema, _ = DOCUMENTED[rule.endpoint]
         view = app.view_functions[rule.endpoint]
         path = re.sub(r"<(?:[a-z]+:)?([a-z_]+)>", r"{\1}", rule.rule)
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
+            in_query = request_schema is not None and method in QUERY_METHODS
+            has_body = request_schema is not None and not in_query
+            parameters: list = [
+                {
+                    "in": "path",
+                    "name": arg,
+                    "required": True,
+                    "schema": {"type": "string", "format": "uuid"},
+                }
+                for arg in sorted(rule.arguments)
+            ]
+            if in_query:
+                parameters.append({"in": "query", "schema": request_schema})
+            parameters.append(TRACEPARENT_PARAMETER)
+            if rule.endpoint == "jobs.create_job":
+                parameters.append(IDEMPOTENCY_KEY_PARAMETER)
+            if rule.endpoint == "jobs.get_job":
+                parameters.append(IF_NONE_MATCH_PARAMETER)
             operation: dict = {
+                "operationId": rule.endpoint,
                 "summary": (view.__doc__ or "").strip().splitlines()[0],
-                "responses": {"200": {"description": "OK"}},
-                "parameters": [
-                    {"in": "path", "name": arg, "required": True, "schema": {"type": "string"}}
-                    for arg in sorted(rule.arguments)
-                ],
+                "parameters": parameters,
+                "responses": {
+                    str(status): _response(rule.endpoint, status, response_schema)
+                    for status in _statuses(rule.endpoint, path, has_body)
+                },
             }
-            if response_schema is not None:
-                operation["responses"]["200"]["content"] = {
-                    "application/json": {"schema": response_schema}
-                }
-            if request_schema is not None and method in QUERY_METHODS:
-                operation["parameters"].append({"in": "query", "schema": request_schema})
-            elif request_schema is not None:
-                operation["requestBody"] = {
-                    "content": {"application/json": {"schema": request_schema}}
-                }
-            for status in statuses:
-                if status < 300:
-                    ok = operation["responses"]["200"]
-                    operation["responses"][str(status)] = (
-                        {"description": "no content"}
-                        if status == 204
-                        else {**ok, "description": "created, or the idempotent original (200)"}
-                    )
-                    continue
-                if status == 304:
-                    operation["responses"]["304"] = {
-                        "description": "not modified: If-None-Match names the current version"
-                    }
-                    continue
-                operation["responses"][str(status)] = {
-                    "description": "see the error code",
-                    "content": {"application/json": {"schema": "Error"}},
-                }
+            if has_body:
+                operation["requestBody"] = _request_body(rule.endpoint, request_schema)
+            if rule.endpoint == "jobs.create_job":
+                parameters += _csv_query_parameters(marshmallow)
             if path.startswith("/api/v1"):
                 operation["security"] = [{"bearer": []}]
             spec.path(path=path, operations={method.lower(): operation})
     return spec.to_dict()
 
 
+def _csv_query_parameters(marshmallow: MarshmallowPlugin) -> list[dict]:
+    """The query parameters of a CSV job sent as the text/csv body."""
+    parameters = []
+    for field_name, field in schemas.CsvJobQuerySchema().fields.items():
+        # Query parameters cannot depend on the media type: they are optional here, and the
+        # ones the form requires are required with a text/csv body.
+        when = " (required then)" if field.required else ""
+        parameters.append(
+            {
+                "in": "query",
+                "name": field_name,
+                "required": False,
+                "description": f"with a text/csv body{when}",
+                "schema": marshmallow.converter.field2property(field),
+            }
+        )
+    return parameters
+
+
 @bp.get("/api/v1/openapi.json")
 def document():
     """The OpenAPI 3 document of this API."""
-    return build_spec(current_app)
+    return Response(json.dumps(build_spec(current_app)), mimetype=MEDIA_TYPE)

@@ -2,13 +2,111 @@
 
 from __future__ import annotations
 
+import json
+import math
+import re
+from itertools import accumulate
+
 from flask import request
-from marshmallow import Schema, fields, post_dump, validate
-from werkzeug.exceptions import BadRequest
+from marshmallow import Schema, ValidationError, fields, post_dump, pre_load, validate
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
+
+# --- the input rules every request shares -------------------------------------------------
+
+# Room for a batch of MAX_BATCH_RESULTS results with their summaries, several times over.
+MAX_JSON_BYTES = 4 * 1024 * 1024
+MAX_JSON_DEPTH = 32
+# The PostgreSQL column types (sql/0001.queue.sql) an integer field may be stored in.
+COLUMN_RANGES = {
+    "smallint": (-(2**15), 2**15 - 1),
+    "integer": (-(2**31), 2**31 - 1),
+    "bigint": (-(2**63), 2**63 - 1),
+}
+# json.loads pairs \ud83d\ude00 into one code point, so any surrogate left is unpaired; text
+# columns refuse NUL, and UTF-8 cannot encode a lone surrogate.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# A JSON string, or an unterminated one running to the end: every quote starts a match that
+# succeeds, so scanning stays linear (a pattern that could fail would rescan from each quote).
+_JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+\\?(?:"|\Z)', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]++")
+_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def text_problem(value: str) -> str | None:
+    """Why PostgreSQL could not store this string, or None when it can."""
+    found = _UNSTORABLE.search(value)
+    if found is None:
+        return None
+    if found.group() == "\x00":
+        return "must not contain NUL (\\u0000)"
+    return "must not contain an unpaired surrogate"
+
+
+def unstorable_text(value: object) -> dict | list | None:
+    """Marshmallow-shaped errors for each string, key or value, PostgreSQL could not store."""
+    if isinstance(value, str):
+        problem = text_problem(value)
+        return [problem] if problem else None
+    if isinstance(value, dict):
+        errors: dict = {}
+        for key, item in value.items():
+            if isinstance(key, str) and (problem := text_problem(key)):
+                # Named as JSON spells it: the raw key would carry the bad character back.
+                errors[json.dumps(key)[1:-1]] = [f"a key {problem}"]
+            elif (found := unstorable_text(item)) is not None:
+                errors[key] = found
+        return errors or None
+    if isinstance(value, list | tuple):
+        errors = {i: found for i, item in enumerate(value) if (found := unstorable_text(item))}
+        return errors or None
+    return None
+
+
+class RequestSchema(Schema):
+    """Base of every request schema: nothing PostgreSQL cannot store, at any depth."""
+
+    @pre_load
+    def _refuse_unstorable_text(self, data: object, **kwargs) -> object:
+        # One walk over the raw input covers named fields, unknown ones and free-form JSON
+        # (parameters, labels, details, checkpoint) alike, from bodies, forms and queries.
+        errors = unstorable_text(data)
+        if errors:
+            raise ValidationError(errors)
+        return data
+
+
+class Int(fields.Integer):
+    """An integer that fits its PostgreSQL column (integer unless told), within any bounds."""
+
+    def __init__(
+        self,
+        *,
+        minimum: int | None = None,
+        maximum: int | None = None,
+        column: str = "integer",
+        **kwargs,
+    ):
+        low, high = COLUMN_RANGES[column]
+        low = low if minimum is None else max(low, minimum)
+        high = high if maximum is None else min(high, maximum)
+        super().__init__(validate=validate.Range(min=low, max=high), **kwargs)
+
+
+def check_header(name: str, max_length: int | None = None) -> str | None:
+    """A request header's value, refused with 422 when it could not be stored."""
+    value = request.headers.get(name)
+    if value is None:
+        return None
+    problem = text_problem(value)
+    if problem is None and max_length is not None and not 1 <= len(value) <= max_length:
+        problem = f"must be 1 to {max_length} characters"
+    if problem:
+        raise ValidationError({name: [problem]})
+    return value
+
 
 HEX64 = validate.Regexp(r"^[0-9a-f]{64}$", error="must be 64 lowercase hex digits")
 WORKER_ID = validate.Length(min=1, max=200)
-PRIORITY = validate.Range(min=0, max=255)
 LABEL_FILTER = validate.Regexp(r"^[^=]{1,64}=.{0,256}$", error="must be key=value")
 LABELS = fields.Dict(
     keys=fields.Str(validate=validate.Length(min=1, max=64)),
@@ -19,40 +117,40 @@ LABELS = fields.Dict(
 # --- requests -----------------------------------------------------------------------------
 
 
-class TaskSpecSchema(Schema):
+class TaskSpecSchema(RequestSchema):
     """One task of a manifest job."""
 
-    chunk_index = fields.Int(validate=validate.Range(min=0), load_default=None)
+    chunk_index = Int(minimum=0, load_default=None)
     input_uri = fields.Str(required=True, validate=validate.Length(min=1, max=2000))
     input_sha256 = fields.Str(required=True, validate=HEX64)
     parameters = fields.Dict(load_default=dict)
 
 
-class JobCreateSchema(Schema):
+class JobCreateSchema(RequestSchema):
     """A manifest job: tasks for the caller's own workers."""
 
     workload = fields.Str(required=True, validate=validate.Length(min=1, max=100))
     input_uri = fields.Str(required=True, validate=validate.Length(min=1, max=2000))
     parameters = fields.Dict(load_default=dict)
-    priority = fields.Int(load_default=0, validate=PRIORITY)
-    max_attempts = fields.Int(load_default=None, validate=validate.Range(min=1, max=20))
+    priority = Int(minimum=0, maximum=255, column="smallint", load_default=0)
+    max_attempts = Int(minimum=1, maximum=20, load_default=None)
     labels = LABELS
     tasks = fields.List(
         fields.Nested(TaskSpecSchema), required=True, validate=validate.Length(min=1)
     )
 
 
-class CsvJobFormSchema(Schema):
+class CsvJobFormSchema(RequestSchema):
     """The multipart form fields of a CSV statistics job (the file travels alongside)."""
 
     column = fields.Str(required=True, validate=validate.Length(min=1, max=1000))
     delimiter = fields.Str(load_default=",")
-    chunks = fields.Int(load_default=1, validate=validate.Range(min=1, max=64))
-    priority = fields.Int(load_default=0, validate=PRIORITY)
+    chunks = Int(minimum=1, maximum=64, load_default=1)
+    priority = Int(minimum=0, maximum=255, column="smallint", load_default=0)
     label = fields.List(fields.Str(validate=LABEL_FILTER), load_default=list)
 
 
-class JobListQuerySchema(Schema):
+class JobListQuerySchema(RequestSchema):
     """Query parameters of the job list."""
 
     status = fields.Str(
@@ -61,38 +159,38 @@ class JobListQuerySchema(Schema):
         ),
         load_default=None,
     )
-    limit = fields.Int(load_default=50, validate=validate.Range(min=1, max=500))
+    limit = Int(minimum=1, maximum=500, load_default=50)
     cursor = fields.Str(load_default=None)
     label = fields.Str(validate=LABEL_FILTER, load_default=None)
 
 
-class JobWaitQuerySchema(Schema):
+class JobWaitQuerySchema(RequestSchema):
     """Query parameters of a job's view: how long to wait for a change to If-None-Match's."""
 
     wait_seconds = fields.Float(load_default=0, validate=validate.Range(min=0, max=30))
 
 
-class EventQuerySchema(Schema):
+class EventQuerySchema(RequestSchema):
     """Query parameters of the event feed."""
 
-    after = fields.Int(load_default=0, validate=validate.Range(min=0))
-    limit = fields.Int(load_default=100, validate=validate.Range(min=1, max=1000))
+    after = Int(minimum=0, column="bigint", load_default=0)
+    limit = Int(minimum=1, maximum=1000, load_default=100)
 
 
-class ClaimSchema(Schema):
+class ClaimSchema(RequestSchema):
     """A worker asking for work."""
 
     worker_id = fields.Str(required=True, validate=WORKER_ID)
     workloads = fields.List(fields.Str(), required=True, validate=validate.Length(min=1, max=20))
-    capacity = fields.Int(load_default=1, validate=validate.Range(min=1, max=64))
+    capacity = Int(minimum=1, maximum=64, load_default=1)
     wait_seconds = fields.Float(load_default=0, validate=validate.Range(min=0, max=30))
 
 
-class LeaseSchema(Schema):
+class LeaseSchema(RequestSchema):
     """Identifies the lease a call is made under."""
 
     worker_id = fields.Str(required=True, validate=WORKER_ID)
-    attempt = fields.Int(required=True, validate=validate.Range(min=1))
+    attempt = Int(minimum=1, required=True)
 
 
 class HeartbeatSchema(LeaseSchema):
@@ -110,11 +208,11 @@ class ResultSchema(LeaseSchema):
     metrics = fields.Dict(load_default=dict)
 
 
-class ResultItemSchema(Schema):
+class ResultItemSchema(RequestSchema):
     """One result of a batch, under the attempt it was computed for."""
 
     task_id = fields.UUID(required=True)
-    attempt = fields.Int(required=True, validate=validate.Range(min=1))
+    attempt = Int(minimum=1, required=True)
     result_uri = fields.Str(load_default=None, validate=validate.Length(min=1, max=2000))
     result_sha256 = fields.Str(load_default=None, validate=HEX64)
     summary = fields.Dict(load_default=None)
@@ -124,7 +222,7 @@ class ResultItemSchema(Schema):
 MAX_BATCH_RESULTS = 1000
 
 
-class ResultBatchSchema(Schema):
+class ResultBatchSchema(RequestSchema):
     """Many results from one worker, accepted in one transaction, each fenced on its own."""
 
     worker_id = fields.Str(required=True, validate=WORKER_ID)
@@ -147,19 +245,25 @@ class FailureSchema(LeaseSchema):
 # --- responses ----------------------------------------------------------------------------
 
 
+class ResponseSchema(Schema):
+    """Base of every JSON response body: app/tracing.py adds the request's trace id to it."""
+
+    trace_id = fields.Str(metadata={"description": "the request's trace id, as in X-Trace-Id"})
+
+
 class ErrorBodySchema(Schema):
     """The error object."""
 
-    code = fields.Str()
-    message = fields.Str()
-    details = fields.Dict()
+    code = fields.Str(required=True)
+    message = fields.Str(required=True)
+    details = fields.Dict(required=True)
 
 
-class ErrorSchema(Schema):
+class ErrorSchema(ResponseSchema):
     """Every error response."""
 
-    error = fields.Nested(ErrorBodySchema)
-    trace_id = fields.Str()
+    error = fields.Nested(ErrorBodySchema, required=True)
+    trace_id = fields.Str(required=True)
 
 
 class ResultOutcomeSchema(Schema):
@@ -171,7 +275,7 @@ class ResultOutcomeSchema(Schema):
     error = fields.Nested(ErrorBodySchema, allow_none=True)
 
 
-class ResultBatchResponseSchema(Schema):
+class ResultBatchResponseSchema(ResponseSchema):
     """One outcome per result, in the order they were sent."""
 
     results = fields.List(fields.Nested(ResultOutcomeSchema))
@@ -187,7 +291,7 @@ class ChunksByStateSchema(Schema):
     cancelled = fields.Int()
 
 
-class JobSchema(Schema):
+class JobSchema(ResponseSchema):
     """A job's aggregate status (dumped from services.jobs.JobView)."""
 
     id = fields.UUID(attribute="job.id")
@@ -210,6 +314,7 @@ class JobSchema(Schema):
     created_at = fields.DateTime(attribute="job.created_at")
     started_at = fields.DateTime(attribute="job.started_at", allow_none=True)
     completed_at = fields.DateTime(attribute="job.completed_at", allow_none=True)
+    # The trace of the request that created the job, which tracing.py then leaves alone.
     trace_id = fields.Str(attribute="job.trace_id")
 
     def _input_digest(self, view):
@@ -220,7 +325,7 @@ class JobSchema(Schema):
         return view.job.partial_result if view.job.status == "failed" else None
 
 
-class JobListSchema(Schema):
+class JobListSchema(ResponseSchema):
     """A page of jobs."""
 
     jobs = fields.List(fields.Nested(JobSchema))
@@ -248,7 +353,7 @@ class AttemptSchema(Schema):
         return {"code": attempt.error_code, "message": attempt.error_message}
 
 
-class ChunkSchema(Schema):
+class ChunkSchema(ResponseSchema):
     """A chunk of a job with its attempts (dumped from services.chunks.ChunkView)."""
 
     id = fields.UUID(attribute="task.id")
@@ -282,7 +387,7 @@ class ChunkSchema(Schema):
         return {"code": t.error_code, "message": t.error_message, "details": t.error_details}
 
 
-class ChunkListSchema(Schema):
+class ChunkListSchema(ResponseSchema):
     """A job's chunks."""
 
     chunks = fields.List(fields.Nested(ChunkSchema))
@@ -300,7 +405,7 @@ class ResultManifestSchema(Schema):
     completed_at = fields.DateTime()
 
 
-class ResultListSchema(Schema):
+class ResultListSchema(ResponseSchema):
     """Completed result manifests in chunk order."""
 
     results = fields.List(fields.Nested(ResultManifestSchema))
@@ -331,7 +436,7 @@ class ClaimedTaskSchema(Schema):
         return params
 
 
-class ClaimResponseSchema(Schema):
+class ClaimResponseSchema(ResponseSchema):
     """The tasks a claim leased, each told how often to heartbeat."""
 
     tasks = fields.List(fields.Nested(ClaimedTaskSchema))
@@ -344,7 +449,7 @@ class ClaimResponseSchema(Schema):
         return data
 
 
-class TaskSchema(Schema):
+class TaskSchema(ResponseSchema):
     """A task as workers see it after a result or failure."""
 
     task_id = fields.UUID(attribute="id")
@@ -357,7 +462,7 @@ class TaskSchema(Schema):
     error_code = fields.Str(allow_none=True)
 
 
-class LeaseRenewedSchema(Schema):
+class LeaseRenewedSchema(ResponseSchema):
     """A renewed lease."""
 
     lease_expires_at = fields.DateTime()
@@ -374,14 +479,14 @@ class EventSchema(Schema):
     created_at = fields.DateTime()
 
 
-class EventListSchema(Schema):
+class EventListSchema(ResponseSchema):
     """Events in order."""
 
     events = fields.List(fields.Nested(EventSchema))
     next_after = fields.Int()
 
 
-class HealthSchema(Schema):
+class HealthSchema(ResponseSchema):
     """Liveness and readiness."""
 
     status = fields.Str()
@@ -396,7 +501,7 @@ class StateCountSchema(Schema):
     count = fields.Int()
 
 
-class QueueSchema(Schema):
+class QueueSchema(ResponseSchema):
     """The queue at a glance (dumped from services.queue.QueueView)."""
 
     chunks = fields.List(fields.Nested(StateCountSchema), attribute="figures.chunks")
@@ -424,15 +529,72 @@ class WorkerSchema(Schema):
     peak_rss_bytes = fields.Int(allow_none=True)
 
 
-class WorkerListSchema(Schema):
+class WorkerListSchema(ResponseSchema):
     """Every known worker."""
 
     workers = fields.List(fields.Nested(WorkerSchema))
 
 
 def load_json(schema: Schema) -> dict:
-    """Parse the request's JSON object with a schema (400 when it is not JSON at all)."""
-    body = request.get_json(silent=True)
+    """Parse the request's JSON object with a schema (400 when it is not JSON within limits)."""
+    body = decode_json_body()
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     return schema.load(body)
+
+
+def decode_json_body() -> object:
+    """The request's JSON value: UTF-8, at most MAX_JSON_BYTES and MAX_JSON_DEPTH deep."""
+    if not request.is_json:
+        raise BadRequest("the request body must be a JSON object (Content-Type: application/json)")
+    try:
+        text = _read_body(MAX_JSON_BYTES).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest("the request body must be UTF-8") from exc
+    # Measured before decoding: json.loads recurses once per level, so a deep body would
+    # otherwise end in RecursionError rather than a clear refusal.
+    # Counting brackets first spares the scan to the bodies that could nest that deep at all.
+    opened = text.count("[") + text.count("{")
+    if opened > MAX_JSON_DEPTH and json_depth(text) > MAX_JSON_DEPTH:
+        raise BadRequest(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except ValueError as exc:
+        raise BadRequest(f"the request body is not valid JSON: {exc}") from exc
+
+
+def json_depth(text: str) -> int:
+    """How deeply arrays and objects nest in a JSON text (brackets inside strings ignored)."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+
+
+def _read_body(limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise RequestEntityTooLarge(f"a JSON body may be at most {limit} bytes")
+    # A chunked body states no length: read one byte past the limit to know it is over.
+    blocks, size = [], 0
+    while size <= limit:
+        block = request.stream.read(limit + 1 - size)
+        if not block:
+            break
+        blocks.append(block)
+        size += len(block)
+    if size > limit:
+        raise RequestEntityTooLarge(f"a JSON body may be at most {limit} bytes")
+    return b"".join(blocks)
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a JSON number here")
+    return value
+
+
+class CsvJobQuerySchema(CsvJobFormSchema):
+    """The query parameters of a CSV statistics job whose body is the file (text/csv)."""

@@ -8,6 +8,7 @@ import uuid
 
 from flask import Flask, Response, g, request
 
+from app.schemas import check_header
 from services import logcontext
 
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -27,12 +28,19 @@ def current_trace_id() -> str:
 
 
 def init_app(app: Flask) -> None:
-    """Give every request a trace id, and every response the header and body field."""
+    """Give every request a trace id, and every response the header and JSON bodies the field.
+
+    Only application/json bodies get the field: the OpenAPI document, served as its own media
+    type, stays a clean document.
+    """
 
     @app.before_request
     def begin_trace() -> None:
         g.trace_id = trace_id_from(request.headers.get("traceparent"))
         logcontext.begin(trace_id=g.trace_id)
+        # Any other malformed traceparent only starts a new trace (W3C), but a NUL in a field
+        # value must be refused (RFC 9110 5.5), and the refusal carries the fresh trace id.
+        check_header("traceparent")
 
     @app.after_request
     def stamp_trace(response: Response) -> Response:

@@ -78,6 +78,22 @@ class SpoolingRequest(Request):
         return spool
 
 
+# A raw body is read a mebibyte at a time: gunicorn then receives it in as few recv() calls.
+BODY_BLOCK_SIZE = 1024 * 1024
+
+
+def spooled_body() -> tuple[Upload, bytes]:
+    """Stream the raw request body to a hashing spool; return the upload and its bytes."""
+    spool = HashingSpool(current_app.config["CHUNKWISE_TEMP_DIR"])
+    g.setdefault("spools", []).append(spool)
+    blocks = []
+    stream = request.stream
+    while block := stream.read(BODY_BLOCK_SIZE):
+        spool.write(block)
+        blocks.append(block)
+    return spool.finish(), b"".join(blocks)
+
+
 def uploaded(field: str) -> Upload | None:
     """The spooled upload of a file field, or None when the form has no such file."""
     storage = request.files.get(field)

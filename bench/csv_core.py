@@ -1,6 +1,8 @@
 """Time split and summarise against a plain csv.reader pass over the same 1M-record file.
 
-python -m bench.csv_core [--records 1000000]; each figure is the best of 3 runs.
+python -m bench.csv_core [--records 1000000] [--sample plain|quoted|both]; each figure is the
+best of 3 runs. "quoted" is the quote-heavy sample of issue 15 (a quarter of text fields
+quoted, some multiline); "plain" is the report's original sample.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import re
 import time
 from collections.abc import Callable
 
-from devstack.sample_csv import generate_csv
+from devstack.sample_csv import generate_csv, generate_quoted_csv
 from services.csvstats import (
     INT64_MAX,
     INT64_MIN,
@@ -27,6 +29,7 @@ COLUMN = "value"
 CHUNKS = 8
 BLOCK_BYTES = 64 * 1024  # what a worker's streamed download hands over at a time
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+SAMPLES = {"plain": generate_csv, "quoted": generate_quoted_csv}
 
 
 def reference_totals(data: bytes, column: str) -> Totals:
@@ -93,9 +96,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sample", choices=(*SAMPLES, "both"), default="both")
     args = parser.parse_args(argv)
-    data = generate_csv(args.records)
-    print(f"{args.records} records, {len(data) / 1e6:.1f} MB, best of {args.runs}")
+    for name in SAMPLES if args.sample == "both" else (args.sample,):
+        data = SAMPLES[name](args.records)
+        size = len(data) / 1e6
+        print(f"\n{name} sample: {args.records} records, {size:.1f} MB, best of {args.runs}")
+        time_passes(data, args.runs)
+
+
+def time_passes(data: bytes, runs: int) -> None:
+    """Time the passes over one file and print seconds and ratios to the reference."""
     plans = split(data, COLUMN, chunks=CHUNKS)
     chunk_bytes = [data[p.byte_start : p.byte_end] for p in plans.plans]
 
@@ -112,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         ]
 
     timed = fastest(
-        args.runs,
+        runs,
         {
             "reference": lambda: reference_totals(data, COLUMN),
             "split": lambda: split(data, COLUMN, chunks=CHUNKS),

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from uuid import UUID
 
-from repositories import chunk_summaries as summary_rows
 from repositories import tasks as task_rows
 from repositories.tasks import Attempt, Task
 from services.auth import Principal
@@ -26,10 +25,10 @@ class ChunkView:
 def list_chunks(rt: Runtime, principal: Principal, job_id: UUID) -> list[ChunkView]:
     """Every chunk of a visible job, in order."""
     with rt.pool.connection() as conn:
-        visible_job(conn, principal, job_id)
+        job = visible_job(conn, principal, job_id)
         tasks = task_rows.list_for_job(conn, job_id)
         attempts = task_rows.attempts(conn, [t.id for t in tasks])
-        summaries = {s.task_id: s.summary for s in summary_rows.summaries(conn, job_id)}
+        summaries = rt.workloads.of(job.workload).accepted_summaries(conn, job_id)
     by_task: dict[UUID, list[Attempt]] = {}
     for a in attempts:
         by_task.setdefault(a.task_id, []).append(a)

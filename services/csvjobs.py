@@ -51,8 +51,12 @@ def submit_csv_job(
     *,
     trace_id: str,
     idempotency_key: str | None = None,
+    data: bytes | None = None,
 ) -> job_rules.JobView:
-    """Validate and split an uploaded CSV, then admit the job and its chunks in one transaction."""
+    """Validate and split an uploaded CSV, then admit the job and its chunks in one transaction.
+
+    data, when given, is the upload's bytes already in memory, so the spool is not read back.
+    """
     try:
         if upload.size > rt.limits.max_upload_bytes:
             raise PayloadTooLarge(
@@ -64,7 +68,10 @@ def submit_csv_job(
         labels = job_rules.validate_labels(request.labels)
         try:
             split = csvstats.split(
-                upload.path.read_bytes(), request.column, request.delimiter, request.chunks
+                upload.path.read_bytes() if data is None else data,
+                request.column,
+                request.delimiter,
+                request.chunks,
             )
         except csvstats.CsvFormatError as exc:
             raise InvalidInput.field(exc.field, exc.message) from exc
@@ -239,6 +246,10 @@ class CsvStats(Workload):
             p["byte_start"],
             p["byte_end"] - p["byte_start"],
         )
+
+    def accepted_summaries(self, conn: Connection, job_id: UUID) -> dict[UUID, dict]:
+        """Each completed chunk's accepted summary, by task id."""
+        return {s.task_id: s.summary for s in summary_rows.summaries(conn, job_id)}
 
     def partial_result(self, conn: Connection, job: Job) -> dict | None:
         """The totals of the chunks accepted before the job failed."""

@@ -98,6 +98,10 @@ class Workload:
         """Where the coordinator keeps the task's input bytes."""
         raise NotFound(f"task {task.id} has no input stored by the coordinator")
 
+    def accepted_summaries(self, conn: Connection, job_id: UUID) -> dict[UUID, dict]:
+        """What the coordinator kept of each completed task, by task id (manifests: nothing)."""
+        return {}
+
     def partial_result(self, conn: Connection, job: Job) -> dict | None:
         """What a failed job can still report of its finished tasks."""
         return None

@@ -11,10 +11,22 @@ BEGIN
 END
 $$;
 
+-- A job's tasks arrive in one statement of up to 10,000 rows: announced once per statement.
+CREATE FUNCTION chunkwise_announce_new_claimable() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM inserted WHERE status = 'pending') THEN
+        PERFORM pg_notify('chunkwise_claimable', '');
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 CREATE TRIGGER tasks_announce_new_claimable
     AFTER INSERT ON tasks
-    FOR EACH ROW WHEN (NEW.status = 'pending')
-    EXECUTE FUNCTION chunkwise_announce_claimable();
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION chunkwise_announce_new_claimable();
 
 CREATE TRIGGER tasks_announce_claimable_change
     AFTER UPDATE OF status ON tasks

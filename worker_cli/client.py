@@ -22,6 +22,8 @@ INPUT_BLOCK_SIZE = 1024 * 1024
 # The coordinator answers an upload only after hashing and splitting it (up to 50 MiB).
 UPLOAD_TIMEOUT = 300.0
 UPLOAD_BLOCK_SIZE = 256 * 1024
+# A raw CSV body goes out a mebibyte at a time: few sends, and the coordinator reads as much.
+RAW_UPLOAD_BLOCK_SIZE = 1024 * 1024
 
 # Answers of a coordinator (or of the proxy in front of it) that is briefly unable to serve.
 BLIP_STATUSES = frozenset({429, 502, 503, 504})
@@ -177,6 +179,25 @@ class MultipartUpload:
         if content_type:
             lines.append(f"Content-Type: {content_type}")
         return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+class FileBody:
+    """A request body that is an open file, read from disk block by block as it is sent.
+
+    It has a length, so the upload carries Content-Length rather than chunked encoding.
+    """
+
+    def __init__(self, file: BinaryIO, block_size: int = RAW_UPLOAD_BLOCK_SIZE):
+        self._file = file
+        self._block_size = block_size
+        self._size = _remaining_size(file)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[bytes]:
+        while block := self._file.read(self._block_size):
+            yield block
 
 
 def _quoted(value: str) -> str:
@@ -340,8 +361,13 @@ class CoordinatorClient:
         idempotency_key: str | None = None,
         filename: str | None = None,
         trace_id: str | None = None,
+        form: bool = False,
     ) -> dict:
-        """Upload a CSV from an open binary file as a csv_stats job; return the job."""
+        """Upload a CSV from an open binary file as a csv_stats job; return the job.
+
+        The file is the whole text/csv body and the parameters go in the query string;
+        form=True sends a multipart form instead, as a browser or curl -F would.
+        """
         fields = [
             ("column", column),
             ("delimiter", delimiter),
@@ -349,15 +375,21 @@ class CoordinatorClient:
             ("priority", str(priority)),
         ]
         fields += [("label", f"{key}={value}") for key, value in (labels or {}).items()]
-        name = filename or os.path.basename(getattr(file, "name", "") or "upload.csv")
-        body = MultipartUpload(fields, "file", file, name)
-        headers = {"Content-Type": body.content_type}
+        params = None
+        if form:
+            name = filename or os.path.basename(getattr(file, "name", "") or "upload.csv")
+            body = MultipartUpload(fields, "file", file, name)
+            headers = {"Content-Type": body.content_type}
+        else:
+            body, params = FileBody(file), fields
+            headers = {"Content-Type": "text/csv"}
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
         return self._request(
             "POST",
             "/api/v1/jobs",
             data=body,
+            params=params,
             headers=headers,
             trace_id=trace_id,
             timeout=UPLOAD_TIMEOUT,
@@ -462,11 +494,11 @@ class CoordinatorClient:
         path: str,
         *,
         json: dict | None = None,
-        params: dict | None = None,
+        params: dict | list[tuple[str, str]] | None = None,
         stream: bool = False,
         trace_id: str | None = None,
         timeout: float | None = None,
-        data: MultipartUpload | None = None,
+        data: MultipartUpload | FileBody | None = None,
         headers: dict[str, str] | None = None,
     ):
         """Send one call; return the JSON body (None for 204), or the response when streaming."""

@@ -10,7 +10,7 @@ from app import auth, schemas
 from app.auth import current_principal
 from app.runtime import get_runtime
 from app.tracing import current_trace_id
-from app.uploads import uploaded
+from app.uploads import spooled_body, uploaded
 from services import csvjobs, jobs
 from services.errors import InvalidInput
 
@@ -22,9 +22,11 @@ IDEMPOTENCY_KEY_MAX = 200
 
 @bp.post("")
 def create_job():
-    """Submit a CSV (multipart) or a manifest of tasks (JSON)."""
+    """Submit a CSV (the text/csv body or a multipart form) or a manifest of tasks (JSON)."""
     key = _idempotency_key()
-    if request.mimetype == "multipart/form-data":
+    if request.mimetype == "text/csv":
+        view = _submit_csv_body(key)
+    elif request.mimetype == "multipart/form-data":
         view = _submit_csv(key)
     else:
         body = schemas.load_json(schemas.JobCreateSchema())
@@ -57,11 +59,26 @@ def _submit_csv(key: str | None) -> jobs.JobView:
     )
 
 
+def _submit_csv_body(key: str | None) -> jobs.JobView:
+    # The parameters travel in the query string, so they are checked before the body is read.
+    query = schemas.CsvJobQuerySchema().load(
+        {**request.args.to_dict(), "label": request.args.getlist("label")}
+    )
+    upload, data = spooled_body()
+    labels = dict(item.split("=", 1) for item in query.pop("label"))
+    return csvjobs.submit_csv_job(
+        get_runtime(),
+        current_principal(),
+        upload,
+        csvjobs.CsvJobRequest(**query, labels=labels),
+        trace_id=current_trace_id(),
+        idempotency_key=key,
+        data=data,
+    )
+
+
 def _idempotency_key() -> str | None:
-    key = request.headers.get("Idempotency-Key")
-    if key is not None and not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX:
-        raise InvalidInput.field("Idempotency-Key", f"must be 1 to {IDEMPOTENCY_KEY_MAX} chars")
-    return key
+    return schemas.check_header("Idempotency-Key", max_length=IDEMPOTENCY_KEY_MAX)
 
 
 def _dump_job(view: jobs.JobView) -> dict:

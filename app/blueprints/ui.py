@@ -215,7 +215,7 @@ def submit():
             _uploaded_csv(),
             _csv_job_request(),
             trace_id=current_trace_id(),
-            idempotency_key=request.form.get("submission_key") or None,
+            idempotency_key=_submission_key(),
         )
     except ValidationError as exc:
         return _submit_form(request.form, _field_messages(exc.messages), 422)
@@ -225,6 +225,14 @@ def submit():
         messages = _field_messages(exc.details.get("fields")) or [exc.message]
         return _submit_form(request.form, messages, errors.STATUS[type(exc)])
     return redirect(url_for("ui.job_page", job_id=view.job.id), 303)
+
+
+def _submission_key() -> str | None:
+    # The form's Idempotency-Key, under the same string rule as the header.
+    key = request.form.get("submission_key") or None
+    if key is not None and (problem := schemas.text_problem(key)):
+        raise ValidationError({"submission_key": [problem]})
+    return key
 
 
 def _uploaded_csv():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import codecs
 import hashlib
 from bisect import bisect_right
-from dataclasses import dataclass
-from itertools import repeat
+from dataclasses import dataclass, replace
+from itertools import accumulate, repeat
 
 from services.csvstats.errors import CsvFormatError
 from services.csvstats.model import ChunkPlan, SplitResult
@@ -15,15 +15,14 @@ from services.csvstats.syntax import (
     first_misplaced_quote,
     line_breaks,
     offset_after_lines,
+    quoted_field_walk,
     record_fields,
     terminator_view,
+    walk_to_special_fields,
 )
 
 MAX_CHUNKS = 64
 _UTF8_STEP = 1 << 20
-_QUOTE_SCAN_STEP = 1 << 16
-# Hides line breaks inside quotes, so that only terminators are left as CR or LF.
-_HIDE_LINE_BREAKS = bytes.maketrans(b"\r\n", b"\x00\x00")
 
 
 def validate_delimiter(delimiter: str) -> None:
@@ -44,33 +43,55 @@ def validate_chunks(chunks: int) -> None:
 class FileLayout:
     """Where a checked file's header and records are.
 
-    terminators is as long as the file: each record terminator in it ends with LF and nothing
-    else is LF. The line breaks inside quoted fields are counted per section of the file, so
-    that a record's line number takes a count over one section rather than over the file.
+    terminators is as long as the file, and each physical line break in it ends with LF and
+    nothing else is LF; the breaks inside the multiline quoted fields (given by where their
+    contents start and end, in file order) are not record terminators.
     """
 
     header: tuple[str, ...]
     body_start: int
     records: int
     terminators: bytes
-    section_starts: tuple[int, ...]
-    # Line breaks inside quotes before each section, and then in the whole file.
+    multiline_starts: tuple[int, ...]
+    multiline_ends: tuple[int, ...]
+    # Line breaks inside the first i multiline fields, for i from 0 to all of them.
     quoted_breaks_before: tuple[int, ...]
 
-    def line_of(self, data: bytes, record: int, offset: int) -> int:
+    def line_of(self, record: int, offset: int) -> int:
         """The physical line of data record `record` (from 0), which starts at offset."""
         # Before it: the header's terminator (if it has one) and one per record.
-        terminators_before = record + self.terminators.endswith(b"\n", 0, self.body_start)
-        quoted = 0
-        if self.quoted_breaks_before[-1]:
-            i = bisect_right(self.section_starts, offset) - 1
-            start = self.section_starts[i]
-            quoted = (
-                self.quoted_breaks_before[i]
-                + line_breaks(data, start, offset)
-                - self.terminators.count(b"\n", start, offset)
-            )
+        terminators_before = record + (self.body_start > 0 and self._ends_record(self.body_start))
+        quoted = self.quoted_breaks_before[bisect_right(self.multiline_starts, offset)]
         return 1 + terminators_before + quoted
+
+    def offset_after_records(self, start: int, records: int) -> int:
+        """The offset just past the records-th record terminator at or after start."""
+        pos = start
+        while True:
+            end = offset_after_lines(self.terminators, pos, records)
+            if end < 0:
+                return len(self.terminators)
+            # The breaks inside quotes among those lines leave that many records to go.
+            records = self._quoted_breaks_until(end) - self._quoted_breaks_until(pos)
+            if not records:
+                return end
+            pos = end
+
+    def _quoted_breaks_until(self, offset: int) -> int:
+        """Line breaks inside quoted fields before offset."""
+        i = bisect_right(self.multiline_starts, offset) - 1
+        if i < 0:
+            return 0
+        inside = self.terminators.count(
+            b"\n", self.multiline_starts[i], min(offset, self.multiline_ends[i])
+        )
+        return self.quoted_breaks_before[i] + inside
+
+    def _ends_record(self, offset: int) -> bool:
+        """Whether the byte before offset is a record terminator's LF."""
+        if not self.terminators.endswith(b"\n", 0, offset):
+            return False
+        return self._quoted_breaks_until(offset) == self._quoted_breaks_until(offset - 1)
 
 
 def scan_file(data: bytes, delimiter: str) -> FileLayout:
@@ -79,9 +100,9 @@ def scan_file(data: bytes, delimiter: str) -> FileLayout:
     if start == len(data):
         raise CsvFormatError("file", "is empty: its first record must be the header")
     _check_utf8(data, start)
-    separators = (delimiter.encode(), b"\r", b"\n")
-    scanned = _hide_quoted_line_breaks(data, start, separators)
-    if scanned is None:
+    spans = _multiline_fields(data, start, delimiter) if data.find(QUOTE, start) >= 0 else []
+    if spans is None:
+        separators = (delimiter.encode(), b"\r", b"\n")
         pieces = data[start:].split(QUOTE)
         line = _line_at(data, start + first_misplaced_quote(pieces, separators))
         raise CsvFormatError(
@@ -89,17 +110,21 @@ def scan_file(data: bytes, delimiter: str) -> FileLayout:
             f"line {line}: misplaced quote (RFC 4180 allows quotes only around"
             " a whole field, and doubled inside one)",
         )
-    masked, section_starts, quoted_breaks_before = scanned
-    terminators = terminator_view(masked)
-    newline = terminators.find(b"\n", start)
+    terminators = terminator_view(data)
+    starts, ends = tuple(spans[::2]), tuple(spans[1::2])
+    breaks = map(terminators.count, repeat(b"\n"), starts, ends)
+    layout = FileLayout((), 0, 0, terminators, starts, ends, tuple(accumulate(breaks, initial=0)))
+    newline = layout.offset_after_records(start, 1) - 1
+    if newline == len(data) - 1 and not layout._ends_record(len(data)):
+        newline = -1
     body_start = len(data) if newline < 0 else newline + 1
     header = _read_header(data, start, newline, delimiter)
-    records = terminators.count(b"\n", body_start)
-    if body_start < len(data) and not terminators.endswith(b"\n"):
-        records += 1  # the final newline is optional
-    return FileLayout(
-        header, body_start, records, terminators, section_starts, quoted_breaks_before
+    records = terminators.count(b"\n", body_start) - (
+        layout.quoted_breaks_before[-1] - layout._quoted_breaks_until(body_start)
     )
+    if body_start < len(data) and not layout._ends_record(len(data)):
+        records += 1  # the final newline is optional
+    return replace(layout, header=header, body_start=body_start, records=records)
 
 
 def find_column(header: tuple[str, ...], column: str) -> int:
@@ -131,13 +156,13 @@ def split(data: bytes, column: str, delimiter: str = ",", chunks: int = 1) -> Sp
     for index in range(count):
         record_start = index * size
         last = index == count - 1
-        byte_end = len(data) if last else offset_after_lines(layout.terminators, byte_start, size)
+        byte_end = len(data) if last else layout.offset_after_records(byte_start, size)
         plans.append(
             ChunkPlan(
                 index=index,
                 record_start=record_start,
                 record_end=min(layout.records, record_start + size),
-                first_line=layout.line_of(data, record_start, byte_start),
+                first_line=layout.line_of(record_start, byte_start),
                 byte_start=byte_start,
                 byte_end=byte_end,
                 sha256=hashlib.sha256(view[byte_start:byte_end]).hexdigest(),
@@ -149,54 +174,14 @@ def split(data: bytes, column: str, delimiter: str = ",", chunks: int = 1) -> Sp
     )
 
 
-def _hide_quoted_line_breaks(
-    data: bytes, start: int, separators: tuple
-) -> tuple[bytes, tuple[int, ...], tuple[int, ...]] | None:
-    """Return data with the CR and LF bytes inside quotes hidden, where each section starts
-    and how many line breaks quotes hold before it (then in all); None if a quote is misplaced.
-
-    Works through sections cut at quotes, so that a quote-heavy file's millions of pieces are
-    handled a cache-sized section at a time.
-    """
-    if data.find(QUOTE, start) < 0:
-        return data, (start,), (0, 0)
-    blocks, starts, breaks_before = [], [], [0]
-    at, inside = start, 0  # inside: whether the block's first piece is within quotes
-    while True:
-        cut = data.find(QUOTE, at + _QUOTE_SCAN_STEP)
-        last = cut < 0
-        block = data[at : len(data) if last else cut]
-        pieces = block.split(QUOTE)
-        outside = pieces[inside::2]
-        # A non-empty piece outside quotes must follow a closing quote with a separator
-        # (unless it starts the file) and precede an opening quote with one (unless it ends it).
-        after_quote = set(outside[1:] if at == start else outside)
-        ends_outside = (len(pieces) - 1 - inside) % 2 == 0
-        before_quote = set(outside[:-1] if last and ends_outside else outside)
-        after_quote.discard(b"")
-        before_quote.discard(b"")
-        if not (
-            all(map(bytes.startswith, after_quote, repeat(separators)))
-            and all(map(bytes.endswith, before_quote, repeat(separators)))
-        ):
-            return None
-        quoted = QUOTE.join(pieces[1 - inside :: 2])
-        hidden = line_breaks(quoted) if b"\n" in quoted or b"\r" in quoted else 0
-        if hidden:
-            pieces[1 - inside :: 2] = map(
-                bytes.translate, pieces[1 - inside :: 2], repeat(_HIDE_LINE_BREAKS)
-            )
-            block = QUOTE.join(pieces)
-        blocks.append(block)
-        starts.append(at)
-        breaks_before.append(breaks_before[-1] + hidden)
-        if last:
-            break
-        inside = (inside + len(pieces)) % 2
-        at = cut + 1
-    # Without a multiline field every line break is already a terminator.
-    masked = data[:start] + QUOTE.join(blocks) if breaks_before[-1] else data
-    return masked, tuple(starts), tuple(breaks_before)
+def _multiline_fields(data: bytes, start: int, delimiter: str) -> list[int] | None:
+    """Return [start, end, start, end, ...] of the contents of the quoted fields from start on
+    that may hold a line break (every one that does, and one left open at the end); None if
+    a quote is misplaced."""
+    walk = quoted_field_walk(delimiter.encode(), b"\r\n")
+    view = memoryview(data)[start:]  # a BOM is not a separator, but start acts as the file's
+    spans = walk_to_special_fields(walk, view)
+    return None if spans is None else [start + at for at in spans]
 
 
 def _line_at(data: bytes, offset: int) -> int:

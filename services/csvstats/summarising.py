@@ -1,9 +1,10 @@
 """Summarise one chunk's column from a stream of byte blocks, with checkpoints to resume from.
 
 Each batch (about 32 KiB of whole records) first tries a fast path of whole-buffer byte
-operations: quoted content is masked, the column is cut out with bytes.split and converted
-with int() in bulk. Anything it declines, and every error, goes to a careful record-by-record
-reader, which is the one that decides; the property tests hold the two to the same answers.
+operations: separators inside quoted fields are masked, the column is cut out with
+bytes.split and converted with int() in bulk. Anything it declines, and every error, goes to a
+careful record-by-record reader, which is the one that decides; the property tests hold the
+two to the same answers.
 """
 
 from __future__ import annotations
@@ -25,59 +26,53 @@ from services.csvstats.syntax import (
     last_record_end,
     line_breaks,
     mask_quoted,
+    quoted_field_walk,
     quotes_well_placed,
     read_integer,
     record_fields,
     too_few_fields,
+    walk_to_special_fields,
 )
 
 _BATCH_BYTES = 32 << 10  # small enough that a batch's objects stay in cache
-_BLANK_BYTES = BLANKS.encode()
 _DIGITS_SIGNS_NEWLINE = b"0123456789+-\n"
-# Maps a run of values to its shape: blanks stay, newlines stay, anything else becomes "d".
-_SHAPE = bytes.maketrans(
-    bytes(range(256)), bytes(c if c in b" \n" else 0x20 if c == 0x09 else 0x64 for c in range(256))
+# Bytes per quote above which a batch's quotes are checked by splitting it at them, and below
+# which by a regular expression walk: the walk was 15% faster on the quote-heavy sample (a
+# quote every 28 bytes), splitting 3% faster on the plain one (a quote every 132 bytes).
+_QUOTE_SPACING = 40
+_BLANK_BYTES = BLANKS.encode()
+_BLANKS_QUOTE = _BLANK_BYTES + QUOTE
+# Whitespace becomes a space and anything else "d", so that " d" starts every word but the first.
+_WORDS = bytes.maketrans(
+    bytes(range(256)), bytes(0x20 if c in b" \t\n" else 0x64 for c in range(256))
 )
 
 
-def _integers(values: list[bytes]) -> list[int] | None:
-    """int() of every non-empty value, or None if one of them is not an integer."""
-    try:
-        return list(map(int, filter(None, values)))
-    except ValueError:
-        return None
+def _present_values(values: list[bytes]) -> list[bytes] | None:
+    """The values that are not empty or blank, without the blanks and quotes around them; or
+    None if a value may not be an integer as the spec spells one (the careful path decides).
 
-
-def _without_outer_quotes(values: list[bytes]) -> list[bytes] | None:
-    """The values with quoted ones unquoted, or None if none is quoted or one holds a quote."""
+    The batch's quotes are known to be well placed, so a value that opens with a quote is a
+    whole quoted field.
+    """
     joined = b"\n".join(values)
-    quotes = joined.count(QUOTE)
-    # Quotes are well placed, so a quoted value starts (and ends) with one.
-    if not quotes or quotes != 2 * (joined.count(b'\n"') + joined.startswith(QUOTE)):
+    odd = joined.translate(None, _DIGITS_SIGNS_NEWLINE)
+    if not odd:
+        return joined.split()  # drops the empty values
+    # Anything but digits, signs, blanks and quotes (an underscore, a vertical tab, a masked
+    # separator) is for the careful path, though int() may accept some of it.
+    if odd.translate(None, _BLANKS_QUOTE):
         return None
-    return _stripped(joined.replace(QUOTE, b"").split(b"\n"))
-
-
-def _stripped(values: list[bytes]) -> list[bytes]:
-    """Each value without its surrounding blanks."""
-    return list(map(bytes.strip, values, repeat(_BLANK_BYTES)))
-
-
-def _strip_blanks(values: list[bytes]) -> tuple[list[bytes], bool]:
-    """The values stripped of surrounding blanks, and whether they are normalised."""
-    joined = b"\n".join(values)
-    if b" " in joined or b"\t" in joined:
-        # Blanks inside a value stay: int() refuses them, and the careful path decides.
-        values = _stripped(values)
-    return values, not any(map(joined.__contains__, (b"_", b"\x0b", b"\x0c")))
-
-
-def _blank_inside_value(joined: bytes) -> bool:
-    """Whether some value of a newline-joined run has a blank between other characters."""
-    shape = joined.translate(_SHAPE)
-    while b"  " in shape:
-        shape = shape.replace(b"  ", b" ")
-    return b"d d" in shape
+    if QUOTE in odd:
+        if odd.count(QUOTE) != 2 * (joined.count(b'\n"') + joined.startswith(QUOTE)):
+            return None  # a doubled quote inside a value
+        joined = joined.replace(QUOTE, b"")
+    present = joined.translate(None, _BLANK_BYTES).split()
+    # One word per value that is not blank, unless a blank stands inside a value ("1 2").
+    words = joined.translate(_WORDS)
+    if words.count(b" d") + words.startswith(b"d") != len(present):
+        return None
+    return present
 
 
 def summarise(
@@ -175,10 +170,10 @@ class _ChunkSummariser:
         mask = b"\x01" if byte == b"\x00" else b"\x00"
         self.delimiter_byte = byte
         self.separators = (byte, b"\r", b"\n")
-        self.hide_in_quotes = bytes.maketrans(byte + b"\r\n", mask * 3)
         self.not_separator = bytes(sorted(set(range(256)) - {byte[0], 0x0D, 0x0A}))
+        self.quote_walk = quoted_field_walk(byte, byte + b"\r\n")
+        self.hide_in_quotes = bytes.maketrans(byte + b"\r\n", mask * 3)
         self.not_structure = bytes(sorted(set(range(256)) - {byte[0], 0x0A}))
-        self.blanks_are_not_delimiters = byte not in _BLANK_BYTES
 
     def read(self, batch: bytes) -> None:
         """Add a batch of whole records (the last batch may end in an unfinished one)."""
@@ -187,13 +182,13 @@ class _ChunkSummariser:
             if batch:
                 self._read_carefully(batch, self.records)
             return
-        values, lines, normalised = fast
+        values, lines = fast
         at_start = self.records
         i = min(len(values), max(0, self.skip - self.records))
         self.records += i
         while i < len(values):
             j = min(len(values), i + self.every - self.records % self.every)
-            if not self._add_values(values[i:j], normalised):
+            if not self._add_values(values[i:j]):
                 self.records = at_start
                 self._read_carefully(batch, at_start + i)
                 return
@@ -228,13 +223,9 @@ class _ChunkSummariser:
         if self.on_checkpoint is not None:
             self.on_checkpoint(Checkpoint(self.records, self.summary("")))
 
-    def _fast_values(self, batch: bytes) -> tuple[list[bytes], int, bool] | None:
-        """Return each record's column bytes, the batch's line breaks, and whether the values
-        are normalised; or None if the careful path must read this batch.
-
-        Normalised values have no blanks around them and hold nothing else int() would accept
-        but the spec does not (underscores, vertical tab, form feed); blanks inside one stay.
-        """
+    def _fast_values(self, batch: bytes) -> tuple[list[bytes], int] | None:
+        """Return each record's column bytes and the batch's line breaks, or None if the
+        careful path must read this batch."""
         if not batch.isascii():
             try:
                 str(batch, "utf-8")
@@ -245,14 +236,22 @@ class _ChunkSummariser:
                 return None
             batch = batch.replace(self.encoded_delimiter, self.delimiter_byte)
         breaks_in_quotes = 0
-        if QUOTE in batch:
+        quotes = batch.count(QUOTE)
+        if quotes and quotes * _QUOTE_SPACING < len(batch):
+            # Few quotes: splitting the batch at them costs less than walking it.
             pieces = batch.split(QUOTE)
-            if len(pieces) % 2 == 0 or not quotes_well_placed(pieces, self.separators):
+            if quotes % 2 or not quotes_well_placed(pieces, self.separators):
                 return None
             quoted = QUOTE.join(pieces[1::2])
             breaks_in_quotes = line_breaks(quoted)
             if quoted.translate(None, self.not_separator):
                 batch = mask_quoted(pieces, self.hide_in_quotes)
+        elif quotes:
+            spans = walk_to_special_fields(self.quote_walk, batch)
+            if spans is None or (spans and spans[-1] == len(batch)):
+                return None  # a misplaced quote, or one left open: the careful path decides
+            if spans:
+                batch, breaks_in_quotes = self._mask_fields(batch, spans)
         if b"\r" in batch:
             batch = batch.replace(b"\r\n", b"\n")
             if b"\r" in batch:
@@ -268,10 +267,19 @@ class _ChunkSummariser:
             values = self._ragged_column(batch)
         if values is None:
             return None
-        normalised = False
-        if self.blanks_are_not_delimiters:
-            values, normalised = _strip_blanks(values)
-        return values, lines, normalised
+        return values, lines
+
+    def _mask_fields(self, batch: bytes, spans: list[int]) -> tuple[bytes, int]:
+        """The batch with separators hidden inside the quoted fields whose contents span
+        [start, end, ...] covers, and the line breaks those fields hold."""
+        # Only the fields that hold a separator are translated; the bytes between them are
+        # copied as they are.
+        starts, ends = spans[::2], spans[1::2]
+        inside = list(map(batch.__getitem__, map(slice, starts, ends)))
+        pieces = [b""] * (2 * len(inside) + 1)
+        pieces[::2] = map(batch.__getitem__, map(slice, [0, *ends], [*starts, len(batch)]))
+        pieces[1::2] = map(bytes.translate, inside, repeat(self.hide_in_quotes))
+        return b"".join(pieces), line_breaks(QUOTE.join(inside))
 
     def _pad_empty_records(self, batch: bytes) -> bytes:
         """Give each empty record (an empty line) empty fields up to the column."""
@@ -315,32 +323,10 @@ class _ChunkSummariser:
         except IndexError:
             return None
 
-    def _add_values(self, values: list[bytes], normalised: bool) -> bool:
+    def _add_values(self, values: list[bytes]) -> bool:
         """Add a run of records' values; False (adding nothing) if any needs a closer look."""
-        if normalised:
-            numbers = _integers(values)
-            if numbers is None:
-                unquoted = _without_outer_quotes(values)
-                if unquoted is not None:
-                    values = unquoted
-                    numbers = _integers(values)
-            if numbers is not None:
-                return self._add_numbers(numbers)
-        return self._add_checked_values(values)
-
-    def _add_checked_values(self, values: list[bytes], unquoted: bool = False) -> bool:
-        joined = b"\n".join(values)
-        odd = joined.translate(None, _DIGITS_SIGNS_NEWLINE)
-        if not odd:
-            present = list(filter(None, values))
-        elif not odd.translate(None, _BLANK_BYTES) and not _blank_inside_value(joined):
-            present = joined.split()  # drops blank values and strips the others
-        elif not unquoted and QUOTE in odd:
-            # Quoted values still carry their quotes here; unquote them and look again.
-            return self._add_checked_values(
-                [v[1:-1] if v.startswith(QUOTE) else v for v in values], unquoted=True
-            )
-        else:
+        present = _present_values(values)
+        if present is None:
             return False
         try:
             return self._add_numbers(list(map(int, present)))  # only signs and digits left

@@ -24,7 +24,8 @@ class BlippingLink:
     answers each new one with 503 + Retry-After for OUTAGE_SECONDS.
 
     It blips `input_cuts` times, each after `cut_every_bytes` more bytes went to the worker
-    (only an input stream is that large), then `result_cuts` times as a result is posted.
+    (only an input stream is that large), then `result_cuts` times as a batch of results is
+    posted.
     """
 
     def __init__(self, port: int, *, input_cuts: int, cut_every_bytes: int, result_cuts: int):
@@ -79,7 +80,7 @@ class BlippingLink:
 
     def _to_coordinator(self, data: bytes) -> bool:
         with self._lock:
-            if self._result_cuts_left and b"/result HTTP/1.1" in data:
+            if self._result_cuts_left and b"/results HTTP/1.1" in data:
                 self._result_cuts_left -= 1
                 self._blip("result")
                 return False

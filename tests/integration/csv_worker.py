@@ -51,6 +51,28 @@ def upload(
     )
 
 
+def upload_body(
+    client,
+    headers: dict,
+    data: bytes,
+    *,
+    column: str | None = "value",
+    chunks: int | str = 4,
+    key: str | None = None,
+    labels: tuple[str, ...] = (),
+    **query: object,
+):
+    """POST a CSV job as the text/csv body, its parameters in the query string."""
+    params = [("chunks", str(chunks)), *((name, str(value)) for name, value in query.items())]
+    if column is not None:
+        params.append(("column", column))
+    params += [("label", label) for label in labels]
+    sent = {**headers, **({"Idempotency-Key": key} if key is not None else {})}
+    return client.post(
+        "/api/v1/jobs", data=data, query_string=params, headers=sent, content_type="text/csv"
+    )
+
+
 def submit(client, headers: dict, data: bytes, **options: object) -> dict:
     """Submit a CSV job that must be created, and return it."""
     response = upload(client, headers, data, **options)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import io
+from urllib.parse import parse_qsl, urlsplit
 
 import requests
 from werkzeug.formparser import parse_form_data
 
-from worker_cli.client import CoordinatorClient, MultipartUpload
+from worker_cli.client import CoordinatorClient, FileBody, MultipartUpload
 
 FIELDS = [("column", "value"), ("label", "team=a"), ("label", 'quote="x"')]
 
@@ -70,13 +71,15 @@ def test_upload_length_counts_only_what_is_left_of_the_file(tmp_path):
     assert files["file"].read() == b"id,value\n"
 
 
-def test_submit_sends_the_form_with_content_length_and_idempotency_key(tmp_path):
+def capture_submit(tmp_path, **options) -> tuple[dict, dict]:
+    """Submit data.csv through a client whose transport keeps what it was sent."""
     path = tmp_path / "data.csv"
     path.write_bytes(b"id,value\n1,5\n")
     sent = {}
 
     class CapturingAdapter(requests.adapters.BaseAdapter):
         def send(self, request, **kwargs):
+            sent["url"] = request.url
             sent["headers"] = request.headers
             sent["body"] = b"".join(request.body)
             response = requests.Response()
@@ -91,13 +94,49 @@ def test_submit_sends_the_form_with_content_length_and_idempotency_key(tmp_path)
     client = CoordinatorClient("http://coordinator.test", "cwu_t", session=session)
     with path.open("rb") as file:
         job = client.submit_csv_job(
-            file, column="value", chunks=3, labels={"team": "a"}, idempotency_key="key-1"
+            file,
+            column="value",
+            chunks=3,
+            labels={"team": "a"},
+            idempotency_key="key-1",
+            **options,
         )
     assert job == {"id": "j1"}
-    headers = sent["headers"]
+    return sent, sent["headers"]
+
+
+def test_submit_sends_the_file_as_the_body_and_the_parameters_in_the_query(tmp_path):
+    sent, headers = capture_submit(tmp_path)
+    assert headers["Content-Type"] == "text/csv"
+    assert headers["Idempotency-Key"] == "key-1"
+    assert int(headers["Content-Length"]) == len(sent["body"])
+    assert sent["body"] == b"id,value\n1,5\n"
+    query = parse_qsl(urlsplit(sent["url"]).query)
+    assert query == [
+        ("column", "value"),
+        ("delimiter", ","),
+        ("chunks", "3"),
+        ("priority", "0"),
+        ("label", "team=a"),
+    ]
+
+
+def test_file_body_reads_the_file_in_blocks_from_where_it_stands(tmp_path):
+    path = tmp_path / "data.csv"
+    path.write_bytes(b"skip,me\n" + b"x" * 10)
+    with path.open("rb") as file:
+        file.seek(8)
+        body = FileBody(file, block_size=4)
+        assert len(body) == 10
+        assert list(body) == [b"xxxx", b"xxxx", b"xx"]
+
+
+def test_submit_sends_the_form_with_content_length_and_idempotency_key(tmp_path):
+    sent, headers = capture_submit(tmp_path, form=True)
     assert headers["Idempotency-Key"] == "key-1"
     assert headers["Content-Type"].startswith("multipart/form-data; boundary=")
     assert int(headers["Content-Length"]) == len(sent["body"])
     assert b'name="chunks"\r\n\r\n3\r\n' in sent["body"]
     assert b'filename="data.csv"' in sent["body"]
     assert b"team=a" in sent["body"]
+    assert urlsplit(sent["url"]).query == ""

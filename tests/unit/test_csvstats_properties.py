@@ -10,7 +10,6 @@ from unittest import mock
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import services.csvstats.planning as planning
 import services.csvstats.summarising as summarising
 from services.csvstats import (
     INT64_MAX,
@@ -111,6 +110,40 @@ def csv_cases(draw, *, malformed: bool = True) -> CsvCase:
     return CsvCase(data, delimiter)
 
 
+@st.composite
+def quote_heavy_cases(draw, *, malformed: bool = True) -> CsvCase:
+    """CSV files shaped like the quote-heavy sample: text fields quoted, some holding the
+    delimiter, a line break and doubled quotes; values padded, quoted or empty."""
+    delimiter = draw(st.sampled_from(DELIMITERS))
+    terminator = draw(st.sampled_from(TERMINATORS))
+    lines = [delimiter.join(["id", "name", "value", "comment"]), terminator]
+    words = st.text(alphabet=st.sampled_from("ab 1-é"), max_size=4)
+
+    def text_field() -> str:
+        kind = draw(st.integers(0, 7))
+        word = draw(words)
+        if kind == 0:
+            line_break = draw(st.sampled_from(TERMINATORS))
+            return f'"{word}{delimiter} ""{draw(words)}""{line_break}x"'
+        return f'"{word}"' if kind == 1 else word
+
+    for record in range(draw(st.integers(0, 30))):
+        value = draw(value_texts()) if malformed else str(draw(st.integers(-1000, 1000)))
+        kind = draw(st.integers(0, 9))
+        if kind == 0 and '"' not in value:
+            value = f'"{value}"'
+        elif kind == 1:
+            value = f" {value}\t"
+        lines += [delimiter.join([str(record), text_field(), value, text_field()]), terminator]
+    if draw(st.booleans()):
+        lines.pop()
+    data = "".join(lines).encode("utf-8")
+    if malformed and draw(st.integers(0, 9)) == 0:
+        at = draw(st.integers(0, len(data)))
+        data = data[:at] + draw(st.sampled_from([b'"', b'x"y', b'""'])) + data[at:]
+    return CsvCase(data, delimiter)
+
+
 def blocks_of(chunk: bytes, sizes: list[int]) -> list[bytes]:
     """Cut chunk into blocks of the given sizes, cycling; a size of 0 adds an empty block."""
     blocks, pos = [], 0
@@ -150,32 +183,35 @@ def summarise_chunk(case: CsvCase, result, plan, sizes: list[int], **options):
 block_sizes = st.lists(st.integers(0, 40), min_size=1, max_size=6).filter(any)
 # Tiny batches make every block boundary a place where a batch is cut after a whole record.
 batch_bytes = st.sampled_from([summarising._BATCH_BYTES, 1, 3, 16])
-# Likewise for the blocks, cut at quotes, in which split checks and masks quoted fields.
-scan_steps = st.sampled_from([planning._QUOTE_SCAN_STEP, 1, 2, 7])
+# Batches' quotes are checked by splitting at them (0), by a regex walk (huge), or by density.
+quote_spacings = st.sampled_from([summarising._QUOTE_SPACING, 0, 10**9])
+any_csv_cases = st.one_of(csv_cases(), quote_heavy_cases())
 
 
 @PROPERTY_SETTINGS
 @given(
-    case=csv_cases(),
+    case=any_csv_cases,
     chunks=st.integers(1, 64),
     sizes=block_sizes,
     stop_at_first_error=st.booleans(),
     batch=batch_bytes,
-    scan_step=scan_steps,
+    spacing=quote_spacings,
 )
 def test_chunked_path_decides_like_the_sequential_loop(
-    case, chunks, sizes, stop_at_first_error, batch, scan_step
+    case, chunks, sizes, stop_at_first_error, batch, spacing
 ):
     expected = outcome(lambda: sequential_totals(case.data, "value", case.delimiter))
     try:
-        with mock.patch.object(planning, "_QUOTE_SCAN_STEP", scan_step):
-            result = split(case.data, "value", case.delimiter, chunks)
+        result = split(case.data, "value", case.delimiter, chunks)
     except CsvFormatError as exc:
         assert expected == ("format", exc.field)
         return
     assert len(result.plans) <= chunks
     summaries = []
-    with mock.patch.object(summarising, "_BATCH_BYTES", batch):
+    with (
+        mock.patch.object(summarising, "_BATCH_BYTES", batch),
+        mock.patch.object(summarising, "_QUOTE_SPACING", spacing),
+    ):
         for plan in result.plans:
             summaries.append(summarise_chunk(case, result, plan, sizes))
             if stop_at_first_error and summaries[-1].error is not None:
@@ -193,10 +229,12 @@ def test_chunked_path_decides_like_the_sequential_loop(
 
 
 @PROPERTY_SETTINGS
-@given(case=csv_cases(malformed=False), chunks=st.integers(1, 64), scan_step=scan_steps)
-def test_each_chunk_starts_on_the_physical_line_csv_reader_counts(case, chunks, scan_step):
-    with mock.patch.object(planning, "_QUOTE_SCAN_STEP", scan_step):
-        result = split(case.data, "value", case.delimiter, chunks)
+@given(
+    case=st.one_of(csv_cases(malformed=False), quote_heavy_cases(malformed=False)),
+    chunks=st.integers(1, 64),
+)
+def test_each_chunk_starts_on_the_physical_line_csv_reader_counts(case, chunks):
+    result = split(case.data, "value", case.delimiter, chunks)
     for plan in result.plans:
         before = case.data[: plan.byte_start].decode("utf-8-sig")
         # newline="" splits lines at LF, CRLF and a lone CR, as csv.reader's line_num does.
@@ -222,7 +260,7 @@ class StopHere(Exception):
 
 @PROPERTY_SETTINGS
 @given(
-    case=csv_cases(),
+    case=any_csv_cases,
     chunks=st.integers(1, 8),
     every=st.integers(1, 4),
     sizes=block_sizes,

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from devstack.sample_csv import generate_csv
+from devstack.sample_csv import generate_csv, generate_quoted_csv
 from services.csvstats import (
     INT64_MAX,
     INT64_MIN,
@@ -245,6 +245,48 @@ def test_a_generated_file_with_a_malformed_record_is_reported_like_the_sequentia
     with pytest.raises(BadRecord) as sequential:
         sequential_totals(data, "value")
     assert sequential.value.record == errors[0]
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 7, 8, 64])
+def test_the_quote_heavy_sample_gives_the_sequential_totals_for_any_chunk_count(chunks):
+    data = generate_quoted_csv(6_000, seed=11)
+    result = split(data, "value", chunks=chunks)
+    summaries = [
+        summarise(
+            [data[p.byte_start : p.byte_end]],
+            column_index=2,
+            column="value",
+            record_start=p.record_start,
+            first_line=p.first_line,
+        )
+        for p in result.plans
+    ]
+    assert merge(result.plans, summaries) == sequential_totals(data, "value")
+
+
+def test_a_bad_value_in_the_quote_heavy_sample_is_found_at_its_record_and_line():
+    data = generate_quoted_csv(3_000, seed=12)
+    # Record 2,500 starts after 2,500 terminators and every line break quoted before it.
+    start = data.index(b"\n2500,")
+    record = data[start + 1 :].split(b",", 3)
+    bad = data[: start + 1] + b",".join([record[0], record[1], b"1.5", record[3]])
+    result = split(bad, "value", chunks=8)
+    summaries = [
+        summarise(
+            [bad[p.byte_start : p.byte_end]],
+            column_index=2,
+            column="value",
+            record_start=p.record_start,
+            first_line=p.first_line,
+        )
+        for p in result.plans
+    ]
+    errors = [s.error for s in summaries if s.error is not None]
+    with pytest.raises(BadRecord) as sequential:
+        sequential_totals(bad, "value")
+    assert sequential.value.record.record == 2_500
+    assert errors[0] == sequential.value.record
+    assert errors[0].line == 2 + 2_499 + bad[:start].count(b'\nx"')
 
 
 def test_checkpoints_come_every_n_records_with_the_statistics_so_far():
