@@ -1,17 +1,23 @@
 """Coordinator SIGKILL before and during a merge: a new coordinator finishes it exactly once.
 
-The kill takes the coordinator's whole process group (the gunicorn master and its workers),
-as tests/e2e does; a master killed alone leaves workers holding the port (issue 16, part 3).
+Before the merge only the gunicorn master is killed, as a crash would: its orphaned workers
+drain what they accepted and give the port back (tests/e2e/test_coordinator_restart.py).
+During the merge the whole process group is killed, so that the process inside the merge's
+transaction dies with it and the new coordinator has to finish the merge.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import time
+
+import psutil
 
 from bench.reliability.figures import spread, tally
 from bench.reliability.harness import Bench, Rig
 from devstack.sample_csv import generate_csv
+from tests.e2e.test_coordinator_restart import listening_pids, running
 from tests.e2e.test_fault_tolerance import MERGE_HOLD
 
 RECORDS, CHUNKS = 20_003, 4
@@ -41,13 +47,14 @@ def kill_around_merge(bench: Bench) -> dict:
         "description": (
             f"A job of {RECORDS:,} records in {CHUNKS} chunks. Before the merge: one worker "
             f"completes {CHUNKS - 1} chunks and exits, a second takes the last one and holds its "
-            "result for 2 s (`--fault pause-after-compute=2`); the coordinator is SIGKILLed "
-            "then, with that result still to send, and a new coordinator is started on the same "
-            "port. During the merge: a trigger holds the merge's final UPDATE inside its "
-            "transaction (every chunk committed, job `merging`), the coordinator is SIGKILLed, "
-            "the hold is released and a new coordinator started. `ready_s` is from the kill to "
-            "the new coordinator's first `/readyz` 200; `succeeded_events` counts `job.succeeded` "
-            "in the outbox (1 = merged once)."
+            "result for 2 s (`--fault pause-after-compute=2`); the gunicorn master alone is "
+            "SIGKILLed then, with that result still to send, and a new coordinator is started "
+            "on the same port (`orphans_after_10s`: the old workers still running 10 s later). "
+            "During the merge: a trigger holds the merge's final UPDATE inside its transaction "
+            "(every chunk committed, job `merging`), the coordinator's whole process group is "
+            "SIGKILLed, the hold is released and a new coordinator started. `ready_s` is from "
+            "the kill until the new coordinator alone holds the port and answers `/readyz` 200; "
+            "`succeeded_events` counts `job.succeeded` in the outbox (1 = merged once)."
         ),
         "rounds": rounds,
         "figures": {
@@ -62,18 +69,36 @@ def kill_around_merge(bench: Bench) -> dict:
     }
 
 
-def _restart_coordinator(rig: Rig, n: int) -> tuple[float, float]:
-    """SIGKILL the running coordinator's group and start another; (killed at, seconds to ready)."""
-    running = [
-        name
-        for name, p in rig.stack.processes.items()
-        if name.startswith("coordinator") and p.poll() is None
+def _kill_master_and_restart(rig: Rig, n: int) -> tuple[float, float, int]:
+    """SIGKILL the master alone, start a new coordinator; (killed at, seconds until the new one
+    alone owns the port and is ready, orphans left running 10 s later)."""
+    [name] = [
+        k
+        for k, p in rig.stack.processes.items()
+        if k.startswith("coordinator") and p.poll() is None
     ]
-    for name in running:
-        rig.stack.kill(name, signal.SIGKILL)
+    master = rig.stack.processes.pop(name)
+    orphans = [p.pid for p in psutil.Process(master.pid).children()]
+    os.kill(master.pid, signal.SIGKILL)
     killed_at = time.monotonic()
-    rig.stack.start_coordinator(f"coordinator-r{n}")
-    return killed_at, time.monotonic() - killed_at
+    master.wait(timeout=10)
+    new_name = f"coordinator-r{n}"
+    rig.stack.start_coordinator(new_name)
+    new_group = rig.stack.processes[new_name].pid
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pids = listening_pids(rig.stack.port)
+        if pids and all(running(p) and os.getpgid(p) == new_group for p in pids):
+            break
+        time.sleep(0.05)
+    rig.stack.wait_ready()
+    ready = time.monotonic() - killed_at
+    while any(running(p) for p in orphans) and time.monotonic() < killed_at + 10:
+        time.sleep(0.1)
+    left = [p for p in orphans if running(p)]
+    for pid in left:  # our own orphans; they must not outlive the round
+        os.kill(pid, signal.SIGKILL)
+    return killed_at, ready, len(left)
 
 
 def _before_merge(rig: Rig, data: bytes, n: int) -> dict:
@@ -90,9 +115,12 @@ def _before_merge(rig: Rig, data: bytes, n: int) -> dict:
     status_at_kill = rig.db.execute(
         "SELECT status FROM jobs WHERE id = %s", (job["id"],)
     ).fetchone()
-    killed_at, ready = _restart_coordinator(rig, n)
+    killed_at, ready, orphans_left = _kill_master_and_restart(rig, n)
     done = rig.wait_job(job["id"], timeout=JOB_TIMEOUT)
-    return _outcome(rig, job, data, done, killed_at, ready, status_at_kill["status"])
+    outcome = _outcome(rig, job, data, done, killed_at, ready, status_at_kill["status"])
+    outcome["orphans_after_10s"] = orphans_left
+    outcome["exact"] = outcome["exact"] and orphans_left == 0
+    return outcome
 
 
 def _during_merge(rig: Rig, data: bytes, n: int) -> dict:

@@ -182,7 +182,11 @@ def _round(rig: Rig, n: int, broken, root: Path) -> dict:
 def _respawn_round(rig: Rig, n: int, vault: Path) -> dict:
     job = rig.jobs.submit(generate_csv(1_000, seed=400 + n), 1)
     rig.wait_booted()
-    [name] = [k for k, p in rig.stack.processes.items() if k.startswith("coordinator")]
+    [name] = [
+        k
+        for k, p in rig.stack.processes.items()
+        if k.startswith("coordinator") and p.poll() is None
+    ]
     master = rig.stack.processes[name]
     with _under_a_file(vault):
         os.kill(psutil.Process(master.pid).children()[0].pid, signal.SIGKILL)
