@@ -89,11 +89,17 @@ def render_markdown(report: dict) -> str:
             lines.append("| " + " | ".join([*cells, "yes" if round_ok(r) else "**NO**"]) + " |")
         for r in scenario["rounds"]:
             if not round_ok(r):
-                lines.append(
-                    f"\nRound {r['round']} failed: error={r.get('error')!r}, "
-                    f"violations={r.get('violations')!r}"
-                )
+                lines.append(f"\nRound {r['round']} failed: {_why(r)}")
     return "\n".join(lines) + "\n"
+
+
+def _why(record: dict) -> str:
+    if record.get("error"):
+        return f"error={record['error']!r}"
+    if record.get("violations"):
+        return f"broken invariants {record['violations']!r}"
+    shown = {k: v for k, v in record.items() if k not in ("round", "violations", "exact")}
+    return f"its checks did not hold ({_inline(shown)})"
 
 
 def _round_keys(rounds: list[dict]) -> list[str]:

@@ -15,6 +15,7 @@ from tests.e2e.test_workers import SlowLink
 
 RECORDS, CHUNKS = 20_003, 2
 TRANSFER_SECONDS = 3.0  # how long one chunk's input takes through the slow link
+RANDOM_KILL_SECONDS = 4.5  # a little past the commit, so some random kills land after it
 KILL_POINTS = ("after_claim", "mid_compute", "after_compute", "during_heartbeat", "random")
 JOB_TIMEOUT = 45
 
@@ -44,9 +45,9 @@ def kill_points(bench: Bench) -> dict:
             f"{TRANSFER_SECONDS:.0f} s, and is SIGKILLed: as soon as its lease is in the "
             "database (after claim); halfway through the input (mid-compute); by "
             "`--fault crash-after-compute` (after compute, before commit); the moment its first "
-            "heartbeat's commit is seen (during heartbeat); or after a random 0-4 s from its "
-            "start (random, phase reported). A rescuer worker then finishes the job; "
-            "`recovery_s` is from the kill to the job's success."
+            "heartbeat's commit is seen (during heartbeat); or after a random "
+            f"0-{RANDOM_KILL_SECONDS} s from its start (random, phase reported). A rescuer "
+            "worker then finishes the job; `recovery_s` is from the kill to the job's success."
         ),
         "rounds": rounds,
         "figures": {
@@ -73,7 +74,7 @@ def _kill_round(rig: Rig, link: SlowLink, data: bytes, point: str, n: int) -> di
         process = rig.worker(victim, *args, coordinator=link.url)
         started = time.monotonic()
         if point == "random":
-            time.sleep(random.uniform(0.0, 4.0))
+            time.sleep(random.uniform(0.0, RANDOM_KILL_SECONDS))
             lease = None
         else:
             lease = rig.lease_of(victim)

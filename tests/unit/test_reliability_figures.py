@@ -51,6 +51,7 @@ def test_markdown_has_a_row_per_round_and_says_why_a_round_failed():
     rounds = [
         {"round": 1, "answers": {"200": 49, "201": 1}, "exact": True, "violations": {}},
         {"round": 2, "error": "TimeoutError: slow", "traceback": "...", "violations": {}},
+        {"round": 3, "answers": {"500": 1}, "exact": False, "violations": {}},
     ]
     report = {
         "started_at": "2026-12-03T13:00:00+00:00",
@@ -72,10 +73,11 @@ def test_markdown_has_a_row_per_round_and_says_why_a_round_failed():
 
     text = render_markdown(report)
 
-    assert "| [same key](#same-key) | 2 | 1 | 3.5 |" in text
+    assert "| [same key](#same-key) | 3 | 1 | 3.5 |" in text
     assert "- answers: 200=49" in text
     assert "- wait_s: min 1.00, median 2.00, max 3.00 (n=3)" in text
     assert "| 1 | 200=49, 201=1 | yes |" in text
     assert "| 2 |  | **NO** |" in text
     assert "Round 2 failed: error='TimeoutError: slow'" in text
+    assert "Round 3 failed: its checks did not hold (answers: 500=1)" in text
     assert "traceback" not in text
