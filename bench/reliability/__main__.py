@@ -1,7 +1,7 @@
 """Run every reliability scenario and write reports/reliability.md and .json.
 
 ROUNDS (default 2) scales the rounds of each scenario; SCENARIOS (comma list) picks some;
-SECONDS (default 1500) bounds the whole run: rounds not started by then are skipped.
+SECONDS_BUDGET (default 1500) bounds the whole run: rounds not started by then are skipped.
 """
 
 from __future__ import annotations
