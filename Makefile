@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo run stack test unit integration e2e lint audit format migrate report bench bench-queue up down clean
+.PHONY: demo run stack test unit integration e2e lint audit format migrate report reliability bench bench-queue up down clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ migrate: $(STAMP)
 report: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,report]'
 	$(BIN)/python -m bench.report
+
+# ROUNDS scales every scenario's rounds; the default takes a few minutes on two cores.
+ROUNDS ?= 2
+reliability: $(STAMP)
+	ROUNDS=$(ROUNDS) $(BIN)/python -m bench.reliability
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.csv_core

@@ -1,0 +1,71 @@
+"""The SQL invariants every round must leave true, each a query that lists what breaks it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.rows import dict_row
+
+APPLICATION_NAME = "chunkwise-reliability"
+
+
+@dataclass(frozen=True)
+class Invariant:
+    """A rule, and a query returning the rows that break it (none when it holds)."""
+
+    name: str
+    rule: str
+    violations_sql: str
+
+
+INVARIANTS = (
+    Invariant(
+        "one_summary_per_chunk",
+        "at most one accepted summary per chunk",
+        """SELECT job_id::text, chunk_index, count(*) AS summaries
+             FROM chunk_summaries GROUP BY job_id, chunk_index HAVING count(*) > 1""",
+    ),
+    Invariant(
+        "succeeded_job_has_finished_chunks",
+        "no succeeded job with an unfinished chunk",
+        """SELECT j.id::text AS job_id, t.chunk_index, t.status
+             FROM jobs j JOIN tasks t ON t.job_id = j.id
+            WHERE j.status = 'succeeded' AND t.status <> 'completed'""",
+    ),
+    Invariant(
+        "attempts_within_budget",
+        "no task attempted more often than its max_attempts",
+        """SELECT t.id::text AS task_id, t.attempt, t.max_attempts,
+                  (SELECT count(*) FROM task_attempts a WHERE a.task_id = t.id) AS claims
+             FROM tasks t
+            WHERE t.attempt > t.max_attempts
+               OR (SELECT count(*) FROM task_attempts a WHERE a.task_id = t.id) > t.max_attempts""",
+    ),
+    Invariant(
+        "leased_task_has_owner",
+        "no leased task without an owner and a lease expiry",
+        """SELECT id::text AS task_id, lease_owner, lease_expires_at::text
+             FROM tasks
+            WHERE status = 'leased' AND (lease_owner IS NULL OR lease_expires_at IS NULL)""",
+    ),
+)
+
+
+def violations(conn: psycopg.Connection) -> dict[str, list[dict]]:
+    """Every invariant's breaking rows, by name; only broken invariants are keys."""
+    found = {}
+    for invariant in INVARIANTS:
+        with conn.cursor(row_factory=dict_row) as cursor:
+            rows = cursor.execute(invariant.violations_sql).fetchall()
+        if rows:
+            found[invariant.name] = rows
+    return found
+
+
+def check(database_url: str) -> dict[str, list[dict]]:
+    """violations() on a connection of its own, so a restarted server is no obstacle."""
+    with psycopg.connect(
+        database_url, autocommit=True, application_name=APPLICATION_NAME, connect_timeout=10
+    ) as conn:
+        return violations(conn)
