@@ -41,7 +41,7 @@ class OrphanAwareThreadWorker(ThreadWorker):
         return False
 
 
-wsgi_app = "app:create_app()"
+wsgi_app = "app:create_app(storage_fatal=False)"
 bind = os.environ.get("CHUNKWISE_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("CHUNKWISE_WEB_WORKERS", "2"))
 worker_class = OrphanAwareThreadWorker
@@ -57,7 +57,20 @@ accesslog = None
 
 
 def on_starting(server):
-    """Forget the counters of a previous run of the server."""
+    """Refuse to start on unusable storage; forget the counters of a previous run."""
+    from app.config import load_settings
+    from app.runtime import require_storage
+    from app.ui_session import SECRET_KEY_FILE, shared_secret_key
+
+    # Checked here, once, so a misconfiguration stops the coordinator at start; a worker
+    # process booting later only reports it (create_app(storage_fatal=False)).
+    settings = load_settings()
+    require_storage(settings)
+    # Every worker process signs the dashboard's cookies with one key: the master settles it
+    # now and hands it down, so a worker booting while storage is broken still has it.
+    if not settings.secret_key:
+        key_file = settings.archive_dir.parent / SECRET_KEY_FILE
+        os.environ["CHUNKWISE_SECRET_KEY"] = shared_secret_key(key_file)
     directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
     directory.mkdir(parents=True, exist_ok=True)
     for stale in directory.glob("*.db"):

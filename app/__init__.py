@@ -13,14 +13,20 @@ from app.config import load_settings
 from app.migrations import migration_ids
 
 
-def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
-    """Build the coordinator from the environment (test_config overrides variables)."""
+def create_app(
+    test_config: Mapping[str, str] | None = None, *, storage_fatal: bool = True
+) -> Flask:
+    """Build the coordinator from the environment (test_config overrides variables).
+
+    storage_fatal=False (gunicorn's workers, whose master checked storage at start) boots
+    with unusable storage, logging why, rather than refuse.
+    """
     settings = load_settings({**os.environ, **(test_config or {})})
     logs.configure(settings.log_level)
     app = Flask(__name__)
     app.config["CHUNKWISE_SETTINGS"] = settings
     app.config["CHUNKWISE_MIGRATIONS"] = migration_ids(settings.migrations_dir)
-    rt = runtime.init_app(app, settings)
+    rt = runtime.init_app(app, settings, storage_fatal=storage_fatal)
     metrics.init_app(app, rt)
     tracing.init_app(app)
     uploads.init_app(app, settings.temp_dir, settings.limits.max_upload_bytes)

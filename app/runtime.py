@@ -18,9 +18,9 @@ from services.workloads import Caps, Workloads
 logger = logging.getLogger(__name__)
 
 
-def init_app(app: Flask, settings: Settings) -> Runtime:
+def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> Runtime:
     """Check storage, open the pool, start the NOTIFY listener; close both when the process ends."""
-    require_storage(settings)
+    _warn_about_storage(settings, fatal=storage_fatal)
     runtime = Runtime(
         pool=open_pool(settings),
         limits=settings.limits,
@@ -53,7 +53,14 @@ def workloads_for(limits: Limits) -> Workloads:
 
 
 def require_storage(settings: Settings) -> None:
-    """Create the temp and archive directories; raise ConfigError unless they can be used."""
+    """Raise ConfigError unless the temp and archive directories can be used (creating them)."""
+    problems = storage_problems(settings)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def storage_problems(settings: Settings) -> list[str]:
+    """What keeps the temp and archive directories from use (creating them), or nothing."""
     paths = {"CHUNKWISE_TEMP_DIR": settings.temp_dir, "CHUNKWISE_ARCHIVE_DIR": settings.archive_dir}
     problems = []
     for setting, directory in paths.items():
@@ -61,16 +68,30 @@ def require_storage(settings: Settings) -> None:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             problems.append(f"{setting}={directory} cannot be created ({archive.errno_name(exc)})")
-    if not problems:
-        problems = [
-            f"{p.setting}={paths[p.setting]} {p.problem}"
-            for p in health.setup_problems(settings.temp_dir, settings.archive_dir)
-        ]
     if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
-    # A full disk is a condition, not a setting: refusing to boot would make gunicorn stop the
-    # whole coordinator (a worker that fails to boot ends the master) and with it the worker
-    # protocol and job reads. The process starts, says so, and /readyz answers 503 meanwhile.
+        return problems
+    return [
+        f"{p.setting}={paths[p.setting]} {p.problem}"
+        for p in health.setup_problems(settings.temp_dir, settings.archive_dir)
+    ]
+
+
+def _warn_about_storage(settings: Settings, *, fatal: bool) -> None:
+    # Under gunicorn the master checks storage once at start (gunicorn.conf.py) and refuses to
+    # start; a worker process booting later must not refuse, or gunicorn would stop the whole
+    # coordinator (a worker that fails to boot ends the master) and with it the worker
+    # protocol and job reads. It starts, says why, and /readyz answers 503 meanwhile.
+    if fatal:
+        require_storage(settings)
+    problems = storage_problems(settings)
+    for problem in problems:
+        logger.error(
+            f"{problem}; uploads fail until it is mended", extra={"event": "storage_unusable"}
+        )
+    if problems:
+        return
+    # A full disk is a condition, not a setting: the process starts either way.
+    paths = {"CHUNKWISE_TEMP_DIR": settings.temp_dir, "CHUNKWISE_ARCHIVE_DIR": settings.archive_dir}
     for p in health.space_problems(
         settings.temp_dir, settings.archive_dir, settings.limits.max_upload_bytes
     ):

@@ -223,8 +223,6 @@ class ResultItemSchema(RequestSchema):
     metrics = fields.Dict(load_default=dict)
 
 
-
-
 class ResultBatchSchema(RequestSchema):
     """Many results from one worker, accepted in one transaction, each fenced on its own."""
 
