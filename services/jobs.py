@@ -9,7 +9,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
@@ -238,7 +238,9 @@ def admit(
             target=str(job.id),
             trace_id=job.trace_id,
         )
-        view = replace(_view(conn, job), created=True)
+        # Every task was just inserted pending: no need to count them back.
+        counts = ChunkCounts(pending=len(new_tasks))
+        view = JobView(job, counts, progress(job, counts), created=True)
     logger.info(
         "job created",
         extra={"event": "job_created", "job_id": str(job.id), "chunks_total": job.chunks_total},
