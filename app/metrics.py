@@ -9,6 +9,7 @@ whichever process answers.
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 from datetime import UTC, datetime
@@ -176,6 +177,10 @@ def init_app(app: Flask, runtime: Runtime) -> PrometheusMetrics:
     return PrometheusMetrics(app, registry=registry, **options)
 
 
+# Reads of the per-process files, to ride out one being created mid-scrape.
+SCRAPE_TRIES = 5
+
+
 class MultiprocessCoordinatorMetrics(GunicornInternalPrometheusMetrics):
     """The exporter's gunicorn mode, with the queue figures added to every scrape.
 
@@ -195,4 +200,11 @@ class MultiprocessCoordinatorMetrics(GunicornInternalPrometheusMetrics):
         if names:
             registry = registry.restricted_registry(names)
         encode, content_type = choose_encoder(accept_header)
+        for _ in range(SCRAPE_TRIES - 1):
+            try:
+                return encode(registry).decode("utf-8"), content_type
+            except struct.error:
+                # A process creating its metrics file leaves it empty for an instant before
+                # sizing it; read again once it has.
+                time.sleep(0.01)
         return encode(registry).decode("utf-8"), content_type
