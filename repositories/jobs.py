@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -113,11 +113,10 @@ def get(
     return from_row(Job, row) if row else None
 
 
-def lock_many(conn: Connection, job_ids: Sequence[UUID]) -> dict[UUID, Job]:
-    """Lock these jobs in id order (so two callers cannot deadlock) and return them by id."""
+def get_many(conn: Connection, job_ids: Collection[UUID]) -> dict[UUID, Job]:
+    """These jobs by id (unlocked)."""
     rows = conn.execute(
-        "SELECT * FROM jobs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE",
-        {"ids": list(job_ids)},
+        "SELECT * FROM jobs WHERE id = ANY(%(ids)s)", {"ids": list(job_ids)}
     ).fetchall()
     return {r["id"]: from_row(Job, r) for r in rows}
 

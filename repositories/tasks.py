@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from psycopg import Connection
+from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
 from repositories import from_row
@@ -438,24 +438,35 @@ def list_for_job(conn: Connection, job_id: UUID, *, status: str | None = None) -
     return [from_row(Task, r) for r in rows]
 
 
-def cancel_unfinished(conn: Connection, job_id: UUID, *, after_index: int = -1) -> int:
-    """Cancel a job's pending and leased tasks after a chunk index, closing their open attempts."""
-    row = conn.execute(
-        """
-        WITH cancelled AS (
-            UPDATE tasks SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL,
-                completed_at = now(), version = version + 1
-            WHERE job_id = %(job)s AND chunk_index > %(after)s
-              AND status IN ('pending', 'leased')
-            RETURNING id
-        ), closed AS (
-            UPDATE task_attempts SET outcome = 'cancelled', finished_at = now()
-            WHERE task_id IN (SELECT id FROM cancelled) AND outcome IS NULL
-        )
-        SELECT count(*) AS n FROM cancelled
-        """,
-        {"job": job_id, "after": after_index},
-    ).fetchone()
+_CANCEL_UNFINISHED = sql.SQL("""
+    WITH cancelled AS (
+        UPDATE tasks SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL,
+            completed_at = now(), version = version + 1
+        WHERE id IN (SELECT id FROM tasks
+                     WHERE job_id = %(job)s AND chunk_index > %(after)s
+                       AND status IN ('pending', 'leased')
+                     {locking})
+        RETURNING id
+    ), closed AS (
+        UPDATE task_attempts SET outcome = 'cancelled', finished_at = now()
+        WHERE task_id IN (SELECT id FROM cancelled) AND outcome IS NULL
+    )
+    SELECT count(*) AS n FROM cancelled
+""")
+
+
+def cancel_unfinished(
+    conn: Connection, job_id: UUID, *, after_index: int = -1, skip_locked: bool = False
+) -> int:
+    """Cancel a job's pending and leased tasks after a chunk index, closing their open attempts.
+
+    skip_locked leaves alone the tasks another transaction is changing right now: a batch
+    of results completing them, or a claim leasing them. A caller holding the job's lock
+    must skip them, since that batch waits for the job next.
+    """
+    locking = sql.SQL("FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE")
+    query = _CANCEL_UNFINISHED.format(locking=locking)
+    row = conn.execute(query, {"job": job_id, "after": after_index}).fetchone()
     return row["n"]
 
 

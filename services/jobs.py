@@ -323,16 +323,16 @@ def list_completed_results(rt: Runtime, principal: Principal, job_id: UUID) -> l
 def cancel_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str) -> JobView:
     """Cancel a job: pending chunks stop, running ones hear 409 on their next heartbeat."""
     with rt.pool.connection() as conn:
-        job = visible_job(conn, principal, job_id, for_update=True)
+        job = _cancellable(visible_job(conn, principal, job_id))
         if job.status == "cancelled":
             return _view(conn, job)
-        if job.status in ("succeeded", "failed"):
-            raise Conflict(
-                f"a {job.status} job cannot be cancelled",
-                code="not_cancellable",
-                details={"status": job.status},
-            )
+        # Tasks before the job, the order a batch of results locks them in: the cancel waits
+        # for a batch completing some of them, never the other way round. Re-checked under
+        # the job's lock, since a merge may have finished it meanwhile (then this rolls back).
         task_rows.cancel_unfinished(conn, job.id)
+        job = _cancellable(visible_job(conn, principal, job_id, for_update=True))
+        if job.status == "cancelled":
+            return _view(conn, job)
         job = job_rows.set_status(conn, job.id, "cancelled")
         event_rows.publish(
             conn,
@@ -348,6 +348,16 @@ def cancel_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str
         view = _view(conn, job)
     logger.info("job cancelled", extra={"event": "job_cancelled", "job_id": str(job_id)})
     return view
+
+
+def _cancellable(job: Job) -> Job:
+    if job.status in ("succeeded", "failed"):
+        raise Conflict(
+            f"a {job.status} job cannot be cancelled",
+            code="not_cancellable",
+            details={"status": job.status},
+        )
+    return job
 
 
 def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str) -> JobView:

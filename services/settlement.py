@@ -76,7 +76,7 @@ def _settle_failure(conn: Connection, job: Job, rules: Workload) -> Job:
     hard = [t for t in failed if t is not bad_input and t.chunk_index < horizon]
     if hard:
         return fail_for_task(conn, job, hard[0], rules)
-    task_rows.cancel_unfinished(conn, job.id, after_index=bad_input.chunk_index)
+    task_rows.cancel_unfinished(conn, job.id, after_index=bad_input.chunk_index, skip_locked=True)
     if all(t.status == "completed" for t in tasks if t.chunk_index < horizon):
         return job_rows.set_status(conn, job.id, "merging")
     if job.status == "queued":
@@ -104,7 +104,10 @@ def fail_for_task(conn: Connection, job: Job, cause: Task, rules: Workload) -> J
 
 def fail_with_error(conn: Connection, job: Job, error: dict, rules: Workload) -> Job:
     """Fail a locked job with this error, cancelling what is left and keeping a partial result."""
-    task_rows.cancel_unfinished(conn, job.id)
+    # Tasks a batch of results is completing now are left to complete (that batch waits for
+    # this job's lock next, so waiting for them here would deadlock); a finished job only
+    # keeps their results.
+    task_rows.cancel_unfinished(conn, job.id, skip_locked=True)
     partial = rules.partial_result(conn, job)
     job = job_rows.set_status(conn, job.id, "failed", error=error, partial_result=partial)
     event_rows.publish(

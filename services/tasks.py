@@ -159,13 +159,13 @@ def complete_tasks(
 ) -> list[CompletionOutcome]:
     """Accept many results in one transaction, each fenced on its own; answer each in order.
 
-    A refused result (stale, foreign, invalid, unknown) refuses only itself. The jobs are
-    locked first, in id order: completions of one job take turns there, so exactly one of
-    them sees "every chunk completed" and moves the job on.
+    A refused result (stale, foreign, invalid, unknown) refuses only itself. A job is locked
+    last, by the counter its completions add to, so batches for one job take turns only for
+    that and their commit, and exactly one of them sees "every chunk completed".
     """
     with rt.pool.connection() as conn:
         tasks = task_rows.get_many(conn, [c.task_id for c in completions])
-        jobs = job_rows.lock_many(conn, sorted({t.job_id for t in tasks.values()}))
+        jobs = job_rows.get_many(conn, {t.job_id for t in tasks.values()})
         checked = [_checked(rt, tasks, c) for c in completions]
         valid = [o for o in checked if isinstance(o, task_rows.Outcome)]
         done = {t.id: t for t in task_rows.complete_many(conn, worker_id, valid)} if valid else {}
