@@ -94,8 +94,8 @@ def db(database_url):
 
 
 @pytest.fixture
-def app_config(database_url, tmp_path: Path) -> dict:
-    """Environment overrides for create_app in tests."""
+def app_config(database_url, tmp_path: Path, request) -> dict:
+    """Environment overrides for create_app in tests, plus any a test asks for with @settings."""
     return {
         "DATABASE_URL": database_url,
         "CHUNKWISE_TEMP_DIR": str(tmp_path / "tmp"),
@@ -104,7 +104,20 @@ def app_config(database_url, tmp_path: Path) -> dict:
         "CHUNKWISE_DB_POOL_MAX": "12",
         "CHUNKWISE_ALLOWED_WORKLOADS": "render,echo",
         "CHUNKWISE_LOG_LEVEL": "WARNING",
+        **getattr(request, "param", {}),
     }
+
+
+@pytest.fixture
+def temp_dir(app_config) -> Path:
+    """Where uploads are spooled while a request is read."""
+    return Path(app_config["CHUNKWISE_TEMP_DIR"])
+
+
+@pytest.fixture
+def archive_dir(app_config) -> Path:
+    """Where admitted uploads are kept."""
+    return Path(app_config["CHUNKWISE_ARCHIVE_DIR"])
 
 
 @pytest.fixture

@@ -19,8 +19,7 @@ TABLES = ("jobs", "tasks", "task_attempts", "chunk_summaries", "outbox", "audit_
 
 
 def settings(**env: str):
-    """Run the test against an app built with these extra settings (the module's app_config
-    fixture must merge request.param)."""
+    """Run the test against an app built with these extra settings (merged by app_config)."""
     return pytest.mark.parametrize("app_config", [env], indirect=True, ids=["settings"])
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -17,12 +16,6 @@ LIMIT = 10
 def app_config(app_config):
     """A queue that holds at most LIMIT unfinished chunks."""
     return {**app_config, "CHUNKWISE_MAX_QUEUED_CHUNKS": str(LIMIT)}
-
-
-@pytest.fixture
-def archive_dir(app_config) -> Path:
-    """Where admitted uploads are kept."""
-    return Path(app_config["CHUNKWISE_ARCHIVE_DIR"])
 
 
 def unfinished_chunks(db) -> int:

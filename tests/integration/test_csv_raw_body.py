@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from devstack.sample_csv import generate_csv, generate_quoted_csv
@@ -18,24 +16,6 @@ from tests.integration.csv_worker import (
 from tests.integration.test_csv_submission import BAD_SUBMISSIONS, NO_FILE
 
 DATA = generate_csv(40, seed=1)
-
-
-@pytest.fixture
-def app_config(app_config, request):
-    """The shared test settings, plus whatever a test asks for with @settings(...)."""
-    return {**app_config, **getattr(request, "param", {})}
-
-
-@pytest.fixture
-def temp_dir(app_config):
-    """Where uploads are spooled while a request is read."""
-    return Path(app_config["CHUNKWISE_TEMP_DIR"])
-
-
-@pytest.fixture
-def archive_dir(app_config):
-    """Where admitted uploads are kept."""
-    return Path(app_config["CHUNKWISE_ARCHIVE_DIR"])
 
 
 def test_a_raw_body_makes_the_job_a_form_would_with_its_chunks_and_labels(client, headers, db):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -19,24 +18,6 @@ from tests.integration.csv_worker import (
 
 DATA = generate_csv(40, seed=1)
 OTHER_DATA = generate_csv(40, seed=2)
-
-
-@pytest.fixture
-def app_config(app_config, request):
-    """The shared test settings, plus whatever a test asks for with @settings(...)."""
-    return {**app_config, **getattr(request, "param", {})}
-
-
-@pytest.fixture
-def temp_dir(app_config):
-    """Where uploads are spooled while a request is parsed."""
-    return Path(app_config["CHUNKWISE_TEMP_DIR"])
-
-
-@pytest.fixture
-def archive_dir(app_config):
-    """Where admitted uploads are kept."""
-    return Path(app_config["CHUNKWISE_ARCHIVE_DIR"])
 
 
 # --- idempotency ------------------------------------------------------------------------------

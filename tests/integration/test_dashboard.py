@@ -20,12 +20,6 @@ HOSTILE = "<script>document.title='owned'</script>"
 CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
-@pytest.fixture
-def app_config(app_config, request):
-    """The shared test settings, plus whatever a test asks for with @settings(...)."""
-    return {**app_config, **getattr(request, "param", {})}
-
-
 def csrf_of(page) -> str:
     """The CSRF token a rendered page carries in its forms."""
     return CSRF_FIELD.search(page.text).group(1)

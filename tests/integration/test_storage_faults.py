@@ -26,18 +26,6 @@ from tests.integration.csv_worker import files_under, row_counts, upload
 DATA = generate_csv(200, seed=3)
 
 
-@pytest.fixture
-def temp_dir(app_config) -> Path:
-    """Where uploads are spooled while a request is parsed."""
-    return Path(app_config["CHUNKWISE_TEMP_DIR"])
-
-
-@pytest.fixture
-def archive_dir(app_config) -> Path:
-    """Where admitted uploads are kept."""
-    return Path(app_config["CHUNKWISE_ARCHIVE_DIR"])
-
-
 class FullDiskFile:
     """A spool file on a disk that fills up after `room` bytes."""
 
