@@ -334,20 +334,22 @@ def cancel_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str
         if job.status == "cancelled":
             return _view(conn, job)
         job = job_rows.set_status(conn, job.id, "cancelled")
-        event_rows.publish(
-            conn,
-            job_id=job.id,
-            owner_id=job.owner_id,
-            event="job.cancelled",
-            payload={},
-            trace_id=trace_id,
-        )
-        event_rows.audit(
-            conn, actor=principal.name, action="job.cancel", target=str(job.id), trace_id=trace_id
-        )
+        _record_user_action(conn, principal, job, "job.cancelled", "job.cancel", trace_id)
         view = _view(conn, job)
     logger.info("job cancelled", extra={"event": "job_cancelled", "job_id": str(job_id)})
     return view
+
+
+def _record_user_action(
+    conn: Connection, principal: Principal, job: Job, event: str, action: str, trace_id: str
+) -> None:
+    """Tell the job's owner in the outbox, and the operators in the audit log."""
+    event_rows.publish(
+        conn, job_id=job.id, owner_id=job.owner_id, event=event, payload={}, trace_id=trace_id
+    )
+    event_rows.audit(
+        conn, actor=principal.name, action=action, target=str(job.id), trace_id=trace_id
+    )
 
 
 def _cancellable(job: Job) -> Job:
@@ -380,17 +382,7 @@ def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str)
             )
         task_rows.requeue_unfinished(conn, job.id, rt.limits.max_attempts)
         job = job_rows.set_status(conn, job.id, "running")
-        event_rows.publish(
-            conn,
-            job_id=job.id,
-            owner_id=job.owner_id,
-            event="job.retried",
-            payload={},
-            trace_id=trace_id,
-        )
-        event_rows.audit(
-            conn, actor=principal.name, action="job.retry", target=str(job.id), trace_id=trace_id
-        )
+        _record_user_action(conn, principal, job, "job.retried", "job.retry", trace_id)
         view = _view(conn, job)
     return view
 
