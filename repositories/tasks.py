@@ -145,7 +145,9 @@ def claim(
 
     A cap of None is no cap, and then its count is never taken. With caps, the caller takes
     the workload's claim turn first (see services.tasks) so the arithmetic cannot be raced;
-    SKIP LOCKED keeps claims from waiting on rows another transaction is finishing.
+    SKIP LOCKED keeps claims from waiting on rows another transaction is finishing. A claim
+    locks up to `capacity` rows of each workload until it commits and leases the first ones
+    in claim order that its room allows; the rest stay pending.
     """
     rows = conn.execute(
         """
@@ -154,14 +156,25 @@ def claim(
             FROM tasks
             WHERE status = 'leased' AND workload = ANY(%(workloads)s)
               AND (%(per_worker)s::int IS NOT NULL OR %(total)s::int IS NOT NULL)
-        ), candidates AS (
-            SELECT t.id FROM tasks t
-            WHERE t.status = 'pending' AND t.workload = ANY(%(workloads)s)
-            ORDER BY t.priority DESC, t.created_at, t.job_id, t.chunk_index
+        ), room AS (
             -- LEAST ignores NULLs: an absent cap does not limit the claim.
-            LIMIT (SELECT GREATEST(0, LEAST(%(capacity)s, %(per_worker)s::int - mine,
-                                            %(total)s::int - total)) FROM held)
-            FOR UPDATE SKIP LOCKED
+            SELECT GREATEST(0, LEAST(%(capacity)s, %(per_worker)s::int - mine,
+                                     %(total)s::int - total)) AS n
+            FROM held
+        ), candidates AS (
+            -- Each workload's head read in claim order from tasks_claim_idx, then merged:
+            -- one ordered scan of "workload = ANY" would sort every pending row instead.
+            SELECT h.id FROM unnest(%(workloads)s::text[]) AS w(name)
+            CROSS JOIN LATERAL (
+                SELECT t.id, t.priority, t.created_at, t.job_id, t.chunk_index FROM tasks t
+                WHERE t.status = 'pending' AND t.workload = w.name
+                ORDER BY t.priority DESC, t.created_at, t.job_id, t.chunk_index
+                -- The capacity, not the room, so the planner knows the scan ends early.
+                LIMIT %(capacity)s
+                FOR UPDATE SKIP LOCKED
+            ) AS h
+            ORDER BY h.priority DESC, h.created_at, h.job_id, h.chunk_index
+            LIMIT (SELECT n FROM room)
         ), leased AS (
             UPDATE tasks t SET status = 'leased', attempt = t.attempt + 1,
                 lease_owner = %(worker)s,
@@ -169,7 +182,8 @@ def claim(
                 heartbeat_at = now(),
                 started_at = COALESCE(t.started_at, now()),
                 version = t.version + 1
-            FROM candidates c WHERE t.id = c.id
+            -- By primary key: the planner cannot know how many candidates the room allows.
+            WHERE t.id = ANY(ARRAY(SELECT id FROM candidates))
             RETURNING t.*
         ), attempts AS (
             INSERT INTO task_attempts (id, task_id, attempt, worker_id, trace_id)
