@@ -1,4 +1,4 @@
-"""The claim channel is announced by triggers, whichever code path changed a task."""
+"""The claim and job channels are announced by triggers, whichever code path changed a task."""
 
 from __future__ import annotations
 
@@ -10,16 +10,22 @@ from tests.integration.manifests import WORKER, manifest
 
 
 @pytest.fixture
-def announcements(database_url):
-    """How many chunkwise_claimable notifications arrived since the last call."""
+def notifications(database_url):
+    """The (channel, payload) notifications that arrived since the last call."""
     conn = psycopg.connect(database_url, autocommit=True)
     channels.listen(conn)
 
-    def count() -> int:
-        return sum(1 for n in conn.notifies(timeout=0.2) if n.channel == channels.CLAIMABLE)
+    def arrived() -> list[tuple[str, str]]:
+        return [(n.channel, n.payload) for n in conn.notifies(timeout=0.2)]
 
-    yield count
+    yield arrived
     conn.close()
+
+
+@pytest.fixture
+def announcements(notifications):
+    """How many chunkwise_claimable notifications arrived since the last call."""
+    return lambda: sum(1 for channel, _ in notifications() if channel == channels.CLAIMABLE)
 
 
 def test_a_new_job_announces_claimable_tasks(submit, announcements):
@@ -56,3 +62,52 @@ def test_a_retried_task_and_a_freed_lease_are_announced(submit, claim, task_call
     }
     assert task_call(second["task_id"], "result", result).status_code == 200
     assert announcements() == 1
+
+
+def test_a_claim_announces_each_job_whose_tasks_it_leased_once(submit, claim, notifications):
+    first, second = submit(manifest(3)), submit(manifest(3))
+    notifications()
+
+    assert len(claim(WORKER, capacity=6)) == 6
+
+    changed = [payload for channel, payload in notifications() if channel == channels.JOB_CHANGED]
+    assert sorted(changed) == sorted([first["id"], second["id"]])
+
+
+def test_a_heartbeat_announces_nothing(submit, claim, task_call, notifications):
+    submit(manifest(1))
+    (task,) = claim(WORKER)
+    notifications()
+
+    beat = {"worker_id": WORKER, "attempt": task["attempt"], "checkpoint": {"row": 1}}
+    assert task_call(task["task_id"], "heartbeat", beat).status_code == 200
+
+    assert notifications() == []
+
+
+def test_a_batch_of_results_announces_its_job_and_a_claimable_change_once(
+    submit, claim, client, headers, notifications
+):
+    job = submit(manifest(3))
+    tasks = claim(WORKER, capacity=3)
+    notifications()
+    results = [
+        {
+            "task_id": t["task_id"],
+            "attempt": t["attempt"],
+            "result_uri": "s3://out",
+            "result_sha256": "a" * 64,
+        }
+        for t in tasks
+    ]
+
+    response = client.post(
+        "/api/v1/tasks/results",
+        json={"worker_id": WORKER, "results": results},
+        headers=headers["worker"],
+    )
+
+    assert response.status_code == 200
+    arrived = notifications()
+    assert arrived.count((channels.JOB_CHANGED, job["id"])) == 1
+    assert [c for c, _ in arrived].count(channels.CLAIMABLE) == 1

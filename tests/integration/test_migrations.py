@@ -19,14 +19,11 @@ QUEUE_TABLES = {
     "audit_log",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0005.task_storage"
-TRIGGERS = {
-    "jobs_announce_change",
-    "tasks_announce_change",
-    "tasks_announce_new_claimable",
-    "tasks_announce_claimable_change",
-}
-LATEST_INDEXES = {"tasks_unfinished_idx", "jobs_finished_idx"}
+LATEST = "0006.statement_announcements"
+TRIGGERS = {"jobs_announce_change", "tasks_announce_new_claimable", "tasks_announce_changes"}
+# The row triggers 0006 replaced with one statement trigger, back after its rollback.
+ROW_TRIGGERS = {"tasks_announce_change", "tasks_announce_claimable_change"}
+STORAGE_INDEXES = {"tasks_unfinished_idx", "jobs_finished_idx"}
 
 
 def public_tables(url: str) -> set[str]:
@@ -66,16 +63,25 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
     assert triggers(empty_database_url) == TRIGGERS
-    assert indexes(empty_database_url) >= LATEST_INDEXES
+    assert indexes(empty_database_url) >= STORAGE_INDEXES
     assert "tasks_leased_idx" not in indexes(empty_database_url)
 
     migrations.rollback_latest(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
-    assert not LATEST_INDEXES & indexes(empty_database_url)
-    assert "tasks_leased_idx" in indexes(empty_database_url)
+    assert triggers(empty_database_url) == TRIGGERS - {"tasks_announce_changes"} | ROW_TRIGGERS
 
     migrations.apply(empty_database_url)
-    assert indexes(empty_database_url) >= LATEST_INDEXES
+    assert triggers(empty_database_url) == TRIGGERS
+
+
+def test_rolling_back_the_storage_migration_restores_the_lease_index(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    migrations.rollback_latest(empty_database_url)
+    migrations.rollback_latest(empty_database_url)
+
+    assert not STORAGE_INDEXES & indexes(empty_database_url)
+    assert "tasks_leased_idx" in indexes(empty_database_url)
 
 
 def test_rolling_back_every_migration_leaves_no_table(empty_database_url):
