@@ -121,10 +121,12 @@ def insert_tasks(conn: Connection, tasks: Sequence[NewTask]) -> None:
 
 def count_unfinished(conn: Connection, workload: str) -> int:
     """Count a workload's tasks that are pending or leased, across all jobs."""
+    # Two counts, so each reads the partial index of its own rows (see sql/0007).
     row = conn.execute(
         """
-        SELECT count(*) AS n FROM tasks
-        WHERE status IN ('pending', 'leased') AND workload = %(workload)s
+        SELECT (SELECT count(*) FROM tasks WHERE status = 'pending' AND workload = %(workload)s)
+             + (SELECT count(*) FROM tasks WHERE status = 'leased' AND workload = %(workload)s)
+               AS n
         """,
         {"workload": workload},
     ).fetchone()

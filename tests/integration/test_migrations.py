@@ -19,11 +19,13 @@ QUEUE_TABLES = {
     "audit_log",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0006.statement_announcements"
+LATEST = "0007.claim_index_only"
 TRIGGERS = {"jobs_announce_change", "tasks_announce_new_claimable", "tasks_announce_changes"}
 # The row triggers 0006 replaced with one statement trigger, back after its rollback.
 ROW_TRIGGERS = {"tasks_announce_change", "tasks_announce_claimable_change"}
-STORAGE_INDEXES = {"tasks_unfinished_idx", "jobs_finished_idx"}
+STORAGE_INDEXES = {"jobs_finished_idx"}
+# The index 0007 dropped, back after its rollback.
+TRAP_INDEX = "tasks_unfinished_idx"
 
 
 def public_tables(url: str) -> set[str]:
@@ -64,21 +66,30 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
     assert triggers(empty_database_url) == TRIGGERS
     assert indexes(empty_database_url) >= STORAGE_INDEXES
-    assert "tasks_leased_idx" not in indexes(empty_database_url)
+    assert not {"tasks_leased_idx", TRAP_INDEX} & indexes(empty_database_url)
 
     migrations.rollback_latest(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
-    assert triggers(empty_database_url) == TRIGGERS - {"tasks_announce_changes"} | ROW_TRIGGERS
+    assert TRAP_INDEX in indexes(empty_database_url)
 
     migrations.apply(empty_database_url)
-    assert triggers(empty_database_url) == TRIGGERS
+    assert TRAP_INDEX not in indexes(empty_database_url)
+
+
+def test_rolling_back_the_announcements_migration_restores_the_row_triggers(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    for _ in range(2):
+        migrations.rollback_latest(empty_database_url)
+
+    assert triggers(empty_database_url) == TRIGGERS - {"tasks_announce_changes"} | ROW_TRIGGERS
 
 
 def test_rolling_back_the_storage_migration_restores_the_lease_index(empty_database_url):
     migrations.apply(empty_database_url)
 
-    migrations.rollback_latest(empty_database_url)
-    migrations.rollback_latest(empty_database_url)
+    for _ in range(3):
+        migrations.rollback_latest(empty_database_url)
 
     assert not STORAGE_INDEXES & indexes(empty_database_url)
     assert "tasks_leased_idx" in indexes(empty_database_url)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+from repositories import tasks as task_rows
+
 # What a heartbeat writes (repositories.tasks.renew).
 HEARTBEAT_COLUMNS = {"lease_expires_at", "heartbeat_at", "checkpoint", "version"}
 
@@ -26,15 +30,77 @@ def test_the_tasks_table_leaves_room_on_each_page_for_updated_rows(db):
     assert "fillfactor=80" in options["reloptions"]
 
 
-def test_claims_and_admission_read_only_unfinished_rows(db):
-    plans = {
-        "claim": "SELECT id FROM tasks WHERE status = 'pending' AND workload = ANY('{echo}')"
-        " ORDER BY priority DESC, created_at, job_id, chunk_index LIMIT 8",
-        "admission": "SELECT count(*) FROM tasks"
-        " WHERE status IN ('pending', 'leased') AND workload = 'echo'",
-    }
-    db.execute("SET enable_seqscan = off")
-    for name, query in plans.items():
-        plan = "\n".join(r["QUERY PLAN"] for r in db.execute(f"EXPLAIN {query}").fetchall())
-        index = "tasks_claim_idx" if name == "claim" else "tasks_unfinished_idx"
-        assert index in plan, (name, plan)
+@pytest.fixture
+def plans(db):
+    """The plans of the statements `db` ran since the last call, from auto_explain."""
+    db.execute("LOAD 'auto_explain'")
+    db.execute("SET auto_explain.log_min_duration = 0")
+    db.execute("SET auto_explain.log_level = notice")
+    seen: list[str] = []
+    db.add_notice_handler(lambda diag: seen.append(diag.message_primary or ""))
+
+    def taken() -> str:
+        text = "\n".join(seen)
+        seen.clear()
+        return text
+
+    return taken
+
+
+@pytest.fixture
+def stale_queue(db) -> None:
+    """A million-task queue in miniature: statistics taken over finished tasks only, then
+    3,000 tasks queued that ANALYZE has not seen (a queue's statistics are always behind)."""
+    owner = db.execute("INSERT INTO users (name, role) VALUES ('u', 'user') RETURNING id")
+    owner_id = owner.fetchone()["id"]
+    for status, count in (("completed", 2000), ("pending", 3000)):
+        job = db.execute(
+            """
+            INSERT INTO jobs (id, owner_id, workload, input_uri, chunks_total, trace_id)
+            VALUES (gen_random_uuid(), %s, 'echo', 's3://in', %s, 't') RETURNING id
+            """,
+            (owner_id, count),
+        ).fetchone()["id"]
+        db.execute(
+            """
+            INSERT INTO tasks (id, job_id, chunk_index, workload, priority, input_uri,
+                               input_sha256, max_attempts, status, result_uri, result_sha256)
+            SELECT gen_random_uuid(), %(job)s, i, 'echo', 0, 's3://in', %(sha)s, 3, %(status)s,
+                   CASE WHEN %(status)s = 'completed' THEN 's3://out' END,
+                   CASE WHEN %(status)s = 'completed' THEN %(sha)s END
+            FROM generate_series(0, %(count)s - 1) AS i
+            """,
+            {"job": job, "sha": "a" * 64, "status": status, "count": count},
+        )
+        if status == "completed":
+            db.execute("ANALYZE tasks")
+
+
+def test_claims_results_and_admission_keep_to_their_indexes_when_statistics_are_stale(
+    db, plans, stale_queue
+):
+    claimed = task_rows.claim(
+        db,
+        worker_id="w",
+        workloads=["echo"],
+        capacity=10,
+        max_per_worker=None,
+        max_total=None,
+        lease_seconds=30,
+    )
+    claim_plan = plans()
+    outcomes = [
+        task_rows.Outcome(c.task.id, c.task.attempt, "s3://out", "a" * 64, {}) for c in claimed
+    ]
+    assert len(task_rows.complete_many(db, "w", outcomes)) == 10
+    results_plan = plans()
+    assert task_rows.count_unfinished(db, "echo") == 2990
+    admission_plan = plans()
+
+    # Each reads the few rows it needs in index order: no scan or sort of the whole queue.
+    assert "Index Scan using tasks_claim_idx" in claim_plan, claim_plan
+    assert "Sort Key: t.priority" not in claim_plan, claim_plan
+    assert "tasks_lease_owner_idx" in results_plan or "tasks_pkey" in results_plan, results_plan
+    assert "tasks_claim_idx" in admission_plan, admission_plan
+    for plan in (claim_plan, results_plan, admission_plan):
+        assert "Seq Scan on tasks" not in plan, plan
