@@ -9,7 +9,12 @@ from app.config import Settings
 
 
 def open_pool(settings: Settings) -> ConnectionPool:
-    """Open a pool whose every connection carries the statement and idle timeouts."""
+    """Open a pool whose every connection carries the statement and idle timeouts.
+
+    Connections are in autocommit mode: a lone statement is its own transaction (one round
+    trip rather than BEGIN, the statement and COMMIT), and a unit of several statements says
+    so with `conn.transaction()`.
+    """
     timeout = settings.db_statement_timeout_ms
     options = (
         f"-c statement_timeout={timeout} "
@@ -20,7 +25,7 @@ def open_pool(settings: Settings) -> ConnectionPool:
         settings.database_url,
         min_size=settings.db_pool_min,
         max_size=settings.db_pool_max,
-        kwargs={"row_factory": dict_row, "options": options},
+        kwargs={"row_factory": dict_row, "options": options, "autocommit": True},
         timeout=5.0,
         open=False,
         name="chunkwise",

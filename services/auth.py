@@ -85,7 +85,7 @@ def seed_local(
         ("local-worker", "worker", None, worker_token),
     ]
     issued = []
-    with pool.connection() as conn:
+    with pool.connection() as conn, conn.transaction():
         for name, kind, role, token in wanted:
             user_id = users.upsert_user(conn, name, role) if role else None
             if token is None and users.has_token(conn, kind, name):
@@ -101,7 +101,7 @@ def create_user(pool: ConnectionPool, name: str, role: str) -> IssuedToken:
     if role not in ("user", "operator"):
         raise InvalidInput.field("role", "must be user or operator")
     token = new_token("user")
-    with pool.connection() as conn:
+    with pool.connection() as conn, conn.transaction():
         user_id = users.insert_user(conn, name, role)
         if user_id is None:
             raise InvalidInput.field("name", f"a user named {name!r} already exists")

@@ -262,7 +262,7 @@ class CsvStats(Workload):
     def merge(self, rt: Runtime, job_id: UUID) -> Job | None:
         """Merge a job's chunk summaries exactly once; a no-op unless the job is merging."""
         started = time.monotonic()
-        with rt.pool.connection() as conn:
+        with rt.pool.connection() as conn, conn.transaction():
             job = job_rows.get(conn, job_id, for_update=True)
             if job is None or job.status != "merging":
                 return job

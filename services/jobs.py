@@ -193,7 +193,7 @@ def admit(
     if len(new_tasks) > most:
         raise InvalidInput.field("tasks", f"a job may have at most {most} tasks")
     limit = caps.max_queued_tasks
-    with rt.pool.connection() as conn:
+    with rt.pool.connection() as conn, conn.transaction():
         locks.take_turn(conn, locks.ADMISSION, new_job.workload)
         if new_job.idempotency_key is not None:
             original = job_rows.find_by_idempotency_key(
@@ -322,7 +322,7 @@ def list_completed_results(rt: Runtime, principal: Principal, job_id: UUID) -> l
 
 def cancel_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str) -> JobView:
     """Cancel a job: pending chunks stop, running ones hear 409 on their next heartbeat."""
-    with rt.pool.connection() as conn:
+    with rt.pool.connection() as conn, conn.transaction():
         job = _cancellable(visible_job(conn, principal, job_id))
         if job.status == "cancelled":
             return _view(conn, job)
@@ -364,7 +364,7 @@ def _cancellable(job: Job) -> Job:
 
 def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str) -> JobView:
     """Re-queue a failed job's unfinished chunks, keeping every accepted summary."""
-    with rt.pool.connection() as conn:
+    with rt.pool.connection() as conn, conn.transaction():
         job = visible_job(conn, principal, job_id, for_update=True)
         if job.status != "failed":
             raise Conflict(
@@ -417,7 +417,7 @@ def delete_expired_history(rt: Runtime) -> int:
     """Delete jobs finished longer ago than the retention period (none when it is unset)."""
     if rt.limits.retention_days is None:
         return 0
-    with rt.pool.connection() as conn:
+    with rt.pool.connection() as conn, conn.transaction():
         deleted = job_rows.delete_finished(conn, older_than_days=rt.limits.retention_days)
     if deleted:
         logger.info(

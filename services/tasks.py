@@ -69,32 +69,36 @@ def claim_tasks(
 def _claim_once(
     rt: Runtime, worker_id: str, rules: list[Workload], capacity: int
 ) -> list[ClaimedTask]:
-    # Workloads without lease caps are claimed together, in one priority order, taking no
-    # turn; each capped workload takes its own turn, in name order so claims cannot deadlock.
+    # Workloads without lease caps are claimed together, in one priority order, by one
+    # statement that is its own transaction; each capped workload takes its turn in a
+    # transaction of its own, so a claim holds one turn at a time and cannot deadlock.
+    # Expired leases are the maintenance pass's (every CHUNKWISE_MAINTENANCE_SECONDS): a sweep
+    # here would read every leased row on every claim.
     free = [r.name for r in rules if not r.caps.serialised]
     capped = sorted((r for r in rules if r.caps.serialised), key=lambda r: r.name)
     claimed: list[ClaimedTask] = []
     with rt.pool.connection() as conn:
-        _expire(conn, None, rt.workloads)  # one index probe when nothing is due
         worker_rows.touch(conn, worker_id, capacity=capacity, workloads=[r.name for r in rules])
         if free:
             claimed += _lease(conn, rt, worker_id, free, capacity, None, None)
         for r in capped:
             if len(claimed) >= capacity:
                 break
-            locks.take_turn(conn, locks.CLAIM, r.name)
-            claimed += _lease(
-                conn,
-                rt,
-                worker_id,
-                [r.name],
-                capacity - len(claimed),
-                r.caps.max_leases_per_worker,
-                r.caps.max_leases_total,
-            )
+            with conn.transaction():
+                locks.take_turn(conn, locks.CLAIM, r.name)
+                claimed += _lease(
+                    conn,
+                    rt,
+                    worker_id,
+                    [r.name],
+                    capacity - len(claimed),
+                    r.caps.max_leases_per_worker,
+                    r.caps.max_leases_total,
+                )
         if claimed:
             job_rows.mark_running(conn, sorted({c.task.job_id for c in claimed}))
-    for c in claimed:
+    # Per task, so skipped whole (dicts and all) when INFO is off, as under load it may be.
+    for c in claimed if logger.isEnabledFor(logging.INFO) else ():
         logger.info(
             "task leased",
             extra={
@@ -134,7 +138,7 @@ def renew_lease(
     rt: Runtime, task_id: UUID, worker_id: str, attempt: int, checkpoint: dict | None = None
 ) -> datetime:
     """Extend the caller's lease, storing the checkpoint it carries."""
-    with rt.pool.connection() as conn:
+    with rt.pool.connection() as conn, conn.transaction():
         expires = task_rows.renew(
             conn, task_id, worker_id, attempt, rt.limits.lease_seconds, checkpoint
         )
@@ -163,7 +167,7 @@ def complete_tasks(
     last, by the counter its completions add to, so batches for one job take turns only for
     that and their commit, and exactly one of them sees "every chunk completed".
     """
-    with rt.pool.connection() as conn:
+    with rt.pool.connection() as conn, conn.transaction():
         tasks = task_rows.get_many(conn, [c.task_id for c in completions])
         jobs = job_rows.get_many(conn, {t.job_id for t in tasks.values()})
         checked = [_checked(rt, tasks, c) for c in completions]
@@ -241,7 +245,7 @@ def _record_completions(
             for t in done
         ],
     )
-    for t in done:
+    for t in done if logger.isEnabledFor(logging.INFO) else ():
         attempt = closed.get(t.id)
         # Under the attempt's own trace id, whichever attempt's trace named the batch call.
         trace = {"trace_id": attempt.trace_id} if attempt else {}
@@ -265,7 +269,7 @@ def fail_task(
     rt: Runtime, task_id: UUID, worker_id: str, attempt: int, failure: TaskFailure
 ) -> Task:
     """Record the caller's failure; the task is retried while its budgets allow."""
-    with rt.pool.connection() as conn:
+    with rt.pool.connection() as conn, conn.transaction():
         task = _task_or_404(conn, task_id)
         job = job_rows.get(conn, task.job_id, for_update=True)
         rules = rt.workloads.of(task.workload)
@@ -311,7 +315,7 @@ def task_input(rt: Runtime, task_id: UUID, worker_id: str, attempt: int) -> Task
 
 def expire_leases(rt: Runtime, now: datetime | None = None) -> list[ExpiredLease]:
     """Take back every lease that has run out (the maintenance loop calls this)."""
-    with rt.pool.connection() as conn:
+    with rt.pool.connection() as conn, conn.transaction():
         return _expire(conn, now, rt.workloads)
 
 
