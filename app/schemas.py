@@ -117,8 +117,8 @@ LABELS = fields.Dict(
 # --- requests -----------------------------------------------------------------------------
 
 
-class TaskSpecSchema(RequestSchema):
-    """One task of a manifest job."""
+class TaskSpecSchema(Schema):
+    """One task of a manifest job (nested: JobCreateSchema has refused unstorable text)."""
 
     chunk_index = Int(minimum=0, load_default=None)
     input_uri = fields.Str(required=True, validate=validate.Length(min=1, max=2000))
@@ -212,8 +212,8 @@ class ResultSchema(LeaseSchema):
     metrics = fields.Dict(load_default=dict)
 
 
-class ResultItemSchema(RequestSchema):
-    """One result of a batch, under the attempt it was computed for."""
+class ResultItemSchema(Schema):
+    """One result of a batch (nested: ResultBatchSchema has refused unstorable text)."""
 
     task_id = fields.UUID(required=True)
     attempt = Int(minimum=1, required=True)
