@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import fields
+from functools import cache
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -10,4 +11,10 @@ T = TypeVar("T")
 
 def from_row(cls: type[T], row: dict[str, Any]) -> T:
     """Build a dataclass from a dict row, ignoring columns the dataclass does not name."""
-    return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
+    return cls(**{name: row[name] for name in _field_names(cls) if name in row})
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    # dataclasses.fields() builds its tuple anew on every call; rows come by the thousand.
+    return tuple(f.name for f in fields(cls))
