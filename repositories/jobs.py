@@ -182,23 +182,6 @@ def list_jobs(
     return [from_row(Job, r) for r in rows]
 
 
-def mark_running(conn: Connection, job_ids: list[UUID]) -> None:
-    """Move queued jobs whose first chunk was just leased to running.
-
-    SKIP LOCKED: a job locked by a cancel or merge is left alone rather than risking a
-    deadlock with the task locks the claim holds; completion moves it on later anyway.
-    """
-    conn.execute(
-        """
-        UPDATE jobs SET status = 'running', started_at = COALESCE(started_at, now()),
-                        revision = revision + 1
-        WHERE id IN (SELECT id FROM jobs WHERE id = ANY(%(ids)s) AND status = 'queued'
-                     FOR UPDATE SKIP LOCKED)
-        """,
-        {"ids": job_ids},
-    )
-
-
 def set_status(
     conn: Connection,
     job_id: UUID,

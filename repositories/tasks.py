@@ -138,6 +138,7 @@ def claim(
     *,
     worker_id: str,
     workloads: Sequence[str],
+    named: Sequence[str],
     capacity: int,
     max_per_worker: int | None,
     max_total: int | None,
@@ -145,6 +146,8 @@ def claim(
 ) -> list[ClaimedTask]:
     """Lease up to `capacity` pending tasks within the lease caps, opening one attempt each.
 
+    One statement, so one commit: it also moves the tasks' queued jobs to running and records
+    the worker as seen, with the workloads it named and the largest capacity it asked for.
     A cap of None is no cap, and then its count is never taken. With caps, the caller takes
     the workload's claim turn first (see services.tasks) so the arithmetic cannot be raced;
     SKIP LOCKED keeps claims from waiting on rows another transaction is finishing. A claim
@@ -193,6 +196,22 @@ def claim(
                    replace(gen_random_uuid()::text, '-', '')
             FROM leased l
             RETURNING id AS attempt_id, task_id, trace_id AS attempt_trace_id
+        ), started AS (
+            -- SKIP LOCKED: a job a cancel or a merge holds is left alone rather than waited
+            -- for with task locks held; its completions move it on later anyway.
+            UPDATE jobs j SET status = 'running', started_at = COALESCE(j.started_at, now()),
+                revision = j.revision + 1
+            WHERE j.id IN (SELECT id FROM jobs
+                           WHERE id IN (SELECT job_id FROM leased) AND status = 'queued'
+                           FOR UPDATE SKIP LOCKED)
+        ), seen AS (
+            -- The only row a claim may wait for: a batch of this worker's results updates it
+            -- last, after its job, so the two cannot wait for each other.
+            INSERT INTO workers (id, capacity, workloads)
+            VALUES (%(worker)s, %(capacity)s, %(named)s)
+            ON CONFLICT (id) DO UPDATE SET last_seen_at = now(),
+                capacity = GREATEST(workers.capacity, EXCLUDED.capacity),
+                workloads = EXCLUDED.workloads
         )
         SELECT l.*, a.attempt_id, a.attempt_trace_id
         FROM leased l JOIN attempts a ON a.task_id = l.id
@@ -201,6 +220,7 @@ def claim(
         {
             "worker": worker_id,
             "workloads": list(workloads),
+            "named": list(named),
             "capacity": capacity,
             "per_worker": max_per_worker,
             "total": max_total,

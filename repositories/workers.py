@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -25,31 +24,9 @@ class Worker:
     leases_held: int
 
 
-def touch(
-    conn: Connection,
-    worker_id: str,
-    *,
-    capacity: int | None = None,
-    workloads: Sequence[str] | None = None,
-) -> None:
-    """Record that the worker was seen now (and what it said it can do).
-
-    A claim asks for the worker's free slots, so the largest ask seen is its capacity.
-    """
-    conn.execute(
-        """
-        INSERT INTO workers (id, capacity, workloads)
-        VALUES (%(id)s, COALESCE(%(capacity)s, 1), COALESCE(%(workloads)s, '{}'::text[]))
-        ON CONFLICT (id) DO UPDATE SET last_seen_at = now(),
-            capacity = GREATEST(workers.capacity, COALESCE(%(capacity)s, workers.capacity)),
-            workloads = COALESCE(%(workloads)s, workers.workloads)
-        """,
-        {
-            "id": worker_id,
-            "capacity": capacity,
-            "workloads": list(workloads) if workloads is not None else None,
-        },
-    )
+def touch(conn: Connection, worker_id: str) -> None:
+    """Record that the worker was seen now (its claims record what it can do)."""
+    conn.execute("UPDATE workers SET last_seen_at = now() WHERE id = %(id)s", {"id": worker_id})
 
 
 def record_tasks_done(

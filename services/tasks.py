@@ -74,13 +74,13 @@ def _claim_once(
     # transaction of its own, so a claim holds one turn at a time and cannot deadlock.
     # Expired leases are the maintenance pass's (every CHUNKWISE_MAINTENANCE_SECONDS): a sweep
     # here would read every leased row on every claim.
+    named = [r.name for r in rules]
     free = [r.name for r in rules if not r.caps.serialised]
     capped = sorted((r for r in rules if r.caps.serialised), key=lambda r: r.name)
     claimed: list[ClaimedTask] = []
     with rt.pool.connection() as conn:
-        worker_rows.touch(conn, worker_id, capacity=capacity, workloads=[r.name for r in rules])
         if free:
-            claimed += _lease(conn, rt, worker_id, free, capacity, None, None)
+            claimed += _lease(conn, rt, worker_id, named, free, capacity, None, None)
         for r in capped:
             if len(claimed) >= capacity:
                 break
@@ -90,13 +90,12 @@ def _claim_once(
                     conn,
                     rt,
                     worker_id,
+                    named,
                     [r.name],
                     capacity - len(claimed),
                     r.caps.max_leases_per_worker,
                     r.caps.max_leases_total,
                 )
-        if claimed:
-            job_rows.mark_running(conn, sorted({c.task.job_id for c in claimed}))
     # Per task, so skipped whole (dicts and all) when INFO is off, as under load it may be.
     for c in claimed if logger.isEnabledFor(logging.INFO) else ():
         logger.info(
@@ -118,6 +117,7 @@ def _lease(
     conn: Connection,
     rt: Runtime,
     worker_id: str,
+    named: list[str],
     workloads: list[str],
     capacity: int,
     max_per_worker: int | None,
@@ -127,6 +127,7 @@ def _lease(
         conn,
         worker_id=worker_id,
         workloads=workloads,
+        named=named,
         capacity=capacity,
         max_per_worker=max_per_worker,
         max_total=max_total,
@@ -254,14 +255,16 @@ def _record_completions(
     if len(done) == 1:
         # One result per request: the rest of the request (its merge) logs as this attempt.
         logcontext.bind(**_attempt_fields(done[0], worker_id, closed.get(done[0].id)))
-    peak = max((t.metrics or {}).get("peak_rss_bytes") or 0 for t in done) or None
-    worker_rows.record_tasks_done(conn, worker_id, len(done), peak)
     merging = []
     for job_id, count in sorted(Counter(t.job_id for t in done).items()):
         job = job_rows.count_completed(conn, job_id, count)
         rules = rt.workloads.of(job.workload)
         if settlement.settle_completions(conn, job, rules).status == "merging":
             merging.append((job_id, rules))
+    # The worker's row last: a claim by the same worker may wait for it (see task_rows.claim)
+    # but never for a job, so neither can wait on the other.
+    peak = max((t.metrics or {}).get("peak_rss_bytes") or 0 for t in done) or None
+    worker_rows.record_tasks_done(conn, worker_id, len(done), peak)
     return merging
 
 

@@ -83,6 +83,7 @@ def test_claims_results_and_admission_keep_to_their_indexes_when_statistics_are_
         db,
         worker_id="w",
         workloads=["echo"],
+        named=["echo"],
         capacity=10,
         max_per_worker=None,
         max_total=None,

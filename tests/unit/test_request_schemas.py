@@ -68,9 +68,7 @@ def test_every_request_schema_refuses_text_postgresql_cannot_store(schema):
             schemas.ResultBatchSchema,
             {
                 "worker_id": "w",
-                "results": [
-                    {"task_id": "0" * 32, "attempt": 1, "metrics": {"note": "\ud800"}}
-                ],
+                "results": [{"task_id": "0" * 32, "attempt": 1, "metrics": {"note": "\ud800"}}],
             },
             ("results", 0, "metrics", "note"),
         ),
