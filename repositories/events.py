@@ -11,6 +11,7 @@ from psycopg import Connection
 from psycopg.types.json import Jsonb
 
 from repositories import from_row
+from repositories.jobs import Job
 
 
 @dataclass(frozen=True)
@@ -76,26 +77,33 @@ def list_events(conn: Connection, *, owner_id: int | None, after: int, limit: in
     return [from_row(Event, r) for r in rows]
 
 
-def audit(
+def record(
     conn: Connection,
     *,
+    job: Job,
+    event: str,
+    payload: dict,
     actor: str,
     action: str,
-    target: str,
     trace_id: str,
-    details: dict | None = None,
 ) -> None:
-    """Record who did what to which target."""
+    """Tell a job's owner in the outbox and the operators in the audit log, in one statement."""
     conn.execute(
         """
-        INSERT INTO audit_log (actor, action, target, trace_id, details)
-        VALUES (%(actor)s, %(action)s, %(target)s, %(trace)s, %(details)s)
+        WITH announced AS (
+            INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
+            VALUES (%(job)s, %(owner)s, %(event)s, %(payload)s, %(trace)s)
+        )
+        INSERT INTO audit_log (actor, action, target, trace_id)
+        VALUES (%(actor)s, %(action)s, %(job)s::text, %(trace)s)
         """,
         {
+            "job": job.id,
+            "owner": job.owner_id,
+            "event": event,
+            "payload": Jsonb(payload),
             "actor": actor,
             "action": action,
-            "target": target,
             "trace": trace_id,
-            "details": Jsonb(details or {}),
         },
     )

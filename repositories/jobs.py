@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -11,6 +11,7 @@ from psycopg import Connection
 from psycopg.types.json import Jsonb
 
 from repositories import from_row
+from repositories.tasks import NewTask
 
 
 @dataclass(frozen=True)
@@ -70,18 +71,40 @@ class ChunkCounts:
     cancelled: int = 0
 
 
-def insert_job(conn: Connection, job: NewJob) -> Job:
-    """Insert a queued job."""
+def insert_job(conn: Connection, job: NewJob, tasks: Sequence[NewTask]) -> Job:
+    """Insert a queued job and all its pending tasks (a job may have 10,000) in one statement."""
     row = conn.execute(
         """
-        INSERT INTO jobs (id, owner_id, workload, input_uri, input_sha256, parameters, labels,
-                          priority, chunks_total, idempotency_key, request_sha256, trace_id)
-        VALUES (%(id)s, %(owner_id)s, %(workload)s, %(input_uri)s, %(input_sha256)s,
-                %(parameters)s, %(labels)s, %(priority)s, %(chunks_total)s,
-                %(idempotency_key)s, %(request_sha256)s, %(trace_id)s)
-        RETURNING *
+        WITH job AS (
+            INSERT INTO jobs (id, owner_id, workload, input_uri, input_sha256, parameters,
+                              labels, priority, chunks_total, idempotency_key, request_sha256,
+                              trace_id)
+            VALUES (%(id)s, %(owner_id)s, %(workload)s, %(input_uri)s, %(input_sha256)s,
+                    %(parameters)s, %(labels)s, %(priority)s, %(chunks_total)s,
+                    %(idempotency_key)s, %(request_sha256)s, %(trace_id)s)
+            RETURNING *
+        ), tasks AS (
+            INSERT INTO tasks (id, job_id, chunk_index, workload, priority, input_uri,
+                               input_sha256, parameters, max_attempts)
+            SELECT t.id, %(id)s, t.chunk_index, %(workload)s, %(priority)s, t.input_uri,
+                   t.input_sha256, t.parameters, t.max_attempts
+            FROM unnest(%(task_ids)s::uuid[], %(indexes)s::int[], %(uris)s::text[],
+                        %(shas)s::text[], %(task_parameters)s::jsonb[], %(max_attempts)s::int[])
+                 AS t(id, chunk_index, input_uri, input_sha256, parameters, max_attempts)
+        )
+        SELECT * FROM job
         """,
-        {**job.__dict__, "parameters": Jsonb(job.parameters), "labels": Jsonb(job.labels)},
+        {
+            **job.__dict__,
+            "parameters": Jsonb(job.parameters),
+            "labels": Jsonb(job.labels),
+            "task_ids": [t.id for t in tasks],
+            "indexes": [t.chunk_index for t in tasks],
+            "uris": [t.input_uri for t in tasks],
+            "shas": [t.input_sha256 for t in tasks],
+            "task_parameters": [Jsonb(t.parameters) for t in tasks],
+            "max_attempts": [t.max_attempts for t in tasks],
+        },
     ).fetchone()
     return from_row(Job, row)
 

@@ -48,13 +48,11 @@ class Task:
 
 @dataclass(frozen=True)
 class NewTask:
-    """What insert_tasks writes for one chunk."""
+    """One chunk of a new job (repositories.jobs.insert_job writes it with the job's own
+    workload and priority)."""
 
     id: UUID
-    job_id: UUID
     chunk_index: int
-    workload: str
-    priority: int
     input_uri: str
     input_sha256: str
     parameters: dict
@@ -92,31 +90,6 @@ class ExpiredLease:
 
     task: Task
     worker_id: str
-
-
-def insert_tasks(conn: Connection, tasks: Sequence[NewTask]) -> None:
-    """Insert pending tasks, all in one statement (a job may have 10,000)."""
-    conn.execute(
-        """
-        INSERT INTO tasks (id, job_id, chunk_index, workload, priority, input_uri,
-                           input_sha256, parameters, max_attempts)
-        SELECT * FROM unnest(%(ids)s::uuid[], %(jobs)s::uuid[], %(indexes)s::int[],
-                             %(workloads)s::text[], %(priorities)s::smallint[],
-                             %(uris)s::text[], %(shas)s::text[], %(parameters)s::jsonb[],
-                             %(max_attempts)s::int[])
-        """,
-        {
-            "ids": [t.id for t in tasks],
-            "jobs": [t.job_id for t in tasks],
-            "indexes": [t.chunk_index for t in tasks],
-            "workloads": [t.workload for t in tasks],
-            "priorities": [t.priority for t in tasks],
-            "uris": [t.input_uri for t in tasks],
-            "shas": [t.input_sha256 for t in tasks],
-            "parameters": [Jsonb(t.parameters) for t in tasks],
-            "max_attempts": [t.max_attempts for t in tasks],
-        },
-    )
 
 
 def count_unfinished(conn: Connection, workload: str) -> int:

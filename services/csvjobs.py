@@ -128,10 +128,7 @@ def _chunk_task(
     task_id = job_rules.task_id(job_id, plan.index)
     return NewTask(
         id=task_id,
-        job_id=job_id,
         chunk_index=plan.index,
-        workload=WORKLOAD,
-        priority=request.priority,
         input_uri=f"/api/v1/tasks/{task_id}/input",
         input_sha256=plan.sha256,
         parameters={

@@ -156,10 +156,7 @@ def create_job(
     new_tasks = [
         NewTask(
             id=task_id(job_id, index),
-            job_id=job_id,
             chunk_index=index,
-            workload=spec.workload,
-            priority=spec.priority,
             input_uri=t.input_uri,
             input_sha256=t.input_sha256,
             parameters=t.parameters,
@@ -221,21 +218,14 @@ def admit(
             )
         if on_admitted is not None:
             on_admitted()
-        job = job_rows.insert_job(conn, new_job)
-        task_rows.insert_tasks(conn, new_tasks)
-        event_rows.publish(
+        job = job_rows.insert_job(conn, new_job, new_tasks)
+        event_rows.record(
             conn,
-            job_id=job.id,
-            owner_id=job.owner_id,
+            job=job,
             event="job.created",
             payload={"chunks_total": job.chunks_total, "workload": job.workload},
-            trace_id=job.trace_id,
-        )
-        event_rows.audit(
-            conn,
             actor=principal.name,
             action="job.create",
-            target=str(job.id),
             trace_id=job.trace_id,
         )
         # Every task was just inserted pending: no need to count them back.
@@ -344,11 +334,14 @@ def _record_user_action(
     conn: Connection, principal: Principal, job: Job, event: str, action: str, trace_id: str
 ) -> None:
     """Tell the job's owner in the outbox, and the operators in the audit log."""
-    event_rows.publish(
-        conn, job_id=job.id, owner_id=job.owner_id, event=event, payload={}, trace_id=trace_id
-    )
-    event_rows.audit(
-        conn, actor=principal.name, action=action, target=str(job.id), trace_id=trace_id
+    event_rows.record(
+        conn,
+        job=job,
+        event=event,
+        payload={},
+        actor=principal.name,
+        action=action,
+        trace_id=trace_id,
     )
 
 

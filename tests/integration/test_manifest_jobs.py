@@ -46,10 +46,7 @@ def new_task(job: NewJob, chunk_index: int, task_id: uuid.UUID | None = None) ->
     """A task row of `job`."""
     return NewTask(
         id=task_id or jobs.task_id(job.id, chunk_index),
-        job_id=job.id,
         chunk_index=chunk_index,
-        workload="echo",
-        priority=0,
         input_uri=f"s3://in/{chunk_index}",
         input_sha256=sha256_of(str(chunk_index)),
         parameters={},
@@ -73,13 +70,9 @@ def duplicate_task_id(job: NewJob) -> list[NewTask]:
     return [new_task(job, 0, task_id=same), new_task(job, 1, task_id=same)]
 
 
-def task_of_a_missing_job(job: NewJob) -> list[NewTask]:
-    return [new_task(job, 0), new_task(new_job(1), 1)]
-
-
 @pytest.mark.parametrize(
     "bad_tasks",
-    [duplicate_chunk_index, negative_chunk_index, duplicate_task_id, task_of_a_missing_job],
+    [duplicate_chunk_index, negative_chunk_index, duplicate_task_id],
 )
 def test_a_job_whose_task_insert_fails_leaves_no_job_no_task_and_no_event(bad_tasks, rt, user, db):
     job = new_job(3)
