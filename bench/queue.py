@@ -3,9 +3,10 @@
 python -m bench.queue [--seconds 5] [--history 1000000]
 
 Prints, on one server: pgbench -N TPS and no-op tasks/s through HTTP at 1, 4 and 16 client
-threads (claims of 100, batched results); idle pickup latency beside one HTTP round
-trip plus one pgbench transaction; claim latency with an empty history and with --history
-finished tasks; and the coordinator's peak RSS during a 49 MiB CSV upload against idle.
+threads (claims of 100, batched results); idle pickup latency beside one HTTP round trip
+plus one pgbench transaction; claim latency on an empty queue and on one holding --history
+finished tasks (each pair sampled in turns, so a shared machine's drift moves both alike);
+and the coordinator's peak RSS during a 49 MiB CSV upload against idle.
 """
 
 from __future__ import annotations
@@ -46,34 +47,39 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     run_dir = Path(tempfile.mkdtemp(prefix="chunkwise-bench-queue-"))
     server = database_url(run_dir)
-    with scratch_database(server) as url:
-        stack = LocalStack(
-            database_url=url,
-            run_dir=run_dir / "stack",
-            env={"CHUNKWISE_ALLOWED_WORKLOADS": WORKLOAD, "CHUNKWISE_LOG_LEVEL": "WARNING"},
-        )
-        stack.prepare()
-        stack.start_coordinator()
+    # Two coordinators, each on a database of its own: the second gets the finished tasks,
+    # so claim latency with and without them can be sampled in turns.
+    with scratch_database(server) as url, scratch_database(server) as history_url:
+        stacks = [
+            LocalStack(
+                database_url=database,
+                run_dir=run_dir / name,
+                env={"CHUNKWISE_ALLOWED_WORKLOADS": WORKLOAD, "CHUNKWISE_LOG_LEVEL": "WARNING"},
+            )
+            for name, database in (("stack", url), ("history", history_url))
+        ]
         try:
-            report = measure(stack, url, args.seconds, args.history)
+            for stack in stacks:
+                stack.prepare()
+                stack.start_coordinator()
+            report = measure(*stacks, history_url, args.seconds, args.history)
         finally:
-            stack.stop()
+            for stack in stacks:
+                stack.stop()
     shutil.rmtree(run_dir, ignore_errors=True)
     print_report(report)
 
 
-def measure(stack: LocalStack, url: str, seconds: float, history: int) -> dict:
-    """Every figure; latencies first, on a fresh queue, then with the history, then load."""
-    report: dict = {"seconds": seconds, "throughput": []}
-    report["http_round_trip_ms"] = http_round_trip_ms(stack)
-    report["pickup_ms"] = idle_pickup_ms(stack)
-    report["claim_ms_empty"] = claim_latency_ms(stack)
-    add_history(url, history)
-    report["history"] = history
-    report["claim_ms_history"] = claim_latency_ms(stack)
-    with scratch_database(url) as pgbench_url:
+def measure(
+    stack: LocalStack, history_stack: LocalStack, history_url: str, seconds: float, history: int
+) -> dict:
+    """Every figure: latencies on fresh queues, then load over the history."""
+    report: dict = {"seconds": seconds, "throughput": [], "history": history}
+    with scratch_database(history_url) as pgbench_url:
         pgbench(pgbench_url, "-i", "-q", "-s", "4")
-        _, report["pgbench_tx_ms"] = pgbench(pgbench_url, "-N", "-n", "-c", "1", "-T", "2")
+        report.update(pickup_beside_its_baseline(stack, pgbench_url))
+        add_history(history_url, history)
+        report.update(claim_latency_beside_history(stack, history_stack))
         for threads in THREADS:
             tps, _ = pgbench(
                 pgbench_url,
@@ -81,7 +87,7 @@ def measure(stack: LocalStack, url: str, seconds: float, history: int) -> dict:
                 *("-T", str(round(seconds))),
             )
             # The no-op runs go on over the history: a queue with a million finished tasks.
-            tasks = noop_throughput(stack, threads, seconds)
+            tasks = noop_throughput(history_stack, threads, seconds)
             report["throughput"].append(
                 {"threads": threads, "pgbench_tps": tps, "tasks_per_s": tasks}
             )
@@ -217,11 +223,35 @@ def http_round_trip_ms(stack: LocalStack, calls: int = 300) -> float:
     return statistics.median(times)
 
 
-def idle_pickup_ms(stack: LocalStack, rounds: int = 40) -> dict:
-    """From submitting a one-task job to a waiting long-poll claim returning it.
+def pickup_beside_its_baseline(stack: LocalStack, pgbench_url: str, turns: int = 5) -> dict:
+    """Idle pickup, the HTTP round trip and one pgbench transaction, sampled in turns.
 
-    Both sides use kept-alive sessions, as a client and a worker would. The submit's own
-    answer time is kept beside it: the pickup includes the whole submission.
+    A shared machine's speed drifts within a run; taking the three in alternation, rather
+    than each at a different moment, keeps their ratio a comparison of like with like.
+    """
+    trips, transactions, picked, answered = [], [], [], []
+    for _ in range(turns):
+        trips.append(http_round_trip_ms(stack, calls=60))
+        transactions.append(pgbench(pgbench_url, "-N", "-n", "-c", "1", "-T", "1")[1])
+        times, answers = idle_pickup_times(stack, rounds=8)
+        picked += times
+        answered += answers
+    return {
+        "http_round_trip_ms": statistics.median(trips),
+        "pgbench_tx_ms": statistics.median(transactions),
+        "pickup_ms": {
+            "p50": statistics.median(picked),
+            "p99": percentile(picked, 0.99),
+            "submit_p50": statistics.median(answered),
+        },
+    }
+
+
+def idle_pickup_times(stack: LocalStack, rounds: int) -> tuple[list[float], list[float]]:
+    """Milliseconds from submitting a one-task job to a waiting long-poll claim returning it,
+    and to the submit's own answer (the pickup includes the whole submission).
+
+    Both sides use kept-alive sessions, as a client and a worker would.
     """
     claims = stack.api(stack.tokens.worker)
     submits = stack.api()
@@ -248,11 +278,7 @@ def idle_pickup_ms(stack: LocalStack, rounds: int = 40) -> dict:
         if result["tasks"]:
             times.append((result["at"] - submitted) * 1000)
             complete(stack, "bench-idle", result["tasks"])
-    return {
-        "p50": statistics.median(times),
-        "p99": percentile(times, 0.99),
-        "submit_p50": statistics.median(answers),
-    }
+    return times, answers
 
 
 def complete(stack: LocalStack, worker: str, tasks: list[dict]) -> None:
@@ -273,8 +299,23 @@ def complete(stack: LocalStack, worker: str, tasks: list[dict]) -> None:
     )
 
 
-def claim_latency_ms(stack: LocalStack, claims: int = 200) -> dict:
-    """p50/p99 of a one-task claim (and its result) with work waiting."""
+def claim_latency_beside_history(
+    stack: LocalStack, history_stack: LocalStack, turns: int = 5
+) -> dict:
+    """Claim latency on an empty queue and on one with the history, sampled in turns."""
+    empty: list[float] = []
+    full: list[float] = []
+    for _ in range(turns):
+        empty += claim_latency_times(stack, claims=40)
+        full += claim_latency_times(history_stack, claims=40)
+    return {
+        "claim_ms_empty": {"p50": statistics.median(empty), "p99": percentile(empty, 0.99)},
+        "claim_ms_history": {"p50": statistics.median(full), "p99": percentile(full, 0.99)},
+    }
+
+
+def claim_latency_times(stack: LocalStack, claims: int) -> list[float]:
+    """Milliseconds of each one-task claim (its result reported after) with work waiting."""
     submit_noop_jobs(stack, claims)
     session = stack.api(stack.tokens.worker)
     times = []
@@ -287,7 +328,7 @@ def claim_latency_ms(stack: LocalStack, claims: int = 200) -> dict:
         )
         times.append((time.perf_counter() - started) * 1000)
         complete(stack, "bench-latency", response.json()["tasks"])
-    return {"p50": statistics.median(times), "p99": percentile(times, 0.99)}
+    return times
 
 
 def add_history(url: str, tasks: int) -> None:
