@@ -165,8 +165,9 @@ def complete_tasks(
     """Accept many results in one transaction, each fenced on its own; answer each in order.
 
     A refused result (stale, foreign, invalid, unknown) refuses only itself. A job is locked
-    last, by the counter its completions add to, so batches for one job take turns only for
-    that and their commit, and exactly one of them sees "every chunk completed".
+    late, by the counter its completions add to (only the worker's row comes after), so
+    batches for one job take turns only for that and their commit, and exactly one of them
+    sees "every chunk completed".
     """
     with rt.pool.connection() as conn, conn.transaction():
         tasks = task_rows.get_many(conn, [c.task_id for c in completions])
