@@ -4,7 +4,8 @@ python -m bench.queue [--seconds 5] [--history 1000000]
 
 Prints, on one server: pgbench -N TPS and no-op tasks/s through HTTP at 1, 4 and 16 client
 threads (claims of 100, batched results); idle pickup latency beside one HTTP round trip
-plus one pgbench transaction; claim latency on an empty queue and on one holding --history
+plus one pgbench transaction (the round trip taken back to back, and after the pause a
+pickup starts from); claim latency on an empty queue and on one holding --history
 finished tasks (each pair sampled in turns, so a shared machine's drift moves both alike);
 and the coordinator's peak RSS during a 49 MiB CSV upload against idle.
 """
@@ -37,6 +38,9 @@ CLAIM_CAPACITY = 100
 THREADS = (1, 4, 16)
 TASKS_PER_JOB = 10_000
 UPLOAD_BYTES = 49 * 1024 * 1024
+# How long an idle pickup's claim waits before the submit: long enough for the machine to go
+# idle, as it is when a real pickup happens. The idle round trip pauses as long.
+IDLE_PAUSE = 0.15
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -212,11 +216,13 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
 
 
-def http_round_trip_ms(stack: LocalStack, calls: int = 300) -> float:
-    """p50 of GET /healthz on a kept-alive session."""
+def http_round_trip_ms(stack: LocalStack, calls: int = 300, pause: float = 0.0) -> float:
+    """p50 of GET /healthz on a kept-alive session, each call `pause` seconds after the last."""
     session = requests.Session()
+    session.get(f"{stack.url}/healthz", timeout=10)
     times = []
     for _ in range(calls):
+        time.sleep(pause)
         started = time.perf_counter()
         session.get(f"{stack.url}/healthz", timeout=10)
         times.append((time.perf_counter() - started) * 1000)
@@ -227,17 +233,22 @@ def pickup_beside_its_baseline(stack: LocalStack, pgbench_url: str, turns: int =
     """Idle pickup, the HTTP round trip and one pgbench transaction, sampled in turns.
 
     A shared machine's speed drifts within a run; taking the three in alternation, rather
-    than each at a different moment, keeps their ratio a comparison of like with like.
+    than each at a different moment, keeps their ratio a comparison of like with like. The
+    round trip is taken twice: back to back, and after the pause every pickup starts from
+    (a Python server and client answer a request after a pause slower than one in a stream:
+    on the machine of the README's figures, a hello-world WSGI app too).
     """
-    trips, transactions, picked, answered = [], [], [], []
+    trips, idle_trips, transactions, picked, answered = [], [], [], [], []
     for _ in range(turns):
         trips.append(http_round_trip_ms(stack, calls=60))
+        idle_trips.append(http_round_trip_ms(stack, calls=20, pause=IDLE_PAUSE))
         transactions.append(pgbench(pgbench_url, "-N", "-n", "-c", "1", "-T", "1")[1])
         times, answers = idle_pickup_times(stack, rounds=8)
         picked += times
         answered += answers
     return {
         "http_round_trip_ms": statistics.median(trips),
+        "idle_http_round_trip_ms": statistics.median(idle_trips),
         "pgbench_tx_ms": statistics.median(transactions),
         "pickup_ms": {
             "p50": statistics.median(picked),
@@ -270,7 +281,7 @@ def idle_pickup_times(stack: LocalStack, rounds: int) -> tuple[list[float], list
 
         waiter = threading.Thread(target=wait)
         waiter.start()
-        time.sleep(0.15)  # the claim is waiting on its long poll
+        time.sleep(IDLE_PAUSE)  # the claim is waiting on its long poll
         submitted = time.perf_counter()
         submit_noop_jobs(stack, 1, submits)
         answers.append((time.perf_counter() - submitted) * 1000)
@@ -419,13 +430,20 @@ def print_report(r: dict) -> None:
         ratio = row["tasks_per_s"] / row["pgbench_tps"] if row["pgbench_tps"] else 0
         threads, tps, tasks = row["threads"], row["pgbench_tps"], row["tasks_per_s"]
         print(f"{threads:>8} {tps:>15.0f} {tasks:>9.0f} {ratio:>6.2f}x")
-    base = r["http_round_trip_ms"] + r["pgbench_tx_ms"]
+    pickup, tx = r["pickup_ms"], r["pgbench_tx_ms"]
     print(
-        f"idle pickup p50 {r['pickup_ms']['p50']:.1f} ms, p99 {r['pickup_ms']['p99']:.1f} ms "
-        f"(the submit itself answers in {r['pickup_ms']['submit_p50']:.1f} ms); "
-        f"HTTP round trip {r['http_round_trip_ms']:.2f} ms + pgbench tx "
-        f"{r['pgbench_tx_ms']:.2f} ms = {base:.2f} ms; ratio {r['pickup_ms']['p50'] / base:.2f}x"
+        f"idle pickup p50 {pickup['p50']:.1f} ms, p99 {pickup['p99']:.1f} ms "
+        f"(the submit itself answers in {pickup['submit_p50']:.1f} ms); pgbench tx {tx:.2f} ms"
     )
+    for name, trip in (
+        ("after the same pause", r["idle_http_round_trip_ms"]),
+        ("back to back", r["http_round_trip_ms"]),
+    ):
+        base = trip + tx
+        print(
+            f"  HTTP round trip {name} {trip:.2f} ms + pgbench tx = {base:.2f} ms; "
+            f"pickup ratio {pickup['p50'] / base:.2f}x"
+        )
     empty, full = r["claim_ms_empty"], r["claim_ms_history"]
     print(
         f"claim latency p50: empty {empty['p50']:.2f} ms, with {r['history']:,} finished "
