@@ -71,33 +71,51 @@ class ChunkCounts:
     cancelled: int = 0
 
 
-def insert_job(conn: Connection, job: NewJob, tasks: Sequence[NewTask]) -> Job:
-    """Insert a queued job and all its pending tasks (a job may have 10,000) in one statement."""
+def admit_job(
+    conn: Connection, job: NewJob, tasks: Sequence[NewTask], *, queue_limit: int
+) -> tuple[bool, Job | None]:
+    """Insert a queued job and its pending tasks (a job may have 10,000) in one statement,
+    if its workload's queue bound leaves room for them.
+
+    Returns (fits, job): fits is False when the bound leaves no room (or the workload has none
+    yet), and nothing is written; job is None when the owner's idempotency key is taken, by a
+    request that committed while this one was being admitted.
+    """
     row = conn.execute(
         """
-        WITH job AS (
+        WITH room AS (
+            UPDATE queue_bounds SET unfinished = unfinished + %(n)s
+            WHERE workload = %(workload)s AND unfinished + %(n)s <= %(limit)s
+            RETURNING workload
+        ), job AS (
             INSERT INTO jobs (id, owner_id, workload, input_uri, input_sha256, parameters,
                               labels, priority, chunks_total, idempotency_key, request_sha256,
                               trace_id)
-            VALUES (%(id)s, %(owner_id)s, %(workload)s, %(input_uri)s, %(input_sha256)s,
-                    %(parameters)s, %(labels)s, %(priority)s, %(chunks_total)s,
-                    %(idempotency_key)s, %(request_sha256)s, %(trace_id)s)
+            SELECT %(id)s, %(owner_id)s, %(workload)s, %(input_uri)s, %(input_sha256)s,
+                   %(parameters)s, %(labels)s, %(priority)s, %(chunks_total)s,
+                   %(idempotency_key)s, %(request_sha256)s, %(trace_id)s
+            FROM room
+            ON CONFLICT ON CONSTRAINT jobs_idempotency_key DO NOTHING
             RETURNING *
         ), tasks AS (
             INSERT INTO tasks (id, job_id, chunk_index, workload, priority, input_uri,
                                input_sha256, parameters, max_attempts)
-            SELECT t.id, %(id)s, t.chunk_index, %(workload)s, %(priority)s, t.input_uri,
+            SELECT t.id, job.id, t.chunk_index, %(workload)s, %(priority)s, t.input_uri,
                    t.input_sha256, t.parameters, t.max_attempts
-            FROM unnest(%(task_ids)s::uuid[], %(indexes)s::int[], %(uris)s::text[],
-                        %(shas)s::text[], %(task_parameters)s::jsonb[], %(max_attempts)s::int[])
+            FROM job, unnest(%(task_ids)s::uuid[], %(indexes)s::int[], %(uris)s::text[],
+                             %(shas)s::text[], %(task_parameters)s::jsonb[],
+                             %(max_attempts)s::int[])
                  AS t(id, chunk_index, input_uri, input_sha256, parameters, max_attempts)
         )
-        SELECT * FROM job
+        SELECT EXISTS (SELECT FROM room) AS fits, job.*
+        FROM (VALUES (1)) AS one LEFT JOIN job ON true
         """,
         {
             **job.__dict__,
             "parameters": Jsonb(job.parameters),
             "labels": Jsonb(job.labels),
+            "n": len(tasks),
+            "limit": queue_limit,
             "task_ids": [t.id for t in tasks],
             "indexes": [t.chunk_index for t in tasks],
             "uris": [t.input_uri for t in tasks],
@@ -106,7 +124,7 @@ def insert_job(conn: Connection, job: NewJob, tasks: Sequence[NewTask]) -> Job:
             "max_attempts": [t.max_attempts for t in tasks],
         },
     ).fetchone()
-    return from_row(Job, row)
+    return row["fits"], from_row(Job, row) if row["id"] is not None else None
 
 
 def find_by_idempotency_key(conn: Connection, owner_id: int, key: str) -> Job | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from psycopg import Connection
 
 # The first key says what the turn is for; the second is the workload's name, hashed.
-ADMISSION = 0x43484B41  # "CHKA": admitting jobs, so the queued-task cap cannot be overshot
 CLAIM = 0x43484B57  # "CHKW": claiming tasks of a workload with lease caps
 
 

@@ -48,7 +48,7 @@ class Task:
 
 @dataclass(frozen=True)
 class NewTask:
-    """One chunk of a new job (repositories.jobs.insert_job writes it with the job's own
+    """One chunk of a new job (repositories.jobs.admit_job writes it with the job's own
     workload and priority)."""
 
     id: UUID
@@ -92,18 +92,32 @@ class ExpiredLease:
     worker_id: str
 
 
-def count_unfinished(conn: Connection, workload: str) -> int:
-    """Count a workload's tasks that are pending or leased, across all jobs."""
+def recount_unfinished(conn: Connection, workload: str) -> int:
+    """Count a workload's pending and leased tasks, and start its queue bound again from there.
+
+    Two statements: the count must see every admission that took the bound's row before this
+    transaction did, so it is taken only once the row is locked. The caller's transaction
+    keeps the lock, so no admission of the workload overtakes the count until it commits.
+    """
+    conn.execute(
+        """
+        INSERT INTO queue_bounds (workload, unfinished) VALUES (%(workload)s, 0)
+        ON CONFLICT (workload) DO UPDATE SET unfinished = queue_bounds.unfinished
+        """,
+        {"workload": workload},
+    )
     # Two counts, so each reads the partial index of its own rows (see sql/0007).
     row = conn.execute(
         """
-        SELECT (SELECT count(*) FROM tasks WHERE status = 'pending' AND workload = %(workload)s)
-             + (SELECT count(*) FROM tasks WHERE status = 'leased' AND workload = %(workload)s)
-               AS n
+        UPDATE queue_bounds SET unfinished =
+            (SELECT count(*) FROM tasks WHERE status = 'pending' AND workload = %(workload)s)
+          + (SELECT count(*) FROM tasks WHERE status = 'leased' AND workload = %(workload)s)
+        WHERE workload = %(workload)s
+        RETURNING unfinished
         """,
         {"workload": workload},
     ).fetchone()
-    return row["n"]
+    return row["unfinished"]
 
 
 def claim(
@@ -483,18 +497,27 @@ def cancel_unfinished(
 
 
 def requeue_unfinished(conn: Connection, job_id: UUID, max_attempts: int) -> int:
-    """Put a failed job's failed and cancelled tasks back to pending with fresh budgets.
+    """Put a failed job's failed and cancelled tasks back to pending with fresh budgets,
+    adding them to their workload's queue bound (see sql/0008).
 
     The attempt counter keeps counting up: it is the fencing generation, so a retry must
     never reuse a number an old worker might still hold.
     """
-    cur = conn.execute(
+    row = conn.execute(
         """
-        UPDATE tasks SET status = 'pending', max_attempts = attempt + %(max)s,
-            lost_retries = 0, read_retries = 0, lease_owner = NULL, lease_expires_at = NULL,
-            completed_at = NULL, version = version + 1
-        WHERE job_id = %(job)s AND status IN ('failed', 'cancelled')
+        WITH requeued AS (
+            UPDATE tasks SET status = 'pending', max_attempts = attempt + %(max)s,
+                lost_retries = 0, read_retries = 0, lease_owner = NULL,
+                lease_expires_at = NULL, completed_at = NULL, version = version + 1
+            WHERE job_id = %(job)s AND status IN ('failed', 'cancelled')
+            RETURNING workload
+        ), bound AS (
+            UPDATE queue_bounds b SET unfinished = b.unfinished + r.n
+            FROM (SELECT workload, count(*) AS n FROM requeued GROUP BY workload) AS r
+            WHERE b.workload = r.workload
+        )
+        SELECT count(*) AS n FROM requeued
         """,
         {"job": job_id, "max": max_attempts},
-    )
-    return cur.rowcount
+    ).fetchone()
+    return row["n"]

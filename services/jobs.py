@@ -17,7 +17,6 @@ from psycopg import Connection
 
 from repositories import events as event_rows
 from repositories import jobs as job_rows
-from repositories import locks
 from repositories import tasks as task_rows
 from repositories.events import Event
 from repositories.jobs import ChunkCounts, Job, NewJob
@@ -181,8 +180,8 @@ def admit(
 ) -> JobView:
     """Insert a job with its tasks if it fits the queue, or return the idempotent original.
 
-    `on_admitted` runs once the job is known to fit, still under the admission lock: the CSV
-    path stores its upload there, so a rejected job leaves nothing behind.
+    `on_admitted` runs once the job is in, before it commits: the CSV path stores its upload
+    there, so a rejected job leaves nothing behind and a failed store admits nothing.
     """
     caps = rt.workloads.of(new_job.workload).caps
     # A job larger than the whole queue could never be admitted: that is bad input, not a 429.
@@ -191,34 +190,37 @@ def admit(
         raise InvalidInput.field("tasks", f"a job may have at most {most} tasks")
     limit = caps.max_queued_tasks
     with rt.pool.connection() as conn, conn.transaction():
-        locks.take_turn(conn, locks.ADMISSION, new_job.workload)
         if new_job.idempotency_key is not None:
             original = job_rows.find_by_idempotency_key(
                 conn, new_job.owner_id, new_job.idempotency_key
             )
             if original is not None:
-                if original.request_sha256 != new_job.request_sha256:
-                    raise Conflict(
-                        "this Idempotency-Key was used for a different request",
-                        code="idempotency_conflict",
-                        details={"job_id": str(original.id)},
-                    )
-                return _view(conn, original)
-        queued = task_rows.count_unfinished(conn, new_job.workload)
-        if queued + len(new_tasks) > limit:
-            raise QueueFull(
-                f"the queue holds {queued} unfinished {new_job.workload} tasks; "
-                f"{len(new_tasks)} more would exceed the limit of {limit}",
-                retry_after=rt.limits.heartbeat_seconds,
-                details={
-                    "queued_chunks": queued,
-                    "requested_chunks": len(new_tasks),
-                    "limit": limit,
-                },
+                return _replay(conn, original, new_job)
+        fits, job = job_rows.admit_job(conn, new_job, new_tasks, queue_limit=limit)
+        if not fits:
+            # The bound counts finished tasks until a count corrects it (see sql/0008).
+            queued = task_rows.recount_unfinished(conn, new_job.workload)
+            if queued + len(new_tasks) > limit:
+                raise QueueFull(
+                    f"the queue holds {queued} unfinished {new_job.workload} tasks; "
+                    f"{len(new_tasks)} more would exceed the limit of {limit}",
+                    retry_after=rt.limits.heartbeat_seconds,
+                    details={
+                        "queued_chunks": queued,
+                        "requested_chunks": len(new_tasks),
+                        "limit": limit,
+                    },
+                )
+            # It fits now: the count holds the bound's row until this transaction ends.
+            _, job = job_rows.admit_job(conn, new_job, new_tasks, queue_limit=limit)
+        if job is None:
+            # A request with the same key committed after this one looked for it.
+            original = job_rows.find_by_idempotency_key(
+                conn, new_job.owner_id, new_job.idempotency_key
             )
+            return _replay(conn, original, new_job)
         if on_admitted is not None:
             on_admitted()
-        job = job_rows.insert_job(conn, new_job, new_tasks)
         event_rows.record(
             conn,
             job=job,
@@ -236,6 +238,17 @@ def admit(
         extra={"event": "job_created", "job_id": str(job.id), "chunks_total": job.chunks_total},
     )
     return view
+
+
+def _replay(conn: Connection, original: Job, new_job: NewJob) -> JobView:
+    """The job an Idempotency-Key already created, if this request is the same one."""
+    if original.request_sha256 != new_job.request_sha256:
+        raise Conflict(
+            "this Idempotency-Key was used for a different request",
+            code="idempotency_conflict",
+            details={"job_id": str(original.id)},
+        )
+    return _view(conn, original)
 
 
 def get_job(

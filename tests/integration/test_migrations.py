@@ -17,13 +17,16 @@ QUEUE_TABLES = {
     "workers",
     "outbox",
     "audit_log",
+    "queue_bounds",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0007.claim_index_only"
+LATEST = "0008.queue_bounds"
 TRIGGERS = {"jobs_announce_change", "tasks_announce_new_claimable", "tasks_announce_changes"}
 # The row triggers 0006 replaced with one statement trigger, back after its rollback.
 ROW_TRIGGERS = {"tasks_announce_change", "tasks_announce_claimable_change"}
 STORAGE_INDEXES = {"jobs_finished_idx"}
+# The table the latest migration adds.
+BOUNDS_TABLE = "queue_bounds"
 # The index 0007 dropped, back after its rollback.
 TRAP_INDEX = "tasks_unfinished_idx"
 
@@ -69,17 +72,25 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert not {"tasks_leased_idx", TRAP_INDEX} & indexes(empty_database_url)
 
     migrations.rollback_latest(empty_database_url)
-    assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
-    assert TRAP_INDEX in indexes(empty_database_url)
+    assert public_tables(empty_database_url) == QUEUE_TABLES - {BOUNDS_TABLE} | CSV_TABLES
 
     migrations.apply(empty_database_url)
-    assert TRAP_INDEX not in indexes(empty_database_url)
+    assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
+
+
+def test_rolling_back_the_claim_index_migration_restores_the_trap_index(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    for _ in range(2):
+        migrations.rollback_latest(empty_database_url)
+
+    assert TRAP_INDEX in indexes(empty_database_url)
 
 
 def test_rolling_back_the_announcements_migration_restores_the_row_triggers(empty_database_url):
     migrations.apply(empty_database_url)
 
-    for _ in range(2):
+    for _ in range(3):
         migrations.rollback_latest(empty_database_url)
 
     assert triggers(empty_database_url) == TRIGGERS - {"tasks_announce_changes"} | ROW_TRIGGERS
@@ -88,7 +99,7 @@ def test_rolling_back_the_announcements_migration_restores_the_row_triggers(empt
 def test_rolling_back_the_storage_migration_restores_the_lease_index(empty_database_url):
     migrations.apply(empty_database_url)
 
-    for _ in range(3):
+    for _ in range(4):
         migrations.rollback_latest(empty_database_url)
 
     assert not STORAGE_INDEXES & indexes(empty_database_url)

@@ -95,7 +95,7 @@ def test_claims_results_and_admission_keep_to_their_indexes_when_statistics_are_
     ]
     assert len(task_rows.complete_many(db, "w", outcomes)) == 10
     results_plan = plans()
-    assert task_rows.count_unfinished(db, "echo") == 2990
+    assert task_rows.recount_unfinished(db, "echo") == 2990
     admission_plan = plans()
 
     # Each reads the few rows it needs in index order: no scan or sort of the whole queue.

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
-from tests.integration.manifests import WORKER, manifest
+from tests.integration.manifests import WORKER, manifest, result_body
 
 
 @pytest.fixture
@@ -67,3 +69,119 @@ def test_csv_stats_keeps_its_lease_caps(rt):
     caps = rt.workloads.of("csv_stats").caps
     assert (caps.max_leases_per_worker, caps.max_leases_total) == (2, 8)
     assert (caps.max_queued_tasks, caps.max_tasks_per_job) == (256, 64)
+
+
+# --- the queue bound (sql/0008): admission adds, nothing subtracts, a count corrects it -----
+
+
+def drain(claim, client, headers) -> None:
+    """Claim every pending echo task and report each one's result, in batches."""
+    while claimed := claim(WORKER, capacity=400):
+        items = [{"task_id": t["task_id"], **result_body(t)} for t in claimed]
+        for i in items:
+            del i["worker_id"]
+        response = client.post(
+            "/api/v1/tasks/results",
+            json={"worker_id": WORKER, "results": items},
+            headers=headers["worker"],
+        )
+        assert response.status_code == 200, response.get_json()
+
+
+def queue_bound(db) -> int:
+    """What admission believes the echo queue holds at most."""
+    return db.execute("SELECT unfinished FROM queue_bounds WHERE workload = 'echo'").fetchone()[
+        "unfinished"
+    ]
+
+
+def unfinished(db) -> int:
+    """Echo tasks pending or leased: what the cap is about."""
+    return db.execute(
+        "SELECT count(*) AS n FROM tasks"
+        " WHERE workload = 'echo' AND status IN ('pending', 'leased')"
+    ).fetchone()["n"]
+
+
+def test_finished_tasks_stay_in_the_bound_until_a_job_needs_their_room(
+    submit, claim, client, headers, db
+):
+    submit(manifest(300))
+    drain(claim, client, headers)
+    assert (unfinished(db), queue_bound(db)) == (0, 300)
+
+    response = client.post("/api/v1/jobs", json=manifest(400), headers=headers["user"])
+
+    # 300 + 400 overflows the bound, so admission counted the queue: it was empty.
+    assert response.status_code == 201, response.get_json()
+    assert (unfinished(db), queue_bound(db)) == (400, 400)
+
+
+def test_a_retried_job_counts_against_the_queue_again(submit, claim, task_call, client, headers):
+    failing = submit(manifest(400))
+    [doomed] = claim(WORKER)
+    failure = {"worker_id": WORKER, "attempt": 1, "error_code": "oom", "retryable": False}
+    assert task_call(doomed["task_id"], "failure", failure).status_code == 200
+    submit(manifest(300))  # overflows the bound: the count finds the failed job's tasks done
+    retried = client.post(f"/api/v1/jobs/{failing['id']}/retry", headers=headers["user"])
+    assert retried.status_code == 200, retried.get_json()
+
+    response = client.post("/api/v1/jobs", json=manifest(1), headers=headers["user"])
+
+    assert response.status_code == 429
+    assert response.get_json()["error"]["details"] == {
+        "queued_chunks": 700,
+        "requested_chunks": 1,
+        "limit": 600,
+    }
+
+
+def test_racing_submitters_never_overfill_a_queue_whose_bound_is_stale(
+    app, submit, claim, client, headers, db
+):
+    submit(manifest(400))
+    drain(claim, client, headers)
+    submitters = 8
+    barrier = threading.Barrier(submitters)
+    statuses: list[int] = []
+
+    def submit_once() -> None:
+        racer = app.test_client()
+        barrier.wait()
+        response = racer.post("/api/v1/jobs", json=manifest(200), headers=headers["user"])
+        statuses.append(response.status_code)
+
+    threads = [threading.Thread(target=submit_once) for _ in range(submitters)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+
+    assert sorted(statuses) == [201] * 3 + [429] * (submitters - 3)
+    assert unfinished(db) == queue_bound(db) == 600
+
+
+def test_racing_submitters_with_one_idempotency_key_create_one_job(app, headers, db):
+    submitters = 6
+    barrier = threading.Barrier(submitters)
+    created: list[str] = []
+
+    def submit_once() -> None:
+        racer = app.test_client()
+        barrier.wait()
+        response = racer.post(
+            "/api/v1/jobs",
+            json=manifest(3),
+            headers={**headers["user"], "Idempotency-Key": "same-request"},
+        )
+        assert response.status_code in (200, 201), response.get_json()
+        created.append(response.get_json()["id"])
+
+    threads = [threading.Thread(target=submit_once) for _ in range(submitters)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+
+    assert len(created) == submitters and len(set(created)) == 1
+    assert db.execute("SELECT count(*) AS n FROM tasks").fetchone()["n"] == 3

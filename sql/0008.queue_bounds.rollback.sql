@@ -1,0 +1,1 @@
+DROP TABLE queue_bounds;
