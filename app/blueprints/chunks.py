@@ -14,16 +14,20 @@ from services import chunks
 bp = Blueprint("chunks", __name__, url_prefix="/api/v1/jobs/<uuid:job_id>/chunks")
 bp.before_request(auth.users_only)
 
+# Built once: building a schema deep-copies every field it declares.
+CHUNK_LIST = schemas.ChunkListSchema()
+CHUNK = schemas.ChunkSchema()
+
 
 @bp.get("")
 def list_chunks(job_id: UUID):
     """Every chunk of a job, in order."""
     views = chunks.list_chunks(get_runtime(), current_principal(), job_id)
-    return schemas.ChunkListSchema().dump({"chunks": views})
+    return CHUNK_LIST.dump({"chunks": views})
 
 
 @bp.get("/<uuid:chunk_id>")
 def get_chunk(job_id: UUID, chunk_id: UUID):
     """One chunk with each attempt's worker, outcome and trace id."""
     view = chunks.get_chunk(get_runtime(), current_principal(), job_id, chunk_id)
-    return schemas.ChunkSchema().dump(view)
+    return CHUNK.dump(view)

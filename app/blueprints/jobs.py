@@ -17,6 +17,16 @@ from services.errors import InvalidInput
 bp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
 bp.before_request(auth.users_only)
 
+# Built once: building a schema deep-copies every field it declares.
+JOB_CREATE = schemas.JobCreateSchema()
+CSV_JOB_FORM = schemas.CsvJobFormSchema()
+CSV_JOB_QUERY = schemas.CsvJobQuerySchema()
+JOB = schemas.JobSchema()
+JOB_LIST_QUERY = schemas.JobListQuerySchema()
+JOB_LIST = schemas.JobListSchema()
+JOB_WAIT_QUERY = schemas.JobWaitQuerySchema()
+RESULT_LIST = schemas.ResultListSchema()
+
 IDEMPOTENCY_KEY_MAX = 200
 
 
@@ -29,7 +39,7 @@ def create_job():
     elif request.mimetype == "multipart/form-data":
         view = _submit_csv(key)
     else:
-        body = schemas.load_json(schemas.JobCreateSchema())
+        body = schemas.load_json(JOB_CREATE)
         spec = jobs.JobSpec(**{**body, "tasks": [jobs.TaskSpec(**t) for t in body["tasks"]]})
         view = jobs.create_job(
             get_runtime(),
@@ -42,9 +52,7 @@ def create_job():
 
 
 def _submit_csv(key: str | None) -> jobs.JobView:
-    form = schemas.CsvJobFormSchema().load(
-        {**request.form.to_dict(), "label": request.form.getlist("label")}
-    )
+    form = CSV_JOB_FORM.load({**request.form.to_dict(), "label": request.form.getlist("label")})
     upload = uploaded("file")
     if upload is None:
         raise InvalidInput.field("file", "a CSV file part named 'file' is required")
@@ -61,9 +69,7 @@ def _submit_csv(key: str | None) -> jobs.JobView:
 
 def _submit_csv_body(key: str | None) -> jobs.JobView:
     # The parameters travel in the query string, so they are checked before the body is read.
-    query = schemas.CsvJobQuerySchema().load(
-        {**request.args.to_dict(), "label": request.args.getlist("label")}
-    )
+    query = CSV_JOB_QUERY.load({**request.args.to_dict(), "label": request.args.getlist("label")})
     upload, data = spooled_body()
     labels = dict(item.split("=", 1) for item in query.pop("label"))
     return csvjobs.submit_csv_job(
@@ -82,23 +88,23 @@ def _idempotency_key() -> str | None:
 
 
 def _dump_job(view: jobs.JobView) -> dict:
-    return schemas.JobSchema().dump(view)
+    return JOB.dump(view)
 
 
 @bp.get("")
 def list_jobs():
     """The caller's jobs, newest first."""
-    query = schemas.JobListQuerySchema().load(request.args.to_dict())
+    query = JOB_LIST_QUERY.load(request.args.to_dict())
     label = query.pop("label")
     label = tuple(label.split("=", 1)) if label else None
     views, cursor = jobs.list_jobs(get_runtime(), current_principal(), label=label, **query)
-    return schemas.JobListSchema().dump({"jobs": views, "next_cursor": cursor})
+    return JOB_LIST.dump({"jobs": views, "next_cursor": cursor})
 
 
 @bp.get("/<uuid:job_id>")
 def get_job(job_id: UUID):
     """A job's aggregate status; 304 while it is the If-None-Match version, up to wait_seconds."""
-    query = schemas.JobWaitQuerySchema().load(request.args.to_dict())
+    query = JOB_WAIT_QUERY.load(request.args.to_dict())
     known = _known_version()
     view = jobs.get_job(
         get_runtime(),
@@ -126,7 +132,7 @@ def _etag(view: jobs.JobView) -> dict[str, str]:
 def list_results(job_id: UUID):
     """Completed result manifests in chunk order."""
     results = jobs.list_completed_results(get_runtime(), current_principal(), job_id)
-    return schemas.ResultListSchema().dump({"results": results})
+    return RESULT_LIST.dump({"results": results})
 
 
 @bp.post("/<uuid:job_id>/cancel")

@@ -13,26 +13,36 @@ from services import tasks
 bp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks")
 bp.before_request(auth.workers_only)
 
+# Built once: building a schema deep-copies every field it declares.
+CLAIM = schemas.ClaimSchema()
+CLAIM_RESPONSE = schemas.ClaimResponseSchema()
+LEASE = schemas.LeaseSchema()
+HEARTBEAT = schemas.HeartbeatSchema()
+LEASE_RENEWED = schemas.LeaseRenewedSchema()
+RESULT = schemas.ResultSchema()
+TASK = schemas.TaskSchema()
+RESULT_BATCH = schemas.ResultBatchSchema()
+RESULT_BATCH_RESPONSE = schemas.ResultBatchResponseSchema()
+FAILURE = schemas.FailureSchema()
+
 READ_BLOCK = 1024 * 1024
 
 
 @bp.post("/claim")
 def claim():
     """Lease up to `capacity` tasks, long-polling up to `wait_seconds`; 204 when none."""
-    body = schemas.load_json(schemas.ClaimSchema())
+    body = schemas.load_json(CLAIM)
     rt = get_runtime()
     claimed = tasks.claim_tasks(rt, **body)
     if not claimed:
         return Response(status=204)
-    return schemas.ClaimResponseSchema().dump(
-        {"tasks": claimed, "heartbeat_seconds": rt.limits.heartbeat_seconds}
-    )
+    return CLAIM_RESPONSE.dump({"tasks": claimed, "heartbeat_seconds": rt.limits.heartbeat_seconds})
 
 
 @bp.get("/<uuid:task_id>/input")
 def read_input(task_id: UUID):
     """Stream a chunk's bytes to the worker holding its current lease."""
-    query = schemas.LeaseSchema().load(request.args.to_dict())
+    query = LEASE.load(request.args.to_dict())
     where = tasks.task_input(get_runtime(), task_id, **query)
 
     def stream():
@@ -54,38 +64,36 @@ def read_input(task_id: UUID):
 @bp.post("/<uuid:task_id>/heartbeat")
 def heartbeat(task_id: UUID):
     """Extend the lease; 409 when it is no longer this worker's."""
-    body = schemas.load_json(schemas.HeartbeatSchema())
+    body = schemas.load_json(HEARTBEAT)
     expires = tasks.renew_lease(get_runtime(), task_id, **body)
-    return schemas.LeaseRenewedSchema().dump({"lease_expires_at": expires})
+    return LEASE_RENEWED.dump({"lease_expires_at": expires})
 
 
 @bp.post("/<uuid:task_id>/result")
 def result(task_id: UUID):
     """Complete the task under the caller's attempt (idempotent for the same result)."""
-    body = schemas.load_json(schemas.ResultSchema())
+    body = schemas.load_json(RESULT)
     worker_id, attempt = body.pop("worker_id"), body.pop("attempt")
     task = tasks.complete_task(get_runtime(), task_id, worker_id, attempt, tasks.TaskResult(**body))
-    return schemas.TaskSchema().dump(task)
+    return TASK.dump(task)
 
 
 @bp.post("/results")
 def results():
     """Complete many tasks in one transaction; each result is answered on its own."""
-    body = schemas.load_json(schemas.ResultBatchSchema())
+    body = schemas.load_json(RESULT_BATCH)
     completions = [
         tasks.Completion(item.pop("task_id"), item.pop("attempt"), tasks.TaskResult(**item))
         for item in body["results"]
     ]
     outcomes = tasks.complete_tasks(get_runtime(), body["worker_id"], completions)
-    return schemas.ResultBatchResponseSchema().dump(
-        {"results": [errors.outcome_of(o) for o in outcomes]}
-    )
+    return RESULT_BATCH_RESPONSE.dump({"results": [errors.outcome_of(o) for o in outcomes]})
 
 
 @bp.post("/<uuid:task_id>/failure")
 def failure(task_id: UUID):
     """Report a failure; retryable ones go back to the queue while budgets remain."""
-    body = schemas.load_json(schemas.FailureSchema())
+    body = schemas.load_json(FAILURE)
     worker_id, attempt = body.pop("worker_id"), body.pop("attempt")
     task = tasks.fail_task(get_runtime(), task_id, worker_id, attempt, tasks.TaskFailure(**body))
-    return schemas.TaskSchema().dump(task)
+    return TASK.dump(task)

@@ -29,6 +29,12 @@ bp = Blueprint(
     "ui", __name__, url_prefix="/ui", static_folder="../static/ui", static_url_path="/static"
 )
 
+# Built once: building a schema deep-copies every field it declares.
+JOB_LIST = schemas.JobListSchema()
+JOB_LIST_QUERY = schemas.JobListQuerySchema()
+JOB = schemas.JobSchema()
+CSV_JOB_FORM = schemas.CsvJobFormSchema()
+
 OPEN_ENDPOINTS = frozenset({"ui.sign_in", "ui.static"})
 OPERATOR_ENDPOINTS = frozenset({"ui.queue_page", "ui.workers_page"})
 # Nothing inline and nothing from elsewhere: scripts and styles come only from /ui/static.
@@ -128,7 +134,7 @@ def jobs_page():
 def jobs_json():
     """The same list as the page, as the API shapes it, for the page's polling script."""
     views, cursor = _list_jobs(_list_filters())
-    return schemas.JobListSchema().dump({"jobs": views, "next_cursor": cursor})
+    return JOB_LIST.dump({"jobs": views, "next_cursor": cursor})
 
 
 def _list_filters() -> dict[str, str]:
@@ -141,7 +147,7 @@ def _list_filters() -> dict[str, str]:
 
 
 def _list_jobs(filters: dict[str, str]) -> tuple[list[jobs.JobView], str | None]:
-    query = schemas.JobListQuerySchema().load({**filters, "limit": PAGE_SIZE})
+    query = JOB_LIST_QUERY.load({**filters, "limit": PAGE_SIZE})
     label = query.pop("label")
     return jobs.list_jobs(
         get_runtime(),
@@ -157,7 +163,7 @@ def job_page(job_id: UUID):
     rt = get_runtime()
     view = jobs.get_job(rt, g.principal, job_id)
     chunk_views = chunks.list_chunks(rt, g.principal, job_id)
-    shown = schemas.JobSchema().dump(view)
+    shown = JOB.dump(view)
     # Only a hint for which buttons to draw: the service decides whether a retry may happen.
     unrecoverable = (view.job.error or {}).get("code") in jobs.UNRECOVERABLE_ERRORS
     return render_template(
@@ -183,7 +189,7 @@ def watch_job(job_id: UUID):
         unless_version=known,
         wait_seconds=WATCH_SECONDS if known else 0,
     )
-    return {"version": view.version, "job": schemas.JobSchema().dump(view)}
+    return {"version": view.version, "job": JOB.dump(view)}
 
 
 @bp.post("/jobs/<uuid:job_id>/cancel")
@@ -251,7 +257,7 @@ def _csv_job_request() -> csvjobs.CsvJobRequest:
         if form.get(name, "").strip()
     }
     lines = [line.strip() for line in form.get("labels", "").splitlines() if line.strip()]
-    loaded = schemas.CsvJobFormSchema().load(
+    loaded = CSV_JOB_FORM.load(
         {**fields, "delimiter": DELIMITERS.get(form.get("delimiter", ""), ","), "label": lines}
     )
     labels = dict(item.split("=", 1) for item in loaded.pop("label"))
