@@ -44,7 +44,8 @@ def operators_only() -> None:
 def _authenticate() -> Principal:
     header = request.headers.get("Authorization", "")
     token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else None
-    principal = auth.authenticate(get_runtime().pool, token)
+    rt = get_runtime()
+    principal = auth.authenticate(rt.pool, token, rt.principals)
     g.principal = principal
     logcontext.bind(principal=principal.name)
     return principal

@@ -13,6 +13,8 @@ from services.runtime import Limits
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # A session-signing key shorter than this could be guessed offline from one signed cookie.
 MIN_SECRET_KEY_LENGTH = 32
+# A revoked token must not outlive a cut-off listener by long.
+MAX_AUTH_CACHE_SECONDS = 300
 
 
 class ConfigError(ValueError):
@@ -29,6 +31,8 @@ class Settings:
     db_statement_timeout_ms: int = 3000
     limits: Limits = Limits()
     maintenance_seconds: float = 5.0
+    # How long a coordinator may go on trusting a token it looked up (0: ask every time).
+    auth_cache_seconds: float = 30.0
     temp_dir: Path = REPO_ROOT / ".run" / "tmp"
     archive_dir: Path = REPO_ROOT / ".run" / "archive"
     migrations_dir: Path = REPO_ROOT / "sql"
@@ -81,6 +85,7 @@ KNOWN_VARIABLES = frozenset(
         *_PATHS,
         *_OTHERS,
         "CHUNKWISE_MAINTENANCE_SECONDS",
+        "CHUNKWISE_AUTH_CACHE_SECONDS",
         "CHUNKWISE_ALLOWED_WORKLOADS",
         "CHUNKWISE_LOG_LEVEL",
         "CHUNKWISE_SECRET_KEY",
@@ -126,6 +131,17 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
                 raise ValueError
         except ValueError:
             problems.append(f"CHUNKWISE_MAINTENANCE_SECONDS must be a positive number, got {raw!r}")
+    raw = env.get("CHUNKWISE_AUTH_CACHE_SECONDS")
+    if raw:
+        try:
+            values["auth_cache_seconds"] = float(raw)
+            if not 0 <= values["auth_cache_seconds"] <= MAX_AUTH_CACHE_SECONDS:
+                raise ValueError
+        except ValueError:
+            problems.append(
+                f"CHUNKWISE_AUTH_CACHE_SECONDS must be a number from 0 to "
+                f"{MAX_AUTH_CACHE_SECONDS}, got {raw!r}"
+            )
 
     raw = env.get("CHUNKWISE_ALLOWED_WORKLOADS", "")
     extra = [w.strip() for w in raw.split(",") if w.strip()]

@@ -10,6 +10,7 @@ from flask import Flask, current_app
 from app.config import ConfigError, Settings
 from app.db import open_pool
 from services import archive, csvstats, health
+from services.auth import KnownPrincipals
 from services.csvjobs import CsvStats
 from services.runtime import Limits, Runtime
 from services.wakeups import Wakeups
@@ -21,11 +22,13 @@ logger = logging.getLogger(__name__)
 def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> Runtime:
     """Check storage, open the pool, start the NOTIFY listener; close both when the process ends."""
     _warn_about_storage(settings, fatal=storage_fatal)
+    principals = KnownPrincipals(settings.auth_cache_seconds)
     runtime = Runtime(
         pool=open_pool(settings),
         limits=settings.limits,
         workloads=workloads_for(settings.limits),
-        wakeups=Wakeups(settings.database_url),
+        wakeups=Wakeups(settings.database_url, credentials_changed=principals.forget_all),
+        principals=principals,
         archive_dir=settings.archive_dir,
         temp_dir=settings.temp_dir,
     )

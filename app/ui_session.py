@@ -10,12 +10,12 @@ from pathlib import Path
 
 from flask import Flask, request, session
 from flask.sessions import SecureCookieSessionInterface
-from psycopg_pool import ConnectionPool
 
 from app.config import Settings
 from services import auth
 from services.auth import Principal
 from services.errors import Forbidden, Unauthenticated
+from services.runtime import Runtime
 
 COOKIE_NAME = "chunkwise_ui"
 COOKIE_PATH = "/ui"
@@ -88,9 +88,9 @@ def _write_new_key(path: Path) -> None:
         draft.unlink()
 
 
-def sign_in(pool: ConnectionPool, token: str) -> Principal:
+def sign_in(rt: Runtime, token: str) -> Principal:
     """Check a typed user token and start a fresh session holding it."""
-    principal = auth.authenticate(pool, token.strip())
+    principal = auth.authenticate(rt.pool, token.strip(), rt.principals)
     if principal.kind == "worker":
         raise Forbidden("worker tokens cannot sign in to the dashboard")
     # A new session, never the one from before sign-in (session fixation).
@@ -106,13 +106,13 @@ def sign_out() -> None:
     session.clear()
 
 
-def signed_in_principal(pool: ConnectionPool) -> Principal | None:
+def signed_in_principal(rt: Runtime) -> Principal | None:
     """The user of this session, re-checked on every request so a revoked token ends it."""
     token = session.get("token")
     if not token:
         return None
     try:
-        principal = auth.authenticate(pool, token)
+        principal = auth.authenticate(rt.pool, token, rt.principals)
     except Unauthenticated:
         session.clear()
         return None

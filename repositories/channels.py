@@ -10,9 +10,12 @@ CLAIMABLE = "chunkwise_claimable"
 # A job's view changed; the payload is its id: sql/0003.job_changes.sql for the job row,
 # sql/0006.statement_announcements.sql for its tasks.
 JOB_CHANGED = "chunkwise_job_changed"
+# A token or a user changed, so a principal a coordinator remembers may be wrong now:
+# sql/0009.credential_changes.sql.
+CREDENTIALS_CHANGED = "chunkwise_credentials_changed"
 
 
 def listen(conn: Connection) -> None:
     """Subscribe an autocommit connection to every channel."""
-    for channel in (CLAIMABLE, JOB_CHANGED):
+    for channel in (CLAIMABLE, JOB_CHANGED, CREDENTIALS_CHANGED):
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from psycopg_pool import ConnectionPool
 
+from services.auth import KnownPrincipals
 from services.wakeups import Wakeups
 from services.workloads import Workloads
 
@@ -43,6 +44,7 @@ class Runtime:
     limits: Limits
     workloads: Workloads
     wakeups: Wakeups
+    principals: KnownPrincipals
     archive_dir: Path
     temp_dir: Path
     # Set on shutdown: the maintenance loop ends its waiting instead of its next pass.

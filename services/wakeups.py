@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from uuid import UUID
 
@@ -22,11 +22,16 @@ class Wakeups:
 
     One counter says tasks may have become claimable; one per watched job counts its changes.
     One listener thread per process holds one dedicated connection (outside the pool), so any
-    number of waiting claims and watches cost no pooled connections.
+    number of waiting claims and watches cost no pooled connections. The same thread calls
+    `credentials_changed` when a token or a user changes, and whenever it (re)connects, since
+    it may have missed that news meanwhile.
     """
 
-    def __init__(self, conninfo: str | None):
+    def __init__(
+        self, conninfo: str | None, credentials_changed: Callable[[], None] = lambda: None
+    ):
         self._conninfo = conninfo
+        self._credentials_changed = credentials_changed
         self._cond = threading.Condition()
         self._generation = 0
         # A separate condition, so a job's change does not wake every waiting claim too.
@@ -102,12 +107,15 @@ class Wakeups:
                     channels.listen(conn)
                     backoff = 0.5
                     # A notification lost while reconnecting costs a claim or a watch at most
-                    # its periodic re-check (one second), so no catch-up is needed here.
+                    # its periodic re-check (one second); a credential's change, nothing.
+                    self._credentials_changed()
                     self.wake()
                     while not self._stop.is_set():
                         for notice in conn.notifies(timeout=1.0):
                             if notice.channel == channels.JOB_CHANGED:
                                 self.job_changed(UUID(notice.payload))
+                            elif notice.channel == channels.CREDENTIALS_CHANGED:
+                                self._credentials_changed()
                             else:
                                 self.wake()
             except psycopg.Error as exc:

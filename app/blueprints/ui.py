@@ -57,7 +57,7 @@ def require_signed_in_user() -> Response | None:
         ui_session.check_csrf(request.form.get("csrf_token"))
     if request.endpoint in OPEN_ENDPOINTS:
         return None
-    principal = ui_session.signed_in_principal(get_runtime().pool)
+    principal = ui_session.signed_in_principal(get_runtime())
     if principal is None:
         return redirect(url_for("ui.sign_in", next=_wanted_page()))
     g.principal = principal
@@ -94,7 +94,7 @@ def sign_in():
     target = _local_page(request.values.get("next"))
     if request.method == "GET":
         return render_template("ui/sign_in.html", next=target)
-    ui_session.sign_in(get_runtime().pool, request.form.get("token", ""))
+    ui_session.sign_in(get_runtime(), request.form.get("token", ""))
     return redirect(target, 303)
 
 

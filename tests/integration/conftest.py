@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -83,3 +84,18 @@ def job_row(db) -> Callable[[str], dict]:
         return db.execute("SELECT * FROM jobs WHERE id = %s", (job_id,)).fetchone()
 
     return row
+
+
+@pytest.fixture
+def answered_within() -> Callable[..., bool]:
+    """Whether call() answers a status within some seconds (what the listener hears, say)."""
+
+    def answered(seconds: float, call: Callable[[], object], status: int) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if call().status_code == status:
+                return True
+            time.sleep(0.01)
+        return False
+
+    return answered

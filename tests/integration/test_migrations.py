@@ -20,12 +20,19 @@ QUEUE_TABLES = {
     "queue_bounds",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0008.queue_bounds"
-TRIGGERS = {"jobs_announce_change", "tasks_announce_new_claimable", "tasks_announce_changes"}
+LATEST = "0009.credential_changes"
+# The triggers the latest migration adds.
+CREDENTIAL_TRIGGERS = {"api_tokens_announce_change", "users_announce_change"}
+TRIGGERS = {
+    "jobs_announce_change",
+    "tasks_announce_new_claimable",
+    "tasks_announce_changes",
+    *CREDENTIAL_TRIGGERS,
+}
 # The row triggers 0006 replaced with one statement trigger, back after its rollback.
 ROW_TRIGGERS = {"tasks_announce_change", "tasks_announce_claimable_change"}
 STORAGE_INDEXES = {"jobs_finished_idx"}
-# The table the latest migration adds.
+# The table 0008 adds.
 BOUNDS_TABLE = "queue_bounds"
 # The index 0007 dropped, back after its rollback.
 TRAP_INDEX = "tasks_unfinished_idx"
@@ -72,16 +79,25 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert not {"tasks_leased_idx", TRAP_INDEX} & indexes(empty_database_url)
 
     migrations.rollback_latest(empty_database_url)
-    assert public_tables(empty_database_url) == QUEUE_TABLES - {BOUNDS_TABLE} | CSV_TABLES
+    assert triggers(empty_database_url) == TRIGGERS - CREDENTIAL_TRIGGERS
 
     migrations.apply(empty_database_url)
-    assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
+    assert triggers(empty_database_url) == TRIGGERS
+
+
+def test_rolling_back_the_queue_bounds_migration_drops_its_table(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    for _ in range(2):
+        migrations.rollback_latest(empty_database_url)
+
+    assert public_tables(empty_database_url) == QUEUE_TABLES - {BOUNDS_TABLE} | CSV_TABLES
 
 
 def test_rolling_back_the_claim_index_migration_restores_the_trap_index(empty_database_url):
     migrations.apply(empty_database_url)
 
-    for _ in range(2):
+    for _ in range(3):
         migrations.rollback_latest(empty_database_url)
 
     assert TRAP_INDEX in indexes(empty_database_url)
@@ -90,16 +106,18 @@ def test_rolling_back_the_claim_index_migration_restores_the_trap_index(empty_da
 def test_rolling_back_the_announcements_migration_restores_the_row_triggers(empty_database_url):
     migrations.apply(empty_database_url)
 
-    for _ in range(3):
+    for _ in range(4):
         migrations.rollback_latest(empty_database_url)
 
-    assert triggers(empty_database_url) == TRIGGERS - {"tasks_announce_changes"} | ROW_TRIGGERS
+    assert triggers(empty_database_url) == (
+        TRIGGERS - CREDENTIAL_TRIGGERS - {"tasks_announce_changes"} | ROW_TRIGGERS
+    )
 
 
 def test_rolling_back_the_storage_migration_restores_the_lease_index(empty_database_url):
     migrations.apply(empty_database_url)
 
-    for _ in range(4):
+    for _ in range(5):
         migrations.rollback_latest(empty_database_url)
 
     assert not STORAGE_INDEXES & indexes(empty_database_url)

@@ -18,6 +18,7 @@ def test_defaults_match_the_documented_values():
     )
     assert s.db_statement_timeout_ms == 3000
     assert s.maintenance_seconds == 5.0
+    assert s.auth_cache_seconds == 30.0
     assert limits.allowed_workloads == ("csv_stats",)
 
 
@@ -81,6 +82,18 @@ def test_csv_stats_is_always_allowed_beside_extra_workloads():
             {"DATABASE_URL": URL, "CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB": "200000"},
             "CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB must not exceed",
         ),
+        (
+            {"DATABASE_URL": URL, "CHUNKWISE_AUTH_CACHE_SECONDS": "-1"},
+            "CHUNKWISE_AUTH_CACHE_SECONDS must be a number from 0 to 300",
+        ),
+        (
+            {"DATABASE_URL": URL, "CHUNKWISE_AUTH_CACHE_SECONDS": "3600"},
+            "CHUNKWISE_AUTH_CACHE_SECONDS must be a number from 0 to 300",
+        ),
+        (
+            {"DATABASE_URL": URL, "CHUNKWISE_AUTH_CACHE_SECONDS": "a while"},
+            "CHUNKWISE_AUTH_CACHE_SECONDS must be a number",
+        ),
     ],
     ids=[
         "missing-url",
@@ -94,6 +107,9 @@ def test_csv_stats_is_always_allowed_beside_extra_workloads():
         "manifest-cap-below-minimum",
         "manifest-caps-bounds",
         "manifest-job-larger-than-queue",
+        "auth-cache-negative",
+        "auth-cache-too-long",
+        "auth-cache-not-a-number",
     ],
 )
 def test_bad_values_are_named_in_the_error(env, named):
@@ -114,3 +130,8 @@ def test_yoyo_and_libpq_schemes_convert_both_ways():
     assert to_yoyo_url(URL) == "postgresql+psycopg://postgres@127.0.0.1:5432/chunkwise"
     assert to_libpq_url("postgresql+psycopg://u@h/db") == "postgresql://u@h/db"
     assert to_libpq_url("postgres://u@h/db") == "postgresql://u@h/db"
+
+
+def test_the_auth_cache_may_be_turned_off():
+    s = load_settings({"DATABASE_URL": URL, "CHUNKWISE_AUTH_CACHE_SECONDS": "0"})
+    assert s.auth_cache_seconds == 0

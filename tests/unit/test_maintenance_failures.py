@@ -15,6 +15,7 @@ from psycopg_pool import ConnectionPool
 from app import maintenance
 from app.maintenance import ESCALATE_AFTER, PassFailures, run_one_pass
 from app.runtime import workloads_for
+from services.auth import KnownPrincipals
 from services.runtime import Limits, Runtime
 from services.wakeups import Wakeups
 
@@ -30,6 +31,7 @@ def unreachable_database(tmp_path):
         limits=Limits(),
         workloads=workloads_for(Limits()),
         wakeups=Wakeups(NOWHERE),
+        principals=KnownPrincipals(0),
         archive_dir=tmp_path / "archive",
         temp_dir=tmp_path / "tmp",
     )
