@@ -87,15 +87,15 @@ def job_row(db) -> Callable[[str], dict]:
 
 
 @pytest.fixture
-def answered_within() -> Callable[..., bool]:
-    """Whether call() answers a status within some seconds (what the listener hears, say)."""
+def eventually() -> Callable[[float, Callable[[], bool]], bool]:
+    """Whether a condition comes true within some seconds (what the listener hears, say)."""
 
-    def answered(seconds: float, call: Callable[[], object], status: int) -> bool:
+    def within(seconds: float, condition: Callable[[], bool]) -> bool:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if call().status_code == status:
+            if condition():
                 return True
             time.sleep(0.01)
         return False
 
-    return answered
+    return within

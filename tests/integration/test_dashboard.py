@@ -158,7 +158,7 @@ def test_signing_out_ends_the_session(sign_in):
 
 
 def test_a_revoked_token_ends_its_session_as_soon_as_the_coordinator_hears_of_it(
-    sign_in, tokens, db, answered_within
+    sign_in, tokens, db, eventually
 ):
     browser = sign_in("user")
     db.execute(
@@ -166,7 +166,7 @@ def test_a_revoked_token_ends_its_session_as_soon_as_the_coordinator_hears_of_it
         (auth.token_digest(tokens["user"]),),
     )
 
-    assert answered_within(2.0, lambda: browser.get("/ui/"), 302)
+    assert eventually(2.0, lambda: browser.get("/ui/").status_code == 302)
 
 
 def test_a_session_signed_by_one_process_is_valid_in_another_on_the_same_run_directory(
