@@ -83,8 +83,11 @@ class KnownPrincipals:
         """The principal of a token digest, if it is known and fresh."""
         with self._lock:
             entry = self._entries.get(digest)
-            if entry is None or entry[0] > self._clock():
-                return entry[1] if entry else None
+            if entry is None:
+                return None
+            expires, principal = entry
+            if expires > self._clock():
+                return principal
             del self._entries[digest]
             return None
 
