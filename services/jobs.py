@@ -190,16 +190,17 @@ def admit(
         raise InvalidInput.field("tasks", f"a job may have at most {most} tasks")
     limit = caps.max_queued_tasks
     with rt.pool.connection() as conn, conn.transaction():
-        if new_job.idempotency_key is not None:
-            original = job_rows.find_by_idempotency_key(
-                conn, new_job.owner_id, new_job.idempotency_key
-            )
-            if original is not None:
-                return _replay(conn, original, new_job)
+        replayed = _replay(conn, new_job)
+        if replayed is not None:
+            return replayed
         fits, job = job_rows.admit_job(conn, new_job, new_tasks, queue_limit=limit)
         if not fits:
             # The bound counts finished tasks until a count corrects it (see sql/0008).
             queued = task_rows.recount_unfinished(conn, new_job.workload)
+            # A request with the same key may have filled the queue since the first look.
+            replayed = _replay(conn, new_job)
+            if replayed is not None:
+                return replayed
             if queued + len(new_tasks) > limit:
                 raise QueueFull(
                     f"the queue holds {queued} unfinished {new_job.workload} tasks; "
@@ -215,10 +216,7 @@ def admit(
             _, job = job_rows.admit_job(conn, new_job, new_tasks, queue_limit=limit)
         if job is None:
             # A request with the same key committed after this one looked for it.
-            original = job_rows.find_by_idempotency_key(
-                conn, new_job.owner_id, new_job.idempotency_key
-            )
-            return _replay(conn, original, new_job)
+            return _replay(conn, new_job)
         if on_admitted is not None:
             on_admitted()
         event_rows.record(
@@ -240,8 +238,14 @@ def admit(
     return view
 
 
-def _replay(conn: Connection, original: Job, new_job: NewJob) -> JobView:
-    """The job an Idempotency-Key already created, if this request is the same one."""
+def _replay(conn: Connection, new_job: NewJob) -> JobView | None:
+    """The job this request's Idempotency-Key already created, if any (409 if another request
+    created it)."""
+    if new_job.idempotency_key is None:
+        return None
+    original = job_rows.find_by_idempotency_key(conn, new_job.owner_id, new_job.idempotency_key)
+    if original is None:
+        return None
     if original.request_sha256 != new_job.request_sha256:
         raise Conflict(
             "this Idempotency-Key was used for a different request",

@@ -174,3 +174,16 @@ def test_racing_submitters_with_one_idempotency_key_create_one_job(app, headers,
     assert sorted(r.status_code for r in responses) == [200] * 5 + [201]
     assert len({r.get_json()["id"] for r in responses}) == 1
     assert db.execute("SELECT count(*) AS n FROM tasks").fetchone()["n"] == 3
+
+
+def test_racing_submitters_with_one_key_that_fills_the_queue_all_get_the_one_job(
+    app, submit, headers, db
+):
+    submit(manifest(400))
+
+    # The first to commit leaves no room: the others must find its job, not a full queue.
+    responses = race(app, headers, 6, manifest(200), **{"Idempotency-Key": "fills-it"})
+
+    assert sorted(r.status_code for r in responses) == [200] * 5 + [201]
+    assert len({r.get_json()["id"] for r in responses}) == 1
+    assert unfinished(db) == 600
