@@ -1,11 +1,11 @@
-"""One pass of housekeeping: expire leases, finish merges, tidy spools, delete old history."""
+"""One housekeeping pass: expire leases, finish merges, tidy spools, prune history, fold tallies."""
 
 from __future__ import annotations
 
 import logging
 
 from repositories import jobs as job_rows
-from services import archive, jobs, logcontext, tasks
+from services import archive, jobs, logcontext, queue, tasks
 from services.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -22,3 +22,4 @@ def run_pass(rt: Runtime, *, trace_id: str | None = None) -> None:
             rt.workloads.of(workload).merge(rt, job_id)
     archive.remove_stale_temp_files(rt.temp_dir)
     jobs.delete_expired_history(rt)
+    queue.fold_tallies(rt)

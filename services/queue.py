@@ -29,3 +29,9 @@ def list_workers(rt: Runtime) -> list[Worker]:
     """Every worker seen: last heartbeat, leases held, chunks done, peak memory."""
     with rt.pool.connection() as conn:
         return worker_rows.list_workers(conn)
+
+
+def fold_tallies(rt: Runtime) -> None:
+    """Fold the rows the queue's changes added to the tallies, so a read sums a few."""
+    with rt.pool.connection() as conn:
+        queue_rows.fold_tallies(conn)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from app import create_app, migrations
 from app.runtime import close
+from tests.integration.queue_counts import counted, tallied
 
 QUEUE_TABLES = {
     "users",
@@ -18,16 +20,30 @@ QUEUE_TABLES = {
     "outbox",
     "audit_log",
     "queue_bounds",
+    "tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0009.credential_changes"
-# The triggers the latest migration adds.
+LATEST = "0010.queue_tallies"
+# The table and triggers the latest migration adds.
+TALLIES_TABLE = "tallies"
+TALLY_TRIGGERS = {
+    "tasks_tally_inserts",
+    "tasks_tally_updates",
+    "tasks_tally_deletes",
+    "task_attempts_tally_inserts",
+    "task_attempts_tally_updates",
+    "task_attempts_tally_deletes",
+    "jobs_tally_inserts_and_deletes",
+    "jobs_tally_status",
+}
+# The triggers 0009 adds.
 CREDENTIAL_TRIGGERS = {"api_tokens_announce_change", "users_announce_change"}
 TRIGGERS = {
     "jobs_announce_change",
     "tasks_announce_new_claimable",
     "tasks_announce_changes",
     *CREDENTIAL_TRIGGERS,
+    *TALLY_TRIGGERS,
 }
 # The row triggers 0006 replaced with one statement trigger, back after its rollback.
 ROW_TRIGGERS = {"tasks_announce_change", "tasks_announce_claimable_change"}
@@ -36,6 +52,26 @@ STORAGE_INDEXES = {"jobs_finished_idx"}
 BOUNDS_TABLE = "queue_bounds"
 # The index 0007 dropped, back after its rollback.
 TRAP_INDEX = "tasks_unfinished_idx"
+# A finished job and a failed one, whose task lost a lease before it failed for good.
+HISTORY = """
+    INSERT INTO users (name, role) VALUES ('old', 'user');
+    INSERT INTO jobs (id, owner_id, workload, input_uri, status, chunks_total, trace_id)
+    VALUES ('00000000-0000-0000-0000-00000000000a', 1, 'echo', 's3://in/', 'succeeded', 1, 't'),
+           ('00000000-0000-0000-0000-00000000000b', 1, 'echo', 's3://in/', 'failed', 1, 't');
+    INSERT INTO tasks (id, job_id, chunk_index, workload, priority, input_uri, input_sha256,
+                       max_attempts, status, attempt, result_uri, result_sha256, error_code)
+    VALUES ('00000000-0000-0000-0000-0000000000a1', '00000000-0000-0000-0000-00000000000a', 0,
+            'echo', 0, 's3://in/0', 'x', 3, 'completed', 1, 's3://out/0', 'y', NULL),
+           ('00000000-0000-0000-0000-0000000000b1', '00000000-0000-0000-0000-00000000000b', 0,
+            'echo', 0, 's3://in/0', 'x', 3, 'failed', 2, NULL, NULL, 'bad_format');
+    INSERT INTO task_attempts (id, task_id, attempt, worker_id, trace_id, outcome, error_code)
+    VALUES (gen_random_uuid(), '00000000-0000-0000-0000-0000000000a1', 1, 'w', 't',
+            'completed', NULL),
+           (gen_random_uuid(), '00000000-0000-0000-0000-0000000000b1', 1, 'w', 't',
+            'lease_expired', 'lease_expired'),
+           (gen_random_uuid(), '00000000-0000-0000-0000-0000000000b1', 2, 'w', 't',
+            'failed', 'bad_format');
+"""
 
 
 def public_tables(url: str) -> set[str]:
@@ -79,25 +115,53 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert not {"tasks_leased_idx", TRAP_INDEX} & indexes(empty_database_url)
 
     migrations.rollback_latest(empty_database_url)
-    assert triggers(empty_database_url) == TRIGGERS - CREDENTIAL_TRIGGERS
+    assert public_tables(empty_database_url) == QUEUE_TABLES - {TALLIES_TABLE} | CSV_TABLES
+    assert triggers(empty_database_url) == TRIGGERS - TALLY_TRIGGERS
 
     migrations.apply(empty_database_url)
     assert triggers(empty_database_url) == TRIGGERS
 
 
-def test_rolling_back_the_queue_bounds_migration_drops_its_table(empty_database_url):
+def test_the_tallies_migration_counts_the_history_already_there(empty_database_url):
+    migrations.apply(empty_database_url)
+    with psycopg.connect(empty_database_url, autocommit=True, row_factory=dict_row) as conn:
+        conn.execute(HISTORY)
+    migrations.rollback_latest(empty_database_url)
+
+    migrations.apply(empty_database_url)
+
+    with psycopg.connect(empty_database_url, row_factory=dict_row) as conn:
+        figures = tallied(conn)
+        assert figures == counted(conn)
+    assert figures["chunks"] == [("echo", "completed", 1), ("echo", "failed", 1)]
+    assert (figures["expiries"], figures["retries"]) == (1, {"lease_expired": 1})
+    assert figures["failed"] == {"bad_format": 1}
+
+
+def test_rolling_back_the_credentials_migration_drops_its_triggers(empty_database_url):
     migrations.apply(empty_database_url)
 
     for _ in range(2):
         migrations.rollback_latest(empty_database_url)
 
-    assert public_tables(empty_database_url) == QUEUE_TABLES - {BOUNDS_TABLE} | CSV_TABLES
+    assert triggers(empty_database_url) == TRIGGERS - TALLY_TRIGGERS - CREDENTIAL_TRIGGERS
+
+
+def test_rolling_back_the_queue_bounds_migration_drops_its_table(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    for _ in range(3):
+        migrations.rollback_latest(empty_database_url)
+
+    assert public_tables(empty_database_url) == (
+        QUEUE_TABLES - {BOUNDS_TABLE, TALLIES_TABLE} | CSV_TABLES
+    )
 
 
 def test_rolling_back_the_claim_index_migration_restores_the_trap_index(empty_database_url):
     migrations.apply(empty_database_url)
 
-    for _ in range(3):
+    for _ in range(4):
         migrations.rollback_latest(empty_database_url)
 
     assert TRAP_INDEX in indexes(empty_database_url)
@@ -106,18 +170,18 @@ def test_rolling_back_the_claim_index_migration_restores_the_trap_index(empty_da
 def test_rolling_back_the_announcements_migration_restores_the_row_triggers(empty_database_url):
     migrations.apply(empty_database_url)
 
-    for _ in range(4):
+    for _ in range(5):
         migrations.rollback_latest(empty_database_url)
 
     assert triggers(empty_database_url) == (
-        TRIGGERS - CREDENTIAL_TRIGGERS - {"tasks_announce_changes"} | ROW_TRIGGERS
+        TRIGGERS - TALLY_TRIGGERS - CREDENTIAL_TRIGGERS - {"tasks_announce_changes"} | ROW_TRIGGERS
     )
 
 
 def test_rolling_back_the_storage_migration_restores_the_lease_index(empty_database_url):
     migrations.apply(empty_database_url)
 
-    for _ in range(5):
+    for _ in range(6):
         migrations.rollback_latest(empty_database_url)
 
     assert not STORAGE_INDEXES & indexes(empty_database_url)

@@ -1,0 +1,14 @@
+DROP INDEX jobs_unfinished_idx;
+DROP TRIGGER jobs_tally_status ON jobs;
+DROP TRIGGER jobs_tally_inserts_and_deletes ON jobs;
+DROP FUNCTION chunkwise_tally_jobs();
+DROP TRIGGER task_attempts_tally_deletes ON task_attempts;
+DROP TRIGGER task_attempts_tally_updates ON task_attempts;
+DROP TRIGGER task_attempts_tally_inserts ON task_attempts;
+DROP FUNCTION chunkwise_tally_attempts();
+DROP TRIGGER tasks_tally_deletes ON tasks;
+DROP TRIGGER tasks_tally_updates ON tasks;
+DROP TRIGGER tasks_tally_inserts ON tasks;
+DROP FUNCTION chunkwise_tally_tasks();
+DROP FUNCTION chunkwise_tally_code(text, text);
+DROP TABLE tallies;
