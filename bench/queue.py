@@ -6,7 +6,8 @@ Prints, on one server: pgbench -N TPS and no-op tasks/s through HTTP at 1, 4 and
 threads (claims of 100, batched results); idle pickup latency beside one HTTP round trip
 plus one pgbench transaction (the round trip taken back to back, and after the pause a
 pickup starts from); claim latency on an empty queue and on one holding --history
-finished tasks (each pair sampled in turns, so a shared machine's drift moves both alike);
+finished tasks, and the queue's figures (GET /api/v1/queue, what /metrics reads) likewise
+(each pair sampled in turns, so a shared machine's drift moves both alike);
 and the coordinator's peak RSS during a 49 MiB CSV upload against idle.
 """
 
@@ -316,12 +317,18 @@ def claim_latency_beside_history(
     """Claim latency on an empty queue and on one with the history, sampled in turns."""
     empty: list[float] = []
     full: list[float] = []
+    read_empty: list[float] = []
+    read_full: list[float] = []
     for _ in range(turns):
         empty += claim_latency_times(stack, claims=40)
         full += claim_latency_times(history_stack, claims=40)
+        read_empty += queue_read_times(stack, reads=10)
+        read_full += queue_read_times(history_stack, reads=10)
     return {
         "claim_ms_empty": {"p50": statistics.median(empty), "p99": percentile(empty, 0.99)},
         "claim_ms_history": {"p50": statistics.median(full), "p99": percentile(full, 0.99)},
+        "queue_read_ms_empty": statistics.median(read_empty),
+        "queue_read_ms_history": statistics.median(read_full),
     }
 
 
@@ -342,8 +349,20 @@ def claim_latency_times(stack: LocalStack, claims: int) -> list[float]:
     return times
 
 
+def queue_read_times(stack: LocalStack, reads: int) -> list[float]:
+    """Milliseconds of each GET /api/v1/queue: the figures /metrics reads too (uncached)."""
+    session = stack.api(stack.tokens.operator)
+    times = []
+    for _ in range(reads):
+        started = time.perf_counter()
+        session.get(f"{stack.url}/api/v1/queue", timeout=60).raise_for_status()
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
 def add_history(url: str, tasks: int) -> None:
-    """Insert `tasks` completed tasks (in jobs of 10,000) straight into the tables."""
+    """Insert `tasks` completed tasks (in jobs of 10,000), each with its one attempt, straight
+    into the tables."""
     with psycopg.connect(url, autocommit=True) as conn:
         owner = conn.execute("SELECT id FROM users ORDER BY id LIMIT 1").fetchone()[0]
         conn.execute(
@@ -370,7 +389,15 @@ def add_history(url: str, tasks: int) -> None:
                 "sha": "0" * 64,
             },
         )
-        conn.execute("VACUUM ANALYZE tasks")
+        conn.execute(
+            """
+            INSERT INTO task_attempts (id, task_id, attempt, worker_id, trace_id, finished_at,
+                                       outcome)
+            SELECT gen_random_uuid(), id, 1, 'bench-history', 'bench', now(), 'completed'
+            FROM tasks WHERE input_uri = 'bench://old'
+            """
+        )
+        conn.execute("VACUUM ANALYZE tasks, task_attempts")
 
 
 def upload_rss(stack: LocalStack) -> dict:
@@ -449,6 +476,11 @@ def print_report(r: dict) -> None:
         f"claim latency p50: empty {empty['p50']:.2f} ms, with {r['history']:,} finished "
         f"{full['p50']:.2f} ms ({full['p50'] / empty['p50']:.2f}x); p99 {empty['p99']:.2f} / "
         f"{full['p99']:.2f} ms"
+    )
+    read_empty, read_full = r["queue_read_ms_empty"], r["queue_read_ms_history"]
+    print(
+        f"queue figures (GET /api/v1/queue) p50: empty {read_empty:.2f} ms, with "
+        f"{r['history']:,} finished {read_full:.2f} ms ({read_full / read_empty:.2f}x)"
     )
     rss = r["rss"]
     grown = (rss["peak_bytes"] - rss["idle_bytes"]) / 2**20
