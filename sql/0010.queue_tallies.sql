@@ -90,6 +90,11 @@ BEGIN
         WHERE a.attempt > 1
         GROUP BY 2;
     ELSIF TG_OP = 'DELETE' THEN
+        -- Retention deletes a task's attempts in a statement of their own (the foreign key's
+        -- cascade), so this runs once per task deleted: most had no failed attempt.
+        IF NOT EXISTS (SELECT FROM old_rows WHERE outcome IN ('retried', 'lease_expired')) THEN
+            RETURN NULL;
+        END IF;
         INSERT INTO tallies (figure, n)
         SELECT 'lease_expiries', -count(*) FROM old_rows WHERE outcome = 'lease_expired'
         HAVING count(*) > 0;
