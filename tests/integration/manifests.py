@@ -40,3 +40,10 @@ def result_body(claimed: dict, worker_id: str = WORKER, tag: str = "out") -> dic
         "result_sha256": sha256_of(uri),
         "metrics": {"rows": 1},
     }
+
+
+def batch_item(claimed: dict, worker_id: str = WORKER, tag: str = "out") -> dict:
+    """An item of POST /api/v1/tasks/results for a claimed task under its own attempt."""
+    body = result_body(claimed, worker_id, tag)
+    del body["worker_id"]
+    return {"task_id": claimed["task_id"], **body}

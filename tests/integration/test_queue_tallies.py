@@ -12,7 +12,13 @@ from repositories import queue as queue_rows
 from services import jobs, maintenance, tasks
 from services.errors import LeaseLost
 from services.workloads import TaskFailure, TaskResult
-from tests.integration.manifests import OTHER_WORKER, WORKER, manifest, result_body, sha256_of
+from tests.integration.manifests import (
+    OTHER_WORKER,
+    WORKER,
+    batch_item,
+    manifest,
+    sha256_of,
+)
 from tests.integration.queue_counts import counted, tallied
 
 
@@ -44,12 +50,9 @@ def test_the_figures_equal_the_rows_through_every_change_a_task_or_a_job_goes_th
     first, *rest = claim(WORKER, capacity=3)
     assert figures_match()  # leased, the job running
     complete(first)
-    batch = [{"task_id": t["task_id"], **result_body(t)} for t in rest]
-    for item in batch:
-        del item["worker_id"]
     response = client.post(
         "/api/v1/tasks/results",
-        json={"worker_id": WORKER, "results": batch},
+        json={"worker_id": WORKER, "results": [batch_item(t) for t in rest]},
         headers=headers["worker"],
     )
     assert response.status_code == 200

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from tests.integration.manifests import OTHER_WORKER, WORKER, manifest, result_body
+from tests.integration.manifests import OTHER_WORKER, WORKER, batch_item, manifest
 
 
 def batch(client, headers, items: list[dict], worker_id: str = WORKER):
@@ -16,19 +16,12 @@ def batch(client, headers, items: list[dict], worker_id: str = WORKER):
     )
 
 
-def item(claimed: dict, worker_id: str = WORKER, tag: str = "out") -> dict:
-    """A batch item for a claimed task under its own attempt."""
-    body = result_body(claimed, worker_id, tag)
-    del body["worker_id"]
-    return {"task_id": claimed["task_id"], **body}
-
-
 def test_a_batch_completes_every_task_and_the_last_one_finishes_the_job(
     submit, claim, client, headers, task_row, job_row
 ):
     job = submit(manifest(5))
     leased = claim(WORKER, capacity=5)
-    response = batch(client, headers, [item(t) for t in leased])
+    response = batch(client, headers, [batch_item(t) for t in leased])
     assert response.status_code == 200, response.get_json()
     outcomes = response.get_json()["results"]
     assert [o["task_id"] for o in outcomes] == [t["task_id"] for t in leased]
@@ -41,10 +34,10 @@ def test_one_refused_item_refuses_only_itself(submit, claim, client, headers, ta
     submit(manifest(3))
     good, stale, invalid = claim(WORKER, capacity=3)
     items = [
-        item(good),
-        {**item(stale), "attempt": stale["attempt"] + 1},
-        {**item(invalid), "result_uri": None},
-        {**item(good), "task_id": str(uuid.uuid4())},
+        batch_item(good),
+        {**batch_item(stale), "attempt": stale["attempt"] + 1},
+        {**batch_item(invalid), "result_uri": None},
+        {**batch_item(good), "task_id": str(uuid.uuid4())},
     ]
     response = batch(client, headers, items)
     assert response.status_code == 200
@@ -67,7 +60,7 @@ def test_another_workers_batch_is_refused_with_lease_lost_per_item(
 ):
     submit(manifest(2))
     leased = claim(WORKER, capacity=2)
-    response = batch(client, headers, [item(t) for t in leased], worker_id=OTHER_WORKER)
+    response = batch(client, headers, [batch_item(t) for t in leased], worker_id=OTHER_WORKER)
     outcomes = response.get_json()["results"]
     assert {(o["status"], o["error"]["code"]) for o in outcomes} == {(409, "lease_lost")}
     assert {task_row(t["task_id"])["status"] for t in leased} == {"leased"}
@@ -78,8 +71,9 @@ def test_a_repeated_batch_is_replayed_and_a_changed_result_conflicts(
 ):
     submit(manifest(2))
     first, second = claim(WORKER, capacity=2)
-    assert batch(client, headers, [item(first), item(second)]).status_code == 200
-    outcomes = batch(client, headers, [item(first), item(second, tag="other")]).get_json()
+    assert batch(client, headers, [batch_item(first), batch_item(second)]).status_code == 200
+    items = [batch_item(first), batch_item(second, tag="other")]
+    outcomes = batch(client, headers, items).get_json()
     assert [(o["outcome"], o["status"]) for o in outcomes["results"]] == [
         ("replayed", 200),
         ("rejected", 409),
@@ -90,7 +84,7 @@ def test_a_repeated_batch_is_replayed_and_a_changed_result_conflicts(
 def test_a_batch_counts_every_task_on_the_worker(submit, claim, client, headers, db):
     submit(manifest(3))
     leased = claim(WORKER, capacity=3)
-    batch(client, headers, [item(t) for t in leased])
+    batch(client, headers, [batch_item(t) for t in leased])
     row = db.execute("SELECT tasks_done FROM workers WHERE id = %s", (WORKER,)).fetchone()
     assert row["tasks_done"] == 3
 
@@ -100,7 +94,7 @@ def test_a_malformed_batch_is_422_naming_the_field_and_changes_nothing(
 ):
     submit(manifest(1))
     [leased] = claim(WORKER)
-    response = batch(client, headers, [{**item(leased), "attempt": "one"}])
+    response = batch(client, headers, [{**batch_item(leased), "attempt": "one"}])
     assert response.status_code == 422
     assert "results" in response.get_json()["error"]["details"]["fields"]
     assert batch(client, headers, []).status_code == 422

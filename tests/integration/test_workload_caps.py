@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tests.integration.manifests import WORKER, manifest, result_body
+from tests.integration.manifests import WORKER, batch_item, manifest
 
 
 @pytest.fixture
@@ -77,9 +77,7 @@ def test_csv_stats_keeps_its_lease_caps(rt):
 def drain(claim, client, headers) -> None:
     """Claim every pending echo task and report each one's result, in batches."""
     while claimed := claim(WORKER, capacity=400):
-        items = [{"task_id": t["task_id"], **result_body(t)} for t in claimed]
-        for i in items:
-            del i["worker_id"]
+        items = [batch_item(t) for t in claimed]
         response = client.post(
             "/api/v1/tasks/results",
             json={"worker_id": WORKER, "results": items},
