@@ -1,4 +1,8 @@
 DROP INDEX jobs_unfinished_idx;
+DROP TRIGGER jobs_tally_truncate ON jobs;
+DROP TRIGGER task_attempts_tally_truncate ON task_attempts;
+DROP TRIGGER tasks_tally_truncate ON tasks;
+DROP FUNCTION chunkwise_tally_truncate();
 DROP TRIGGER jobs_tally_status ON jobs;
 DROP TRIGGER jobs_tally_inserts_and_deletes ON jobs;
 DROP FUNCTION chunkwise_tally_jobs();

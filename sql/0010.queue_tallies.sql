@@ -152,6 +152,23 @@ CREATE TRIGGER jobs_tally_status
     FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
     EXECUTE FUNCTION chunkwise_tally_jobs();
 
+-- TRUNCATE (by hand: Chunkwise never truncates) empties a table without a row to tally, so it
+-- drops that table's figures; TRUNCATE jobs CASCADE fires this on each table it empties.
+CREATE FUNCTION chunkwise_tally_truncate() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM tallies WHERE figure = ANY(TG_ARGV);
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER tasks_tally_truncate AFTER TRUNCATE ON tasks
+    FOR EACH STATEMENT EXECUTE FUNCTION chunkwise_tally_truncate('tasks');
+CREATE TRIGGER task_attempts_tally_truncate AFTER TRUNCATE ON task_attempts
+    FOR EACH STATEMENT EXECUTE FUNCTION chunkwise_tally_truncate('lease_expiries', 'retries');
+CREATE TRIGGER jobs_tally_truncate AFTER TRUNCATE ON jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION chunkwise_tally_truncate('jobs');
+
 -- The figures read the unfinished jobs' progress; finished ones are most of the table.
 CREATE INDEX jobs_unfinished_idx ON jobs (status) WHERE status IN ('queued', 'running', 'merging');
 

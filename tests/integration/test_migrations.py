@@ -35,6 +35,9 @@ TALLY_TRIGGERS = {
     "task_attempts_tally_deletes",
     "jobs_tally_inserts_and_deletes",
     "jobs_tally_status",
+    "tasks_tally_truncate",
+    "task_attempts_tally_truncate",
+    "jobs_tally_truncate",
 }
 # The triggers 0009 adds.
 CREDENTIAL_TRIGGERS = {"api_tokens_announce_change", "users_announce_change"}
@@ -87,9 +90,10 @@ def public_tables(url: str) -> set[str]:
 def triggers(url: str) -> set[str]:
     """Names of the triggers on the public schema's tables."""
     with psycopg.connect(url) as conn:
+        # pg_trigger, not information_schema.triggers, which leaves out TRUNCATE triggers.
         rows = conn.execute(
-            "SELECT DISTINCT trigger_name FROM information_schema.triggers"
-            " WHERE trigger_schema = 'public'"
+            "SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+            " WHERE c.relnamespace = 'public'::regnamespace AND NOT t.tgisinternal"
         ).fetchall()
     return {name for (name,) in rows}
 

@@ -121,6 +121,16 @@ def test_a_maintenance_pass_folds_the_tallies_into_one_row_per_label(rt, submit,
     assert db.execute("SELECT count(*) AS n FROM tallies").fetchone()["n"] == 2
 
 
+def test_truncating_the_tables_by_hand_empties_their_figures(submit, claim, db):
+    submit(manifest(2))
+    claim(WORKER)
+
+    db.execute("TRUNCATE jobs CASCADE")
+
+    assert tallied(db) == counted(db)
+    assert db.execute("SELECT count(*) AS n FROM tallies").fetchone()["n"] == 0
+
+
 def test_figures_stay_exact_while_workers_race_and_passes_fold(rt, submit, db):
     for _ in range(6):
         submit(manifest(20, max_attempts=2))
