@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 
 from bench.reliability import coordinator, database, figures, invariants, races, storage, workers
 from bench.reliability.harness import Bench
+from devstack.observe import FAST
 from devstack.stack import REPO, database_url
-from tests.e2e.observe import FAST
 
 RUN_DIR = REPO / ".run" / "reliability"
 OUT = REPO / "reports"

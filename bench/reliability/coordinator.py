@@ -16,19 +16,11 @@ import psutil
 
 from bench.reliability.figures import spread, tally
 from bench.reliability.harness import Bench, Rig
+from devstack.faults import HOLD_MERGE_SQL, MERGE_HOLD, RELEASE_MERGE_SQL, listening_pids, running
 from devstack.sample_csv import generate_csv
-from tests.e2e.test_coordinator_restart import listening_pids, running
-from tests.e2e.test_fault_tolerance import MERGE_HOLD
 
 RECORDS, CHUNKS = 20_003, 4
 JOB_TIMEOUT = 45
-
-HOLD_MERGE_SQL = f"""
-    CREATE OR REPLACE FUNCTION reliability_hold_merge() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN PERFORM pg_advisory_xact_lock_shared({MERGE_HOLD}); RETURN NEW; END $$;
-    CREATE TRIGGER reliability_hold_merge BEFORE UPDATE ON jobs FOR EACH ROW
-        WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION reliability_hold_merge();
-"""
 
 
 def kill_around_merge(bench: Bench) -> dict:
@@ -143,7 +135,7 @@ def _during_merge(rig: Rig, data: bytes, n: int) -> dict:
                 rig.stack.kill(name, signal.SIGKILL)
     finally:
         rig.db.execute("SELECT pg_advisory_unlock(%s)", (MERGE_HOLD,))
-        rig.db.execute("DROP TRIGGER IF EXISTS reliability_hold_merge ON jobs")
+        rig.db.execute(RELEASE_MERGE_SQL)
     killed_at = time.monotonic()
     rig.stack.start_coordinator(f"coordinator-r{n}")
     ready = time.monotonic() - killed_at

@@ -16,8 +16,8 @@ from bench.reliability.figures import spread, tally, time_to_healthy
 from bench.reliability.harness import Bench, Prober, Rig
 from bench.reliability.invariants import APPLICATION_NAME
 from devstack import embedded_pg
+from devstack.faults import SlowLink
 from devstack.sample_csv import generate_csv
-from tests.e2e.test_workers import SlowLink
 
 RECORDS, CHUNKS = 20_003, 4
 TRANSFER_SECONDS = 2.0

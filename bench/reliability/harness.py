@@ -18,8 +18,8 @@ from psycopg.rows import dict_row
 
 from bench.queue import scratch_database
 from bench.reliability import invariants
+from devstack.observe import FAST, SHORT_POLL, Jobs, events, totals_of
 from devstack.stack import LocalStack
-from tests.e2e.observe import FAST, SHORT_POLL, Jobs, events, totals_of
 
 # The worker stops within 2 s of a SIGTERM, so a round never waits on a warm stop.
 WORKER_ARGS = (*SHORT_POLL, "--grace-seconds", "2")

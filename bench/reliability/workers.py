@@ -9,9 +9,9 @@ import time
 
 from bench.reliability.figures import spread, tally
 from bench.reliability.harness import Bench, Rig
+from devstack.faults import SlowLink
+from devstack.observe import scrape
 from devstack.sample_csv import generate_csv
-from tests.e2e.observe import scrape
-from tests.e2e.test_workers import SlowLink
 
 RECORDS, CHUNKS = 20_003, 2
 TRANSFER_SECONDS = 3.0  # how long one chunk's input takes through the slow link

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from devstack.observe import FAST, Jobs
 from devstack.stack import LocalStack
-from tests.e2e.observe import FAST, Jobs
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import sys
 import uuid
 from pathlib import Path
 
+from devstack.observe import SHORT_POLL, totals_of, wait_for
 from devstack.sample_csv import generate_csv
 from devstack.stack import free_port
-from tests.e2e.observe import SHORT_POLL, totals_of, wait_for
 
 CHUNKWISE = str(Path(sys.executable).parent / "chunkwise")
 

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 
-from tests.e2e.observe import SHORT_POLL, big_csv, events, totals_of
+from devstack.observe import SHORT_POLL, big_csv, events, totals_of
 
 OUTAGE_SECONDS = 0.8
 

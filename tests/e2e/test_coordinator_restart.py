@@ -15,26 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 
-from tests.e2e.observe import SHORT_POLL, big_csv, wait_for
+from devstack.faults import listening_pids, running
+from devstack.observe import SHORT_POLL, big_csv, wait_for
 
 RESTART_SECONDS = 8.0  # from the SIGKILL to a new coordinator ready, on two busy cores
 LONG_POLL_SECONDS = 5
-
-
-def listening_pids(port: int) -> set[int]:
-    """The processes with a socket listening on the port."""
-    return {
-        c.pid
-        for c in psutil.net_connections("tcp")
-        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid
-    }
-
-
-def running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Response, expect, sync_playwright
 
+from devstack.observe import SHORT_POLL, events, totals_of, wait_for
 from devstack.sample_csv import generate_csv
 from devstack.stack import BIN, REPO, LocalStack
-from tests.e2e.observe import SHORT_POLL, events, totals_of, wait_for
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -18,14 +18,14 @@ from datetime import UTC, datetime
 
 import pytest
 
+from devstack.faults import HOLD_MERGE_SQL, MERGE_HOLD, RELEASE_MERGE_SQL
+from devstack.observe import SHORT_POLL, big_csv, events, totals_of, wait_for
 from devstack.sample_csv import generate_csv
 from services import csvstats
 from services.archive import archive_path
-from tests.e2e.observe import SHORT_POLL, big_csv, events, totals_of, wait_for
 
 RECORDS, CHUNKS = 20_003, 8
 DEFAULT_TIMINGS = {"CHUNKWISE_MAINTENANCE_SECONDS": "5", "CHUNKWISE_LOG_LEVEL": "INFO"}
-MERGE_HOLD = 0x45324548  # advisory lock key the merge-holding trigger waits on
 
 
 @pytest.fixture
@@ -184,16 +184,8 @@ def test_lost_lease_is_recovered_within_40_seconds_with_the_default_timings(stac
 def test_merge_cut_short_by_a_coordinator_kill_is_finished_by_the_next_coordinator(
     stack, jobs, db, data
 ):
-    # The completion of the last chunk and the merge both lock the job row, so a row lock
-    # taken from here would block the completion, not the merge. A trigger on the merge's
-    # final UPDATE waits on a lock this test holds instead: the merge is then stuck inside
-    # its transaction, job row locked, every chunk committed, the job `merging`.
-    db.execute(f"""
-        CREATE FUNCTION e2e_hold_merge() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN PERFORM pg_advisory_xact_lock_shared({MERGE_HOLD}); RETURN NEW; END $$;
-        CREATE TRIGGER e2e_hold_merge BEFORE UPDATE ON jobs FOR EACH ROW
-            WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION e2e_hold_merge();
-    """)
+    # The merge will wait inside its transaction, job row locked (devstack.faults.MERGE_HOLD).
+    db.execute(HOLD_MERGE_SQL)
     db.execute("SELECT pg_advisory_lock(%s)", (MERGE_HOLD,))
     job = jobs.submit(data, CHUNKS)
     stack.start_worker("worker-a", *SHORT_POLL, "--capacity", "2")
@@ -216,7 +208,7 @@ def test_merge_cut_short_by_a_coordinator_kill_is_finished_by_the_next_coordinat
     wait_for(merge_blocked, 30, interval=0.05, what="the merge to block mid-transaction")
     stack.kill("coordinator", signal.SIGKILL)
     db.execute("SELECT pg_advisory_unlock(%s)", (MERGE_HOLD,))
-    db.execute("DROP TRIGGER e2e_hold_merge ON jobs")
+    db.execute(RELEASE_MERGE_SQL)
     assert job_row(db, job["id"])["status"] == "merging"
 
     stack.start_coordinator("coordinator-2")

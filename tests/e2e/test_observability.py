@@ -12,8 +12,8 @@ import pytest
 import requests
 from prometheus_client.mmap_dict import MmapedDict
 
+from devstack.observe import FAST, SHORT_POLL, events, log_lines, scrape, wait_for
 from devstack.sample_csv import generate_csv
-from tests.e2e.observe import FAST, SHORT_POLL, events, log_lines, scrape, wait_for
 
 CRASH_EXIT_STATUS = 17
 WEB_WORKERS = 2

@@ -16,8 +16,8 @@ import psutil
 import pytest
 import requests
 
+from devstack.observe import FAST, events, wait_for
 from devstack.stack import LocalStack
-from tests.e2e.observe import FAST, events, wait_for
 
 
 @pytest.fixture

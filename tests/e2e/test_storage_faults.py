@@ -16,8 +16,8 @@ import pytest
 import requests
 
 from app.ui_session import SECRET_KEY_FILE
+from devstack.observe import FAST, events
 from devstack.sample_csv import generate_csv
-from tests.e2e.observe import FAST, events
 
 CHUNKWISE = str(Path(sys.executable).parent / "chunkwise")
 MAX_UPLOAD = 1024 * 1024

@@ -5,15 +5,13 @@ Leases are 4 s and heartbeats 1 s (conftest.FAST), so a lost lease comes back wi
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import time
 
 import pytest
 
+from devstack.faults import SlowLink
+from devstack.observe import SHORT_POLL, big_csv, events, scrape, totals_of, wait_for
 from devstack.sample_csv import generate_csv
-from tests.e2e.observe import SHORT_POLL, big_csv, events, scrape, totals_of, wait_for
 
 CRASH_EXIT_STATUS = 17  # worker_cli.worker.CRASH_EXIT_STATUS
 
@@ -21,46 +19,6 @@ CRASH_EXIT_STATUS = 17  # worker_cli.worker.CRASH_EXIT_STATUS
 def attempts_by_worker(chunk: dict) -> list[tuple[str, str]]:
     """A chunk's attempts as (worker_id, outcome), oldest first."""
     return [(a["worker_id"], a["state"]) for a in chunk["attempts"]]
-
-
-class SlowLink:
-    """A TCP relay to the coordinator that sends its replies at a limited rate, like a slow
-    network, so that a chunk is still being read and computed when something happens to it."""
-
-    def __init__(self, port: int, bytes_per_second: int):
-        self._target = port
-        self._rate = bytes_per_second
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                near, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            far = socket.create_connection(("127.0.0.1", self._target))
-            threading.Thread(target=self._relay, args=(near, far, None), daemon=True).start()
-            threading.Thread(target=self._relay, args=(far, near, self._rate), daemon=True).start()
-
-    @staticmethod
-    def _relay(source: socket.socket, sink: socket.socket, rate: int | None) -> None:
-        try:
-            while data := source.recv(16384):
-                sink.sendall(data)
-                if rate:
-                    time.sleep(len(data) / rate)
-        except OSError:
-            pass  # either side went away
-        finally:
-            for end in (source, sink):
-                with contextlib.suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        """Stop accepting connections."""
-        self._listener.close()
 
 
 def leased_chunks(jobs, job_id: str) -> list[dict]:

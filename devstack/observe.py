@@ -1,4 +1,4 @@
-"""What e2e tests use to drive and observe the real stack: timings, polling, jobs, logs, metrics."""
+"""Driving and watching the real stack (e2e tests, the reliability report): timings, jobs, logs."""
 
 from __future__ import annotations
 
