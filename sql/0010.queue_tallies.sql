@@ -42,20 +42,19 @@ BEGIN
         FROM old_rows GROUP BY 2, 3, 4;
     ELSE
         -- Heartbeats and counters move nothing: only rows whose tallied label changed count.
-        WITH moved AS (
+        WITH labels AS (
             SELECT o.workload,
                    o.status AS was, chunkwise_tally_code(o.status, o.error_code) AS was_code,
                    n.status AS now, chunkwise_tally_code(n.status, n.error_code) AS now_code
             FROM old_rows o JOIN new_rows n USING (id)
+        ), moved AS (
+            SELECT * FROM labels WHERE (was, was_code) IS DISTINCT FROM (now, now_code)
         )
         INSERT INTO tallies (figure, workload, status, error_code, n)
         SELECT 'tasks', workload, status, error_code, sum(n)
         FROM (SELECT workload, was, was_code, -1 FROM moved
-              WHERE (was, was_code) IS DISTINCT FROM (now, now_code)
               UNION ALL
-              SELECT workload, now, now_code, 1 FROM moved
-              WHERE (was, was_code) IS DISTINCT FROM (now, now_code))
-             AS d(workload, status, error_code, n)
+              SELECT workload, now, now_code, 1 FROM moved) AS d(workload, status, error_code, n)
         GROUP BY 2, 3, 4
         HAVING sum(n) <> 0;
     END IF;
