@@ -68,10 +68,13 @@ class Rig:
                 time.sleep(0.1)
 
     def wait_booted(self, timeout: float = 30) -> None:
-        """Wait until every gunicorn worker process is connected to PostgreSQL.
+        """Wait until every gunicorn worker process is past its start checks.
 
         /readyz answers from the first process up; a second one still booting would meet a
         storage fault made now in its start checks, and a failed boot ends the whole server.
+        A process starts its NOTIFY listener last, so each booted one has a backend whose
+        latest statement is a LISTEN (seen the same over TCP and over a Unix socket, where
+        the client end of a connection has no address to look at).
         """
         [master] = [
             p
@@ -81,12 +84,11 @@ class Rig:
         expected = int(self.stack.base_env().get("CHUNKWISE_WEB_WORKERS", "2"))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            children = psutil.Process(master.pid).children()
-            connected = 0
-            for child in children:
-                with contextlib.suppress(psutil.Error):
-                    connected += any(c.raddr for c in child.net_connections(kind="all"))
-            if len(children) == expected and connected == expected:
+            listening = self.db.execute(
+                "SELECT count(*) AS n FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+            ).fetchone()["n"]
+            if len(psutil.Process(master.pid).children()) == expected == listening:
                 return
             time.sleep(0.05)
         raise TimeoutError(f"the coordinator's {expected} processes were not up in {timeout} s")
