@@ -49,6 +49,35 @@ INVARIANTS = (
              FROM tasks
             WHERE status = 'leased' AND (lease_owner IS NULL OR lease_expires_at IS NULL)""",
     ),
+    Invariant(
+        "tallies_equal_counts",
+        "every queue figure tallied (sql/0010) equals the same figure counted over the rows",
+        # The counts are the migration's own backfill of the tallies, label for label.
+        """WITH tallied AS (
+               SELECT figure, workload, status, error_code, sum(n) AS n FROM tallies
+               GROUP BY 1, 2, 3, 4 HAVING sum(n) <> 0
+           ), counted AS (
+               SELECT 'tasks' AS figure, workload, status,
+                      chunkwise_tally_code(status, error_code) AS error_code, count(*) AS n
+                 FROM tasks GROUP BY 2, 3, 4
+               UNION ALL
+               SELECT 'jobs', '', status, '', count(*) FROM jobs GROUP BY 3
+               UNION ALL
+               SELECT 'lease_expiries', '', '', '', count(*) FROM task_attempts
+                WHERE outcome = 'lease_expired' HAVING count(*) > 0
+               UNION ALL
+               SELECT 'retries', '', '', coalesce(a.error_code, ''), count(*)
+                 FROM task_attempts a
+                WHERE a.outcome IN ('retried', 'lease_expired')
+                  AND EXISTS (SELECT FROM task_attempts b
+                              WHERE b.task_id = a.task_id AND b.attempt > a.attempt)
+                GROUP BY 4
+           )
+           SELECT figure, workload, status, error_code,
+                  coalesce(t.n, 0) AS tallied, coalesce(c.n, 0) AS counted
+             FROM tallied t FULL JOIN counted c USING (figure, workload, status, error_code)
+            WHERE t.n IS DISTINCT FROM c.n""",
+    ),
 )
 
 

@@ -123,6 +123,38 @@ def test_a_leased_task_without_an_owner_or_expiry_is_reported(db, missing):
     assert list(invariants.violations(db)) == ["leased_task_has_owner"]
 
 
+def test_a_tally_that_parts_from_its_count_is_reported(db):
+    make_task(db, make_job(db))
+    db.execute(
+        "INSERT INTO tallies (figure, workload, status, n) "
+        "VALUES ('tasks', 'csv_stats', 'pending', 2)"
+    )
+
+    found = invariants.violations(db)
+
+    assert list(found) == ["tallies_equal_counts"]
+    (row,) = found["tallies_equal_counts"]
+    assert (row["figure"], row["status"], row["tallied"], row["counted"]) == (
+        "tasks",
+        "pending",
+        3,
+        1,
+    )
+
+
+def test_a_row_changed_without_its_tally_is_reported(db):
+    job = make_job(db)
+    db.execute("ALTER TABLE jobs DISABLE TRIGGER jobs_tally_status")
+    db.execute("UPDATE jobs SET status = 'succeeded' WHERE id = %s", (job,))
+
+    found = invariants.violations(db)["tallies_equal_counts"]
+
+    assert sorted((r["status"], r["tallied"], r["counted"]) for r in found) == [
+        ("running", 1, 0),
+        ("succeeded", 0, 1),
+    ]
+
+
 def test_check_opens_its_own_connection(database_url, db):
     make_task(db, make_job(db, status="succeeded"))
 
