@@ -1,4 +1,4 @@
-"""The dashboard's signed session cookie: its key, its flags, the token it holds, CSRF tokens."""
+"""The dashboard's signed session cookie: its key, its flags, whom it signs in, CSRF tokens."""
 
 from __future__ import annotations
 
@@ -89,14 +89,18 @@ def _write_new_key(path: Path) -> None:
 
 
 def sign_in(rt: Runtime, token: str) -> Principal:
-    """Check a typed user token and start a fresh session holding it."""
+    """Check a typed user token and start a fresh session holding its digest.
+
+    The cookie is signed, not encrypted: it keeps the digest the token is stored under, which
+    signs this session in until it expires and is no bearer token to the API, never the token.
+    """
     principal = auth.authenticate(rt.pool, token.strip(), rt.principals)
     if principal.kind == "worker":
         raise Forbidden("worker tokens cannot sign in to the dashboard")
     # A new session, never the one from before sign-in (session fixation).
     session.clear()
     session.permanent = True
-    session["token"] = token.strip()
+    session["token_sha256"] = auth.token_digest(token.strip())
     session["csrf"] = secrets.token_urlsafe(32)
     return principal
 
@@ -108,11 +112,11 @@ def sign_out() -> None:
 
 def signed_in_principal(rt: Runtime) -> Principal | None:
     """The user of this session, re-checked on every request so a revoked token ends it."""
-    token = session.get("token")
-    if not token:
+    digest = session.get("token_sha256")
+    if not digest:
         return None
     try:
-        principal = auth.authenticate(rt.pool, token, rt.principals)
+        principal = auth.principal_of_digest(rt.pool, digest, rt.principals)
     except Unauthenticated:
         session.clear()
         return None

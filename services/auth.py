@@ -115,7 +115,13 @@ def authenticate(
     """Resolve a bearer token to its principal, or raise Unauthenticated."""
     if not token or not token.startswith((USER_PREFIX, WORKER_PREFIX)):
         raise Unauthenticated("a valid bearer token is required")
-    digest = token_digest(token)
+    return principal_of_digest(pool, token_digest(token), known)
+
+
+def principal_of_digest(
+    pool: ConnectionPool, digest: str, known: KnownPrincipals | None = None
+) -> Principal:
+    """Resolve a token's digest (what the dashboard's session keeps) to its principal."""
     known = known or KnownPrincipals(0)
     principal = known.get(digest)
     if principal is not None:

@@ -76,9 +76,7 @@ def test_every_page_sends_a_stranger_to_sign_in(client):
         assert answer.headers["Location"].startswith("/ui/sign-in?next="), path
 
 
-def test_signing_in_keeps_the_token_in_an_httponly_samesite_cookie_scoped_to_the_dashboard(
-    client, tokens
-):
+def test_signing_in_sets_an_httponly_samesite_cookie_scoped_to_the_dashboard(client, tokens):
     form = client.get("/ui/sign-in")
 
     answer = client.post(
@@ -93,6 +91,20 @@ def test_signing_in_keeps_the_token_in_an_httponly_samesite_cookie_scoped_to_the
     # Plain http here: a Secure cookie would be dropped by the browser.
     assert "Secure" not in cookie
     assert client.get("/ui/").status_code == 200
+
+
+def test_the_session_cookie_keeps_the_tokens_digest_which_is_no_api_token(
+    app, client, sign_in, tokens
+):
+    cookie = sign_in("user").get_cookie("chunkwise_ui", path="/ui")
+    # Signed, not encrypted: whatever the session holds, anyone with the cookie can read.
+    held = app.session_interface.get_signing_serializer(app).loads(cookie.value)
+
+    assert held["token_sha256"] == auth.token_digest(tokens["user"])
+    assert tokens["user"] not in str(held)
+    for bearer in (held["token_sha256"], auth.USER_PREFIX + held["token_sha256"]):
+        answer = client.get("/api/v1/jobs", headers={"Authorization": f"Bearer {bearer}"})
+        assert answer.status_code == 401
 
 
 def test_the_session_cookie_is_secure_when_the_dashboard_is_served_over_https(app, tokens):
