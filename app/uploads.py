@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 from flask import Flask, Request, current_app, g, request
 
-from services.archive import TEMP, Upload, storage_failure
+from services.archive import TEMP, Upload, storage_failure, sync_to_disk
 from services.errors import StorageFull, StorageUnavailable
 
 
@@ -62,8 +62,17 @@ class HashingSpool(io.RawIOBase):
             super().close()
 
     def finish(self) -> Upload:
-        """Close the spool and describe what it holds."""
+        """Close the spool with its bytes on disk, and describe what it holds.
+
+        On disk before any job can refer to them: the job's row commits durably, and a power
+        cut after that must not leave it without its input (the archive's rename keeps these
+        very blocks). Synced here, before the admission, not inside its transaction.
+        """
         self.close()
+        try:
+            sync_to_disk(self.path)
+        except OSError as exc:
+            raise storage_failure(exc, TEMP) from exc
         return Upload(path=self.path, sha256=self._sha.hexdigest(), size=self.size)
 
 

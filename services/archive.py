@@ -76,20 +76,30 @@ def store(archive_dir: Path, upload: Upload) -> bool:
             return False
         target.parent.mkdir(parents=True, exist_ok=True)
         move_file(upload.path, target)
+        # The digest-prefix directory may be new: its own entry must be on disk as well.
+        sync_to_disk(target.parent.parent)
     except OSError as exc:
         raise storage_failure(exc, ARCHIVE) from exc
     return True
 
 
 def move_file(source: Path, target: Path) -> None:
-    """Rename a file into place, or copy it there durably when it is on another filesystem."""
+    """Rename a file into place, or copy it there durably when it is on another filesystem.
+
+    Either way the target's directory entry is on disk when this returns; a renamed file's
+    bytes are the caller's to have synced (an upload's spool syncs them as it finishes).
+    """
     try:
         # Atomic: a failure leaves nothing at the target.
         os.replace(source, target)
-        return
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
+        _copy_into_place(source, target)
+    sync_to_disk(target.parent)
+
+
+def _copy_into_place(source: Path, target: Path) -> None:
     # Copied beside the target, made durable, then renamed into place: readers never see a
     # partial file, and a failure removes the copy (a crash mid-copy leaves only an .incoming
     # file no job refers to).
@@ -100,16 +110,15 @@ def move_file(source: Path, target: Path) -> None:
             dst.flush()
             os.fsync(dst.fileno())
         os.replace(partial, target)
-        _fsync_directory(target.parent)
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
     source.unlink()
 
 
-def _fsync_directory(directory: Path) -> None:
-    # The rename is durable only once the directory entry is.
-    fd = os.open(directory, os.O_RDONLY)
+def sync_to_disk(path: Path) -> None:
+    """fsync a file's bytes, or a directory's entries (a rename is durable only once they are)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

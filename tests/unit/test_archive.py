@@ -1,4 +1,5 @@
-"""The input archive stores bytes once by digest, never half; stale spools are swept after a day."""
+"""The input archive stores bytes once by digest, never half and durably; stale spools are swept
+after a day."""
 
 import errno
 import hashlib
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from app import uploads
 from services import archive
 from services.errors import StorageFull
 
@@ -27,6 +29,45 @@ def test_an_upload_is_moved_under_its_digest(tmp_path):
     stored = archive.archive_path(tmp_path / "archive", upload.sha256)
     assert stored.read_bytes() == b"id,value\n1,2\n"
     assert not upload.path.exists()
+
+
+def test_a_stored_upload_is_named_on_disk_by_every_directory_above_it(tmp_path, monkeypatch):
+    synced = record_fsyncs(monkeypatch)
+    upload = spool(tmp_path / "tmp", b"id,value\n1,2\n")
+
+    archive.store(tmp_path / "archive", upload)
+
+    stored = archive.archive_path(tmp_path / "archive", upload.sha256)
+    # The digest-prefix directory holds the file's entry; its parent, the new directory's.
+    assert {inode(stored.parent), inode(stored.parent.parent)} <= synced
+
+
+def test_a_spool_is_on_disk_once_finished(tmp_path, monkeypatch):
+    synced = record_fsyncs(monkeypatch)
+    spooled = uploads.HashingSpool(tmp_path)
+    spooled.write(b"id,value\n1,2\n")
+
+    upload = spooled.finish()
+
+    assert inode(upload.path) in synced
+    assert upload.path.read_bytes() == b"id,value\n1,2\n"
+
+
+def record_fsyncs(monkeypatch) -> set[int]:
+    """The inodes fsync() is called on from now on."""
+    synced: set[int] = set()
+    real = os.fsync
+
+    def recording(fd):
+        synced.add(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(archive.os, "fsync", recording)
+    return synced
+
+
+def inode(path: Path) -> int:
+    return path.stat().st_ino
 
 
 def test_the_same_bytes_are_stored_once(tmp_path):
