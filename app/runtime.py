@@ -23,11 +23,18 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
     """Check storage, open the pool, start the NOTIFY listener; close both when the process ends."""
     _warn_about_storage(settings, fatal=storage_fatal)
     principals = KnownPrincipals(settings.auth_cache_seconds)
+    pool = open_pool(settings)
+    # When the listener's connection breaks, the pool's idle ones most likely broke with it
+    # (a restart, pg_terminate_backend): testing them now spares a request a dead one, and
+    # its 503.
+    wakeups = Wakeups(
+        settings.database_url, credentials_changed=principals.forget_all, connection_lost=pool.check
+    )
     runtime = Runtime(
-        pool=open_pool(settings),
+        pool=pool,
         limits=settings.limits,
         workloads=workloads_for(settings.limits),
-        wakeups=Wakeups(settings.database_url, credentials_changed=principals.forget_all),
+        wakeups=wakeups,
         principals=principals,
         archive_dir=settings.archive_dir,
         temp_dir=settings.temp_dir,

@@ -24,14 +24,19 @@ class Wakeups:
     One listener thread per process holds one dedicated connection (outside the pool), so any
     number of waiting claims and watches cost no pooled connections. The same thread calls
     `credentials_changed` when a token or a user changes, and whenever it (re)connects, since
-    it may have missed that news meanwhile.
+    it may have missed that news meanwhile; and `connection_lost` the moment its connection
+    breaks, which a restarted or cut-off server does to the pool's idle ones at the same time.
     """
 
     def __init__(
-        self, conninfo: str | None, credentials_changed: Callable[[], None] = lambda: None
+        self,
+        conninfo: str | None,
+        credentials_changed: Callable[[], None] = lambda: None,
+        connection_lost: Callable[[], None] = lambda: None,
     ):
         self._conninfo = conninfo
         self._credentials_changed = credentials_changed
+        self._connection_lost = connection_lost
         self._cond = threading.Condition()
         self._generation = 0
         # A separate condition, so a job's change does not wake every waiting claim too.
@@ -125,5 +130,12 @@ class Wakeups:
                     "notification listener lost its connection",
                     extra={"event": "listen_error", "error": str(exc)},
                 )
+                try:
+                    self._connection_lost()
+                except Exception:  # noqa: BLE001 - the listener must outlive what this meets
+                    logger.exception(
+                        "could not act on the lost connection",
+                        extra={"event": "connection_lost_error"},
+                    )
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)

@@ -1,12 +1,14 @@
 """A slow or absent database is a 503 with Retry-After, never a raw database error."""
 
 import threading
+import time
 
 import psycopg
 import pytest
 
 from app import create_app
 from app.runtime import close
+from services.wakeups import Wakeups
 
 
 @pytest.fixture
@@ -74,3 +76,41 @@ def test_liveness_does_not_need_the_database(app_config):
         close(flask_app.extensions["chunkwise.runtime"])
 
     assert response.status_code == 200
+
+
+def test_pooled_connections_cut_off_with_the_listener_are_replaced_before_a_request_meets_one(
+    client, headers, rt, db, eventually
+):
+    # Every process's pool holds idle connections; a restart or pg_terminate_backend ends
+    # them all at once, the listener's too. The listener notices at once; the pool must too.
+    for _ in range(3):
+        assert client.get("/api/v1/events", headers=headers["user"]).status_code == 200
+    assert eventually(5.0, lambda: rt.pool.get_stats()["pool_available"] >= 1)
+    assert eventually(5.0, lambda: rt.principals.generation() >= 1)  # the listener is up
+    before = rt.principals.generation()
+
+    db.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    # The listener forgets every token each time it connects: it is back.
+    assert eventually(5.0, lambda: rt.principals.generation() > before)
+
+    answers = [client.get("/api/v1/events", headers=headers["user"]).status_code for _ in range(5)]
+    assert answers == [200] * 5
+
+
+def test_the_listener_keeps_reconnecting_when_acting_on_its_lost_connection_fails(eventually):
+    lost = []
+
+    def pool_closed() -> None:
+        lost.append(time.monotonic())
+        raise RuntimeError("the pool is closed")
+
+    wakeups = Wakeups("postgresql://postgres@127.0.0.1:1/nowhere", connection_lost=pool_closed)
+    wakeups.start()
+    try:
+        # Each failed connect is a lost connection; a second one means the thread lived on.
+        assert eventually(5.0, lambda: len(lost) >= 2)
+    finally:
+        wakeups.stop()
