@@ -91,8 +91,9 @@ def _write_new_key(path: Path) -> None:
 def sign_in(rt: Runtime, token: str) -> Principal:
     """Check a typed user token and start a fresh session holding its digest.
 
-    The cookie is signed, not encrypted: it keeps the digest the token is stored under, which
-    signs this session in until it expires and is no bearer token to the API, never the token.
+    The cookie is signed, not encrypted, so it keeps the digest the token is stored under,
+    never the token: the digest signs in this session only, until it expires, and is no
+    bearer token for the API.
     """
     principal = auth.authenticate(rt.pool, token.strip(), rt.principals)
     if principal.kind == "worker":
