@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from uuid import UUID
 
 import psycopg
 import psycopg_pool
@@ -25,7 +26,7 @@ from services.errors import (
     Unauthenticated,
     Unavailable,
 )
-from services.tasks import CompletionOutcome
+from services.tasks import CompletionOutcome, RenewalOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -61,24 +62,30 @@ def _status_of(exc: ChunkwiseError) -> int:
 
 def outcome_of(outcome: CompletionOutcome) -> dict:
     """One result of a batch, with the status and error the single endpoint would answer."""
-    if outcome.error is None:
-        label = "replayed" if outcome.replayed else "accepted"
-        return {
-            "task_id": outcome.task_id,
-            "outcome": label,
-            "status": 200,
-            "error": None,
-        }
-    exc = outcome.error
+    if outcome.error is not None:
+        return _rejected(outcome.task_id, outcome.error)
+    label = "replayed" if outcome.replayed else "accepted"
+    return {"task_id": outcome.task_id, "outcome": label, "status": 200, "error": None}
+
+
+def renewal_of(outcome: RenewalOutcome) -> dict:
+    """One heartbeat of a batch, with the status and error the single endpoint would answer."""
+    if outcome.error is not None:
+        return {**_rejected(outcome.task_id, outcome.error), "lease_expires_at": None}
+    return {
+        "task_id": outcome.task_id,
+        "outcome": "renewed",
+        "status": 200,
+        "lease_expires_at": outcome.lease_expires_at,
+        "error": None,
+    }
+
+
+def _rejected(task_id: UUID, exc: ChunkwiseError) -> dict:
     if isinstance(exc, LeaseLost):
         metrics.FENCED_WRITES.labels(request.endpoint or "", exc.code).inc()
     error = {"code": exc.code, "message": exc.message, "details": exc.details}
-    return {
-        "task_id": outcome.task_id,
-        "outcome": "rejected",
-        "status": _status_of(exc),
-        "error": error,
-    }
+    return {"task_id": task_id, "outcome": "rejected", "status": _status_of(exc), "error": error}
 
 
 def log_storage_failure(exc: StorageFull | StorageUnavailable) -> None:

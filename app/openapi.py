@@ -47,6 +47,7 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "tasks.claim": (schemas.ClaimSchema, schemas.ClaimResponseSchema, (204,)),
     "tasks.read_input": (schemas.LeaseSchema, None, (404, 409)),
     "tasks.heartbeat": (schemas.HeartbeatSchema, schemas.LeaseRenewedSchema, (404, 409)),
+    "tasks.heartbeats": (schemas.HeartbeatBatchSchema, schemas.HeartbeatBatchResponseSchema, ()),
     "tasks.result": (schemas.ResultSchema, schemas.TaskSchema, (404, 409)),
     "tasks.results": (schemas.ResultBatchSchema, schemas.ResultBatchResponseSchema, ()),
     "tasks.failure": (schemas.FailureSchema, schemas.TaskSchema, (404, 409)),

@@ -8,7 +8,7 @@ import re
 from itertools import accumulate
 
 from flask import request
-from marshmallow import Schema, ValidationError, fields, post_dump, pre_load, validate
+from marshmallow import Schema, ValidationError, fields, post_dump, pre_load, validate, validates
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 # --- the input rules every request shares -------------------------------------------------
@@ -203,6 +203,33 @@ class HeartbeatSchema(LeaseSchema):
     checkpoint = fields.Dict(load_default=None, allow_none=True)
 
 
+class HeartbeatItemSchema(Schema):
+    """One heartbeat of a batch (nested: HeartbeatBatchSchema has refused unstorable text)."""
+
+    task_id = fields.UUID(required=True)
+    attempt = Int(minimum=1, required=True)
+    checkpoint = fields.Dict(load_default=None, allow_none=True)
+
+
+class HeartbeatBatchSchema(RequestSchema):
+    """Many of one worker's leases renewed in one transaction, each fenced on its own."""
+
+    worker_id = fields.Str(required=True, validate=WORKER_ID)
+    heartbeats = fields.List(
+        fields.Nested(HeartbeatItemSchema),
+        required=True,
+        validate=validate.Length(min=1, max=MAX_BATCH_RESULTS),
+    )
+
+    @validates("heartbeats")
+    def _one_per_task(self, value: list[dict], **kwargs) -> None:
+        # Two checkpoints for one task in one call would leave which one is kept to chance.
+        # An item already refused for its own fields may lack its task_id.
+        ids = [item["task_id"] for item in value if "task_id" in item]
+        if len(set(ids)) != len(ids):
+            raise ValidationError("a batch may renew each task once")
+
+
 class ResultSchema(LeaseSchema):
     """A completed task: a manifest, or for csv_stats the chunk summary."""
 
@@ -274,6 +301,22 @@ class ResultOutcomeSchema(Schema):
     outcome = fields.Str(metadata={"enum": ["accepted", "replayed", "rejected"]})
     status = fields.Int(metadata={"description": "the HTTP status of the single endpoint"})
     error = fields.Nested(ErrorBodySchema, allow_none=True)
+
+
+class RenewalOutcomeSchema(Schema):
+    """What became of one heartbeat of a batch: its status as the single endpoint would answer."""
+
+    task_id = fields.UUID()
+    outcome = fields.Str(metadata={"enum": ["renewed", "rejected"]})
+    status = fields.Int(metadata={"description": "the HTTP status of the single endpoint"})
+    lease_expires_at = fields.DateTime(allow_none=True)
+    error = fields.Nested(ErrorBodySchema, allow_none=True)
+
+
+class HeartbeatBatchResponseSchema(ResponseSchema):
+    """One outcome per heartbeat, in the order they were sent."""
+
+    results = fields.List(fields.Nested(RenewalOutcomeSchema))
 
 
 class ResultBatchResponseSchema(ResponseSchema):

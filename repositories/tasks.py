@@ -217,34 +217,54 @@ def claim(
     return [ClaimedTask(from_row(Task, r), r["attempt_id"], r["attempt_trace_id"]) for r in rows]
 
 
-def renew(
-    conn: Connection,
-    task_id: UUID,
-    worker_id: str,
-    attempt: int,
-    lease_seconds: int,
-    checkpoint: dict | None,
-) -> datetime | None:
-    """Extend the caller's current lease (storing a checkpoint); None when it is not theirs."""
-    row = conn.execute(
+@dataclass(frozen=True)
+class Renewal:
+    """A lease a worker asks to extend, under the attempt it holds, with any new checkpoint."""
+
+    task_id: UUID
+    attempt: int
+    checkpoint: dict | None = None
+
+
+def renew_many(
+    conn: Connection, worker_id: str, renewals: Sequence[Renewal], lease_seconds: int
+) -> dict[UUID, datetime]:
+    """Extend each of the caller's current leases named, storing checkpoints, in one statement;
+    return each renewed task's new expiry (a renewal not among them was fenced off).
+
+    The rows are locked in id order, as a batch of results locks them: two batches of one
+    worker's tasks then wait for each other rather than deadlock.
+    """
+    rows = conn.execute(
         """
-        UPDATE tasks SET lease_expires_at = now() + make_interval(secs => %(lease)s),
+        WITH v AS (
+            SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(checkpoints)s::jsonb[])
+                AS v(id, attempt, checkpoint)
+        ), mine AS (
+            SELECT t.id, v.checkpoint FROM tasks t JOIN v ON v.id = t.id
+            WHERE t.lease_owner = %(worker)s AND t.attempt = v.attempt AND t.status = 'leased'
+            ORDER BY t.id
+            FOR UPDATE OF t
+        )
+        UPDATE tasks t SET lease_expires_at = now() + make_interval(secs => %(lease)s),
             heartbeat_at = now(),
-            checkpoint = COALESCE(%(checkpoint)s, checkpoint),
-            version = version + 1
-        WHERE id = %(id)s AND lease_owner = %(worker)s AND attempt = %(attempt)s
-          AND status = 'leased'
-        RETURNING lease_expires_at
+            checkpoint = COALESCE(mine.checkpoint, t.checkpoint),
+            version = t.version + 1
+        FROM mine
+        WHERE t.id = mine.id
+        RETURNING t.id, t.lease_expires_at
         """,
         {
-            "id": task_id,
             "worker": worker_id,
-            "attempt": attempt,
             "lease": lease_seconds,
-            "checkpoint": Jsonb(checkpoint) if checkpoint is not None else None,
+            "ids": [r.task_id for r in renewals],
+            "attempts": [r.attempt for r in renewals],
+            "checkpoints": [
+                Jsonb(r.checkpoint) if r.checkpoint is not None else None for r in renewals
+            ],
         },
-    ).fetchone()
-    return row["lease_expires_at"] if row else None
+    ).fetchall()
+    return {r["id"]: r["lease_expires_at"] for r in rows}
 
 
 def get(conn: Connection, task_id: UUID) -> Task | None:
@@ -274,18 +294,29 @@ class Outcome:
 
 def complete_many(conn: Connection, worker_id: str, outcomes: Sequence[Outcome]) -> list[Task]:
     """Complete each task whose current lease is the caller's under that attempt, in one
-    statement; return the tasks completed (an outcome not among them was fenced off)."""
+    statement; return the tasks completed (an outcome not among them was fenced off).
+
+    The rows are locked in id order, as a batch of heartbeats locks them (see renew_many).
+    """
     rows = conn.execute(
         """
-        UPDATE tasks t SET status = 'completed', result_uri = v.uri, result_sha256 = v.sha,
-            metrics = v.metrics, lease_owner = NULL, lease_expires_at = NULL,
-            completed_at = now(),
+        WITH v AS (
+            SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(uris)s::text[],
+                                 %(shas)s::text[], %(metrics)s::jsonb[])
+                AS v(id, attempt, uri, sha, metrics)
+        ), mine AS (
+            SELECT t.id, v.uri, v.sha, v.metrics FROM tasks t JOIN v ON v.id = t.id
+            WHERE t.lease_owner = %(worker)s AND t.attempt = v.attempt AND t.status = 'leased'
+            ORDER BY t.id
+            FOR UPDATE OF t
+        )
+        UPDATE tasks t SET status = 'completed', result_uri = mine.uri,
+            result_sha256 = mine.sha, metrics = mine.metrics,
+            lease_owner = NULL, lease_expires_at = NULL, completed_at = now(),
             error_code = NULL, error_message = NULL, error_details = NULL,
             version = t.version + 1
-        FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(uris)s::text[], %(shas)s::text[],
-                    %(metrics)s::jsonb[]) AS v(id, attempt, uri, sha, metrics)
-        WHERE t.id = v.id AND t.lease_owner = %(worker)s AND t.attempt = v.attempt
-          AND t.status = 'leased'
+        FROM mine
+        WHERE t.id = mine.id
         RETURNING t.*
         """,
         {

@@ -1,4 +1,4 @@
-"""Worker-side use cases: claim, heartbeat, complete (one or many), fail; and the lease sweeper."""
+"""Worker-side use cases: claim; heartbeat and complete, one or many; fail; the lease sweeper."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from repositories import locks
 from repositories import tasks as task_rows
 from repositories import workers as worker_rows
 from repositories.jobs import Job
-from repositories.tasks import ClaimedTask, ExpiredLease, Task
+from repositories.tasks import ClaimedTask, ExpiredLease, Renewal, Task
 from services import logcontext, settlement
 from services.errors import ChunkwiseError, Conflict, LeaseLost, NotFound
 from services.runtime import Runtime
@@ -37,6 +37,15 @@ class Completion:
     task_id: UUID
     attempt: int
     result: TaskResult
+
+
+@dataclass(frozen=True)
+class RenewalOutcome:
+    """What became of one lease renewal: its new expiry, or the error that refused it."""
+
+    task_id: UUID
+    lease_expires_at: datetime | None = None
+    error: ChunkwiseError | None = None
 
 
 @dataclass(frozen=True)
@@ -139,14 +148,28 @@ def renew_lease(
     rt: Runtime, task_id: UUID, worker_id: str, attempt: int, checkpoint: dict | None = None
 ) -> datetime:
     """Extend the caller's lease, storing the checkpoint it carries."""
+    (outcome,) = renew_leases(rt, worker_id, [Renewal(task_id, attempt, checkpoint)])
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome.lease_expires_at
+
+
+def renew_leases(rt: Runtime, worker_id: str, renewals: list[Renewal]) -> list[RenewalOutcome]:
+    """Extend many of the caller's leases in one transaction, each fenced on its own; answer
+    each in order (a lease no longer the caller's refuses only itself)."""
     with rt.pool.connection() as conn, conn.transaction():
-        expires = task_rows.renew(
-            conn, task_id, worker_id, attempt, rt.limits.lease_seconds, checkpoint
-        )
-        if expires is None:
-            raise _lease_error(conn, task_id, worker_id, attempt)
-        worker_rows.touch(conn, worker_id)
-    return expires
+        renewed = task_rows.renew_many(conn, worker_id, renewals, rt.limits.lease_seconds)
+        outcomes = [
+            RenewalOutcome(r.task_id, lease_expires_at=renewed[r.task_id])
+            if r.task_id in renewed
+            else RenewalOutcome(
+                r.task_id, error=_lease_error(conn, r.task_id, worker_id, r.attempt)
+            )
+            for r in renewals
+        ]
+        if renewed:
+            worker_rows.touch(conn, worker_id)
+    return outcomes
 
 
 def complete_task(

@@ -19,6 +19,8 @@ CLAIM_RESPONSE = schemas.ClaimResponseSchema()
 LEASE = schemas.LeaseSchema()
 HEARTBEAT = schemas.HeartbeatSchema()
 LEASE_RENEWED = schemas.LeaseRenewedSchema()
+HEARTBEAT_BATCH = schemas.HeartbeatBatchSchema()
+HEARTBEAT_BATCH_RESPONSE = schemas.HeartbeatBatchResponseSchema()
 RESULT = schemas.ResultSchema()
 TASK = schemas.TaskSchema()
 RESULT_BATCH = schemas.ResultBatchSchema()
@@ -67,6 +69,15 @@ def heartbeat(task_id: UUID):
     body = schemas.load_json(HEARTBEAT)
     expires = tasks.renew_lease(get_runtime(), task_id, **body)
     return LEASE_RENEWED.dump({"lease_expires_at": expires})
+
+
+@bp.post("/heartbeats")
+def heartbeats():
+    """Extend many leases in one transaction; each heartbeat is answered on its own."""
+    body = schemas.load_json(HEARTBEAT_BATCH)
+    renewals = [tasks.Renewal(**item) for item in body["heartbeats"]]
+    outcomes = tasks.renew_leases(get_runtime(), body["worker_id"], renewals)
+    return HEARTBEAT_BATCH_RESPONSE.dump({"results": [errors.renewal_of(o) for o in outcomes]})
 
 
 @bp.post("/<uuid:task_id>/result")

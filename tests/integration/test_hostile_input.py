@@ -44,6 +44,11 @@ def batch() -> dict:
     return {"worker_id": WORKER, "results": [item]}
 
 
+def heartbeats() -> dict:
+    item = {"task_id": "6f1c1a1e-0000-4000-8000-000000000000", "attempt": 1, "checkpoint": {}}
+    return {"worker_id": WORKER, "heartbeats": [item]}
+
+
 def claim_request(**extra: object) -> dict:
     return {"worker_id": WORKER, "workloads": ["echo"], **extra}
 
@@ -56,6 +61,7 @@ JSON_ENDPOINTS = {
     "result": ("post", "/api/v1/tasks/{task}/result", "worker", lease(metrics={})),
     "failure": ("post", "/api/v1/tasks/{task}/failure", "worker", failure()),
     "results": ("post", "/api/v1/tasks/results", "worker", batch()),
+    "heartbeats": ("post", "/api/v1/tasks/heartbeats", "worker", heartbeats()),
 }
 
 # Every string a JSON body can carry, named fields and free-form values: (endpoint, path).
@@ -85,6 +91,8 @@ JSON_STRINGS = [
     ("results", ("results", 0, "result_uri")),
     ("results", ("results", 0, "summary", "column")),
     ("results", ("results", 0, "metrics", "note")),
+    ("heartbeats", ("worker_id",)),
+    ("heartbeats", ("heartbeats", 0, "checkpoint", "position")),
 ]
 
 # Every free-form object of a JSON body, whose keys are strings too: (endpoint, path).
@@ -98,6 +106,7 @@ JSON_OBJECTS = [
     ("result", ("metrics",)),
     ("failure", ("details",)),
     ("results", ("results", 0, "metrics")),
+    ("heartbeats", ("heartbeats", 0, "checkpoint")),
 ]
 
 # Integers one past what their column holds (or what the field allows): (endpoint, path, value).
@@ -111,6 +120,7 @@ JSON_INTEGERS = [
     ("result", ("attempt",), 2**64),
     ("failure", ("attempt",), -(2**31) - 1),
     ("results", ("results", 0, "attempt"), 2**31),
+    ("heartbeats", ("heartbeats", 0, "attempt"), 2**31),
 ]
 
 
