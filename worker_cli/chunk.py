@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from services.process import peak_rss_bytes
-from worker_cli.client import CoordinatorClient, CoordinatorUnavailable, LeaseLost, RequestRejected
+from worker_cli.client import (
+    CoordinatorClient,
+    CoordinatorError,
+    CoordinatorUnavailable,
+    LeaseLost,
+    RequestRejected,
+    rejection_of,
+)
 from worker_cli.handlers import (
     ChunkStopped,
     ClaimedTask,
@@ -21,11 +28,14 @@ from worker_cli.handlers import (
     TaskContext,
     UnknownWorkload,
 )
+from worker_cli.logs import log_scope
 from worker_cli.results import ResultBatcher
 from worker_cli.schedule import Backoff, HeartbeatSchedule
 from worker_cli.worker_config import WorkerConfig
 
 HEARTBEAT_RETRY_SECONDS = 2.0
+# The coordinator's limit on one batch of heartbeats (app/schemas.py, MAX_BATCH_RESULTS).
+MAX_HEARTBEATS_A_CALL = 1000
 MAX_ERROR_MESSAGE = 4000
 
 
@@ -387,38 +397,68 @@ class ChunkRunner:
             during=during,
         )
 
-    def renew(self, chunk: RunningChunk, now: float) -> None:
-        """Send the chunk's heartbeat with any unsent checkpoint, and schedule the next one."""
-        task, context = chunk.task, chunk.context
-        pending = context.unsent_checkpoint()
+    def renew_all(self, chunks: list[RunningChunk], now: float) -> None:
+        """Send the chunks' heartbeats, each with any unsent checkpoint, in as few calls as the
+        coordinator allows; schedule each chunk's next beat by its own answer."""
+        for first in range(0, len(chunks), MAX_HEARTBEATS_A_CALL):
+            self._renew_batch(chunks[first : first + MAX_HEARTBEATS_A_CALL], now)
+
+    def _renew_batch(self, chunks: list[RunningChunk], now: float) -> None:
+        sent = [chunk.context.unsent_checkpoint() for chunk in chunks]
+        items = [
+            {
+                "task_id": chunk.task.task_id,
+                "attempt": chunk.task.attempt,
+                **({"checkpoint": pending[1]} if pending else {}),
+            }
+            for chunk, pending in zip(chunks, sent, strict=True)
+        ]
         try:
-            self.client.heartbeat(
-                task.task_id, checkpoint=pending[1] if pending else None, **self._fence(task)
+            outcomes = self.client.renew_leases(
+                worker_id=self.config.worker_id,
+                heartbeats=items,
+                # The first chunk's attempt names the call, so one beat alone is traced as before.
+                trace_id=chunks[0].task.trace_id,
             )
-        except LeaseLost as exc:
+            answers = [o if o["outcome"] == "renewed" else rejection_of(o) for o in outcomes]
+        except (LeaseLost, RequestRejected, CoordinatorUnavailable) as exc:
+            answers = [exc] * len(chunks)  # the whole call failed: each chunk takes it as its own
+        for chunk, pending, answer in zip(chunks, sent, answers, strict=True):
+            with log_scope(worker_id=self.config.worker_id, **chunk.task.log_fields()):
+                self._beat_answered(chunk, pending, answer, now)
+
+    def _beat_answered(
+        self,
+        chunk: RunningChunk,
+        pending: tuple[int, dict] | None,
+        answer: dict | CoordinatorError,
+        now: float,
+    ) -> None:
+        task, context = chunk.task, chunk.context
+        if isinstance(answer, LeaseLost):
             self.heartbeats.remove(chunk.key)
-            self._lease_lost(chunk, exc, during="heartbeat")
+            self._lease_lost(chunk, answer, during="heartbeat")
             return
-        except RequestRejected as exc:
+        if isinstance(answer, RequestRejected):
             # Nothing will make this lease renewable again, so computing on would be wasted.
             self.heartbeats.remove(chunk.key)
-            chunk.context.stop(exc.code or "heartbeat_rejected")
+            context.stop(answer.code or "heartbeat_rejected")
             self._log(
                 logging.ERROR,
                 "lease_lost",
-                f"heartbeat rejected: {exc}",
-                status=exc.status,
-                code=exc.code,
+                f"heartbeat rejected: {answer}",
+                status=answer.status,
+                code=answer.code,
             )
             return
-        except CoordinatorUnavailable as exc:
+        if isinstance(answer, CoordinatorUnavailable):
             retry_in = min(task.heartbeat_seconds, HEARTBEAT_RETRY_SECONDS)
             self.heartbeats.reschedule(chunk.key, now + retry_in)
             self._log(
                 logging.WARNING,
                 "heartbeat",
-                f"heartbeat failed, retrying in {retry_in:g}s: {exc}",
-                status=exc.status,
+                f"heartbeat failed, retrying in {retry_in:g}s: {answer}",
+                status=answer.status,
             )
             return
         if pending:

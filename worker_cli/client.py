@@ -101,6 +101,18 @@ class RequestRejected(CoordinatorError):
     """Any other 4xx: the request itself is wrong or not allowed; retrying will not help."""
 
 
+def rejection_of(outcome: dict) -> CoordinatorError:
+    """The exception the single endpoint would have raised for one refused item of a batch."""
+    error = outcome["error"] or {}
+    kind = LeaseLost if outcome["status"] == 409 else RequestRejected
+    return kind(
+        error.get("message", "refused"),
+        status=outcome["status"],
+        code=error.get("code"),
+        details=error.get("details"),
+    )
+
+
 class ByteStream:
     """Blocks of a streamed response body; a broken connection becomes CoordinatorUnavailable."""
 
@@ -294,6 +306,21 @@ class CoordinatorClient:
         return self._task_request(
             "POST", f"/api/v1/tasks/{task_id}/heartbeat", json=payload, trace_id=trace_id
         )
+
+    def renew_leases(
+        self, *, worker_id: str, heartbeats: list[dict], trace_id: str | None = None
+    ) -> list[dict]:
+        """Renew many leases in one call; return the coordinator's outcome for each, in order.
+
+        Each item is {task_id, attempt} with an optional checkpoint; at most 1,000 a call.
+        """
+        body = self._task_request(
+            "POST",
+            "/api/v1/tasks/heartbeats",
+            json={"worker_id": worker_id, "heartbeats": heartbeats},
+            trace_id=trace_id,
+        )
+        return body["results"]
 
     def submit_results(
         self, *, worker_id: str, results: list[dict], trace_id: str | None = None

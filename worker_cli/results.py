@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from worker_cli.client import CoordinatorClient, LeaseLost, RequestRejected
+from worker_cli.client import CoordinatorClient, rejection_of
 
 
 @dataclass
@@ -71,19 +71,7 @@ class ResultBatcher:
                 if isinstance(outcome, Exception):
                     item.error = outcome
                 elif outcome["outcome"] == "rejected":
-                    item.error = _rejection(outcome)
+                    item.error = rejection_of(outcome)
                 else:
                     item.outcome = outcome
                 item.finished = True
-
-
-def _rejection(outcome: dict) -> Exception:
-    """The exception the single result endpoint's answer would have raised."""
-    error = outcome["error"] or {}
-    kind = LeaseLost if outcome["status"] == 409 else RequestRejected
-    return kind(
-        error.get("message", "result refused"),
-        status=outcome["status"],
-        code=error.get("code"),
-        details=error.get("details"),
-    )

@@ -332,24 +332,26 @@ class Worker:
     # -- heartbeats -------------------------------------------------------------------------
 
     def send_due_heartbeats(self, now: float | None = None) -> int:
-        """Renew every lease whose heartbeat is due at `now`; return how many were attempted."""
+        """Renew every lease whose heartbeat is due at `now`, together; return how many."""
         now = self._clock() if now is None else now
-        sent = 0
+        chunks = []
         for key in self.heartbeats.due(now):
             with self._slots:
                 chunk = self._running.get(key)
             if chunk is None:
                 self.heartbeats.remove(key)
-                continue
-            with log_scope(worker_id=self.config.worker_id, **chunk.task.log_fields()):
-                try:
-                    self.runner.renew(chunk, now)
-                except Exception:
-                    # The heartbeat thread serves every chunk; one bad beat must not end it.
-                    self._log(logging.ERROR, "heartbeat", "heartbeat failed", exc_info=True)
-                    self.heartbeats.reschedule(key, now + HEARTBEAT_RETRY_SECONDS)
-            sent += 1
-        return sent
+            else:
+                chunks.append(chunk)
+        if not chunks:
+            return 0
+        try:
+            self.runner.renew_all(chunks, now)
+        except Exception:
+            # The heartbeat thread serves every chunk; one bad call must not end it.
+            self._log(logging.ERROR, "heartbeat", "heartbeat failed", exc_info=True)
+            for chunk in chunks:
+                self.heartbeats.reschedule(chunk.key, now + HEARTBEAT_RETRY_SECONDS)
+        return len(chunks)
 
     def _start_heartbeats(self) -> None:
         self._heartbeats_done.clear()

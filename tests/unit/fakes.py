@@ -6,6 +6,7 @@ import hashlib
 import threading
 import time
 
+from worker_cli.client import LeaseLost, RequestRejected
 from worker_cli.worker import Worker
 from worker_cli.worker_config import WorkerConfig
 
@@ -41,6 +42,7 @@ class FakeClient:
         self.failure_replies: list = []
         self.claims: list[dict] = []
         self.heartbeats: list[dict] = []
+        self.heartbeat_calls: list[list[str]] = []  # the task ids of each renew_leases call
         self.input_reads: list[dict] = []
         self.results: list[dict] = []
         self.failures: list[dict] = []
@@ -70,6 +72,31 @@ class FakeClient:
     def heartbeat(self, task_id, **kwargs):
         self.heartbeats.append({"task_id": task_id, "at": self.clock.now, **kwargs})
         return _reply(self.heartbeat_replies, {"lease_expires_at": "2030-01-01T00:00:00Z"})
+
+    def renew_leases(self, *, worker_id, heartbeats, trace_id=None):
+        """Each heartbeat of the call as its own heartbeat(); a refusal answers its item alone,
+        an unavailable coordinator fails the call."""
+        self.heartbeat_calls.append([item["task_id"] for item in heartbeats])
+        answers = []
+        for item in heartbeats:
+            body = dict(item)
+            task_id = body.pop("task_id")
+            body.setdefault("checkpoint", None)
+            try:
+                reply = self.heartbeat(task_id, worker_id=worker_id, trace_id=trace_id, **body)
+            except (LeaseLost, RequestRejected) as exc:
+                error = {"code": exc.code, "message": exc.message, "details": exc.details}
+                answers.append(
+                    {
+                        "task_id": task_id,
+                        "outcome": "rejected",
+                        "status": exc.status,
+                        "error": error,
+                    }
+                )
+            else:
+                answers.append({"task_id": task_id, "outcome": "renewed", "status": 200, **reply})
+        return answers
 
     def submit_results(self, *, worker_id, results, trace_id=None):
         """Each result of the call as its own submit_result; an exception fails the call."""

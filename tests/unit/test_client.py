@@ -17,6 +17,7 @@ from worker_cli.client import (
     LeaseLost,
     RequestRejected,
     StorageFailed,
+    rejection_of,
     traceparent,
 )
 
@@ -284,6 +285,33 @@ def test_heartbeat_sends_checkpoint_only_when_given(client, coordinator):
     assert coordinator.requests[0]["json"] == {"worker_id": "w", "attempt": 3}
     assert coordinator.requests[1]["json"]["checkpoint"] == {"records_done": 5}
     assert coordinator.requests[1]["path"] == "/api/v1/tasks/t1/heartbeat"
+
+
+def test_renew_leases_posts_the_batch_and_returns_each_outcome_in_order(client, coordinator):
+    outcomes = [
+        {"task_id": "t1", "outcome": "renewed", "status": 200, "error": None},
+        {"task_id": "t2", "outcome": "rejected", "status": 409, "error": {"code": "lease_lost"}},
+    ]
+    coordinator.reply(200, {"results": outcomes, "trace_id": TRACE_ID})
+    items = [
+        {"task_id": "t1", "attempt": 1, "checkpoint": {"n": 1}},
+        {"task_id": "t2", "attempt": 3},
+    ]
+
+    assert client.renew_leases(worker_id="w", heartbeats=items, trace_id=TRACE_ID) == outcomes
+
+    [request] = coordinator.requests
+    assert (request["method"], request["path"]) == ("POST", "/api/v1/tasks/heartbeats")
+    assert request["json"] == {"worker_id": "w", "heartbeats": items}
+
+
+def test_a_refused_item_becomes_the_exception_its_single_call_would_raise():
+    refused = {"task_id": "t", "outcome": "rejected", "status": 409}
+    lost = rejection_of({**refused, "error": {"code": "stale_attempt", "message": "old"}})
+    missing = rejection_of({**refused, "status": 404, "error": {"code": "not_found"}})
+
+    assert (type(lost), lost.code, lost.message) == (LeaseLost, "stale_attempt", "old")
+    assert (type(missing), missing.status, missing.code) == (RequestRejected, 404, "not_found")
 
 
 def test_input_streams_in_blocks_with_worker_and_attempt(client, coordinator):

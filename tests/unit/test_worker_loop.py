@@ -288,6 +288,92 @@ def test_409_heartbeat_stops_the_computation_and_submits_nothing():
     assert len(client.heartbeats) == 1
 
 
+class Held:
+    """A handler that holds every chunk until released, noting the chunks told to stop."""
+
+    def __init__(self, chunks: int) -> None:
+        self.release = threading.Event()
+        self.started = threading.Semaphore(0)
+        self.stopped: set[str] = set()
+        self.chunks = chunks
+
+    def __call__(self, task, context) -> dict:
+        read_all(task, context)
+        self.started.release()
+        try:
+            while not self.release.wait(0.005):
+                context.save_checkpoint({"records_done": 1})
+        except BaseException:
+            self.stopped.add(task.task_id)
+            raise
+        return {}
+
+    def all_started(self) -> bool:
+        return all(self.started.acquire(timeout=WAIT) for _ in range(self.chunks))
+
+
+def hold(*task_ids: str):
+    """A worker running one held chunk per task id, each of them started."""
+    held = Held(len(task_ids))
+    payloads = [task_payload(t) for t in task_ids]
+    clock, client, worker = setup(payloads, handler=held, capacity=len(task_ids))
+    worker.run_once()
+    assert held.all_started()
+    return held, clock, client, worker
+
+
+def test_leases_due_together_are_renewed_in_one_call():
+    held, clock, client, worker = hold("t1", "t2", "t3")
+
+    assert worker.send_due_heartbeats(clock.now + 10) == 3
+
+    assert client.heartbeat_calls == [["t1", "t2", "t3"]]
+    held.release.set()
+    assert wait_until_idle(worker)
+
+
+def test_a_lease_refused_in_a_batch_stops_only_its_own_chunk():
+    held, clock, client, worker = hold("t1", "t2")
+    client.heartbeat_replies = [LeaseLost("gone", status=409, code="lease_lost")]
+
+    worker.send_due_heartbeats(clock.now + 10)
+
+    deadline = time.monotonic() + WAIT
+    while held.stopped != {"t1"} and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert held.stopped == {"t1"}
+    worker.send_due_heartbeats(clock.now + 20)
+    assert client.heartbeat_calls == [["t1", "t2"], ["t2"]]
+    held.release.set()
+    assert wait_until_idle(worker)
+    assert [r["task_id"] for r in client.results] == ["t2"]
+
+
+def test_more_leases_than_one_call_may_carry_go_in_several_calls(monkeypatch):
+    monkeypatch.setattr("worker_cli.chunk.MAX_HEARTBEATS_A_CALL", 2)
+    held, clock, client, worker = hold("t1", "t2", "t3")
+
+    worker.send_due_heartbeats(clock.now + 10)
+
+    assert client.heartbeat_calls == [["t1", "t2"], ["t3"]]
+    held.release.set()
+    assert wait_until_idle(worker)
+
+
+def test_an_unavailable_coordinator_retries_every_lease_of_the_call_soon():
+    held, clock, client, worker = hold("t1", "t2")
+    client.heartbeat_replies = [CoordinatorUnavailable("down")]
+    start = clock.now
+
+    for second in (10, 11, 12):
+        worker.send_due_heartbeats(start + second)
+
+    # The fake fails the call at its first item; both leases are tried again 2 s later.
+    assert client.heartbeat_calls == [["t1", "t2"], ["t1", "t2"]]
+    held.release.set()
+    assert wait_until_idle(worker)
+
+
 def test_heartbeats_result_and_input_use_the_attempts_trace_id():
     clock, client, worker = setup([task_payload("t1")], capacity=1)
     payload_trace = task_payload("t1")["trace_id"]
