@@ -5,10 +5,11 @@ python -m bench.queue [--seconds 5] [--history 1000000]
 Prints, on one server: pgbench -N TPS and no-op tasks/s through HTTP at 1, 4 and 16 client
 threads (claims of 100, batched results); idle pickup latency beside one HTTP round trip
 plus one pgbench transaction (the round trip taken back to back, and after the pause a
-pickup starts from); claim latency on an empty queue and on one holding --history
-finished tasks, and the queue's figures (GET /api/v1/queue, what /metrics reads) likewise
-(each pair sampled in turns, so a shared machine's drift moves both alike);
-and the coordinator's peak RSS during a 49 MiB CSV upload against idle.
+pickup starts from); 100 leases renewed one heartbeat at a time beside one batch; claim
+latency on an empty queue and on one holding --history finished tasks, and the queue's
+figures (GET /api/v1/queue, what /metrics reads) likewise (each pair sampled in turns, so a
+shared machine's drift moves both alike); and the coordinator's peak RSS during a 49 MiB CSV
+upload against idle.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def measure(
     with scratch_database(history_url) as pgbench_url:
         pgbench(pgbench_url, "-i", "-q", "-s", "4")
         report.update(pickup_beside_its_baseline(stack, pgbench_url))
+        report.update(lease_renewal_side_by_side(stack))
         add_history(history_url, history)
         report.update(claim_latency_beside_history(stack, history_stack))
         for threads in THREADS:
@@ -293,6 +295,45 @@ def idle_pickup_times(stack: LocalStack, rounds: int) -> tuple[list[float], list
     return times, answers
 
 
+def lease_renewal_side_by_side(stack: LocalStack, leases: int = 100, turns: int = 5) -> dict:
+    """Milliseconds to renew `leases` leases one heartbeat at a time, and in one batch, in turns."""
+    worker = "bench-beats"
+    submit_noop_jobs(stack, leases)
+    session = stack.api(stack.tokens.worker)
+    claimed = session.post(
+        f"{stack.url}/api/v1/tasks/claim",
+        json={"worker_id": worker, "workloads": [WORKLOAD], "capacity": leases},
+        timeout=30,
+    ).json()["tasks"]
+    items = [{"task_id": t["task_id"], "attempt": t["attempt"]} for t in claimed]
+    single: list[float] = []
+    batched: list[float] = []
+    for _ in range(turns):
+        started = time.perf_counter()
+        for item in items:
+            session.post(
+                f"{stack.url}/api/v1/tasks/{item['task_id']}/heartbeat",
+                json={"worker_id": worker, "attempt": item["attempt"]},
+                timeout=30,
+            ).raise_for_status()
+        single.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        session.post(
+            f"{stack.url}/api/v1/tasks/heartbeats",
+            json={"worker_id": worker, "heartbeats": items},
+            timeout=30,
+        ).raise_for_status()
+        batched.append((time.perf_counter() - started) * 1000)
+    complete(stack, worker, claimed)
+    return {
+        "renewal": {
+            "leases": len(items),
+            "single_ms": statistics.median(single),
+            "batch_ms": statistics.median(batched),
+        }
+    }
+
+
 def complete(stack: LocalStack, worker: str, tasks: list[dict]) -> None:
     """Report no-op results for claimed tasks."""
     items = [
@@ -471,6 +512,12 @@ def print_report(r: dict) -> None:
             f"  HTTP round trip {name} {trip:.2f} ms + pgbench tx = {base:.2f} ms; "
             f"pickup ratio {pickup['p50'] / base:.2f}x"
         )
+    renewal = r["renewal"]
+    print(
+        f"renewing {renewal['leases']} leases, p50 of 5: one heartbeat at a time "
+        f"{renewal['single_ms']:.1f} ms, one batch {renewal['batch_ms']:.1f} ms "
+        f"({renewal['single_ms'] / renewal['batch_ms']:.1f}x faster)"
+    )
     empty, full = r["claim_ms_empty"], r["claim_ms_history"]
     print(
         f"claim latency p50: empty {empty['p50']:.2f} ms, with {r['history']:,} finished "
