@@ -314,22 +314,22 @@ class CoordinatorClient:
 
         Each item is {task_id, attempt} with an optional checkpoint; at most 1,000 a call.
         """
-        body = self._task_request(
-            "POST",
-            "/api/v1/tasks/heartbeats",
-            json={"worker_id": worker_id, "heartbeats": heartbeats},
-            trace_id=trace_id,
-        )
-        return body["results"]
+        return self._batch("heartbeats", worker_id, heartbeats, trace_id)
 
     def submit_results(
         self, *, worker_id: str, results: list[dict], trace_id: str | None = None
     ) -> list[dict]:
         """Commit many results in one call; return the coordinator's outcome for each, in order."""
+        return self._batch("results", worker_id, results, trace_id)
+
+    def _batch(
+        self, name: str, worker_id: str, items: list[dict], trace_id: str | None
+    ) -> list[dict]:
+        # POST /api/v1/tasks/{name} with the items under {name}; each answered in order.
         body = self._task_request(
             "POST",
-            "/api/v1/tasks/results",
-            json={"worker_id": worker_id, "results": results},
+            f"/api/v1/tasks/{name}",
+            json={"worker_id": worker_id, name: items},
             trace_id=trace_id,
         )
         return body["results"]
