@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from services.process import peak_rss_bytes
 from worker_cli.client import (
+    MAX_BATCH,
     CoordinatorClient,
     CoordinatorError,
     CoordinatorUnavailable,
@@ -34,8 +35,6 @@ from worker_cli.schedule import Backoff, HeartbeatSchedule
 from worker_cli.worker_config import WorkerConfig
 
 HEARTBEAT_RETRY_SECONDS = 2.0
-# The coordinator's limit on one batch of heartbeats (app/schemas.py, MAX_BATCH_RESULTS).
-MAX_HEARTBEATS_A_CALL = 1000
 MAX_ERROR_MESSAGE = 4000
 
 
@@ -400,8 +399,8 @@ class ChunkRunner:
     def renew_all(self, chunks: list[RunningChunk], now: float) -> None:
         """Send the chunks' heartbeats, each with any unsent checkpoint, in as few calls as the
         coordinator allows; schedule each chunk's next beat by its own answer."""
-        for first in range(0, len(chunks), MAX_HEARTBEATS_A_CALL):
-            self._renew_batch(chunks[first : first + MAX_HEARTBEATS_A_CALL], now)
+        for first in range(0, len(chunks), MAX_BATCH):
+            self._renew_batch(chunks[first : first + MAX_BATCH], now)
 
     def _renew_batch(self, chunks: list[RunningChunk], now: float) -> None:
         sent = [chunk.context.unsent_checkpoint() for chunk in chunks]

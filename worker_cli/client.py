@@ -56,6 +56,11 @@ def _normalise_trace_id(trace_id: str | None) -> str:
     return new_trace_id()
 
 
+# The most items the coordinator takes in one batch of results or heartbeats
+# (app/schemas.py, MAX_BATCH_RESULTS).
+MAX_BATCH = 1000
+
+
 class CoordinatorError(Exception):
     """Base of everything the client raises about a call that did not succeed."""
 
@@ -312,7 +317,7 @@ class CoordinatorClient:
     ) -> list[dict]:
         """Renew many leases in one call; return the coordinator's outcome for each, in order.
 
-        Each item is {task_id, attempt} with an optional checkpoint; at most 1,000 a call.
+        Each item is {task_id, attempt} with an optional checkpoint; at most MAX_BATCH a call.
         """
         return self._batch("heartbeats", worker_id, heartbeats, trace_id)
 

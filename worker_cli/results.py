@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from worker_cli.client import CoordinatorClient, rejection_of
+from worker_cli.client import MAX_BATCH, CoordinatorClient, rejection_of
 
 
 @dataclass
@@ -23,9 +23,10 @@ class _Pending:
 class ResultBatcher:
     """Sends every result waiting at the moment in one POST /api/v1/tasks/results.
 
-    A chunk thread that finds no call in flight sends what is waiting, its own result
-    included; results that arrive meanwhile go in the next call, sent by one of their own
-    threads. One result alone costs one call, as before; many finishing together cost one.
+    A chunk thread that finds no call in flight sends what is waiting (up to MAX_BATCH, the
+    oldest first), its own result included; results that arrive meanwhile go in the next
+    call, sent by one of their own threads. One result alone costs one call, as before; many
+    finishing together cost one.
     """
 
     def __init__(self, client: CoordinatorClient, worker_id: str):
@@ -40,12 +41,16 @@ class ResultBatcher:
         item = _Pending({"task_id": task_id, "attempt": attempt, **result}, trace_id)
         with self._cond:
             self._pending.append(item)
-            while self._sending and not item.finished:
-                self._cond.wait()
-            if not item.finished:
+        while True:
+            with self._cond:
+                while self._sending and not item.finished:
+                    self._cond.wait()
+                if item.finished:
+                    break
+                # Oldest first, as many as the coordinator takes; this thread sends again if
+                # its own result is left for the next call.
                 self._sending = True
-                batch, self._pending = self._pending, []
-        if not item.finished:
+                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
             try:
                 self._send(batch)
             finally:

@@ -76,6 +76,33 @@ def test_results_that_finish_while_a_call_is_in_flight_share_the_next_call():
     }
 
 
+def test_more_results_than_one_call_may_carry_go_oldest_first_in_several_calls(monkeypatch):
+    monkeypatch.setattr("worker_cli.results.MAX_BATCH", 2)
+    client = GatedClient()
+    batcher = ResultBatcher(client, "w1")
+    outcomes: dict = {}
+    first = submit_in_thread(batcher, "t1", outcomes)
+    assert client.first_call.wait(WAIT)
+    others = []
+    for n in range(2, 7):
+        others.append(submit_in_thread(batcher, f"t{n}", outcomes))
+        while len(batcher._pending) < n - 1:  # queued behind the call, in this order
+            threading.Event().wait(0.001)
+    client.gate.set()
+    for thread in [first, *others]:
+        thread.join(WAIT)
+
+    assert [[r["task_id"] for r in call["results"]] for call in client.calls] == [
+        ["t1"],
+        ["t2", "t3"],
+        ["t4", "t5"],
+        ["t6"],
+    ]
+    assert {task_id: outcome["task_id"] for task_id, outcome in outcomes.items()} == {
+        f"t{n}": f"t{n}" for n in range(1, 7)
+    }
+
+
 def test_a_refused_result_raises_for_its_chunk_only():
     def answer(item):
         if item["task_id"] == "stale":

@@ -350,7 +350,7 @@ def test_a_lease_refused_in_a_batch_stops_only_its_own_chunk():
 
 
 def test_more_leases_than_one_call_may_carry_go_in_several_calls(monkeypatch):
-    monkeypatch.setattr("worker_cli.chunk.MAX_HEARTBEATS_A_CALL", 2)
+    monkeypatch.setattr("worker_cli.chunk.MAX_BATCH", 2)
     held, clock, client, worker = hold("t1", "t2", "t3")
 
     worker.send_due_heartbeats(clock.now + 10)
