@@ -295,23 +295,6 @@ class CoordinatorClient:
         )
         return ByteStream(response, block_size)
 
-    def heartbeat(
-        self,
-        task_id: str,
-        *,
-        worker_id: str,
-        attempt: int,
-        checkpoint: dict | None = None,
-        trace_id: str | None = None,
-    ) -> dict:
-        """Renew the lease, sending the latest checkpoint if there is one."""
-        payload: dict = {"worker_id": worker_id, "attempt": attempt}
-        if checkpoint is not None:
-            payload["checkpoint"] = checkpoint
-        return self._task_request(
-            "POST", f"/api/v1/tasks/{task_id}/heartbeat", json=payload, trace_id=trace_id
-        )
-
     def renew_leases(
         self, *, worker_id: str, heartbeats: list[dict], trace_id: str | None = None
     ) -> list[dict]:

@@ -69,7 +69,7 @@ class FakeClient:
             return data.blocks()
         return [data[i : i + 7] for i in range(0, len(data), 7)]
 
-    def heartbeat(self, task_id, **kwargs):
+    def _renew(self, task_id, **kwargs):
         self.heartbeats.append({"task_id": task_id, "at": self.clock.now, **kwargs})
         return _reply(self.heartbeat_replies, {"lease_expires_at": "2030-01-01T00:00:00Z"})
 
@@ -83,7 +83,7 @@ class FakeClient:
             task_id = body.pop("task_id")
             body.setdefault("checkpoint", None)
             try:
-                reply = self.heartbeat(task_id, worker_id=worker_id, trace_id=trace_id, **body)
+                reply = self._renew(task_id, worker_id=worker_id, trace_id=trace_id, **body)
             except (LeaseLost, RequestRejected) as exc:
                 error = {"code": exc.code, "message": exc.message, "details": exc.details}
                 answers.append(

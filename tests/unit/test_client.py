@@ -22,6 +22,7 @@ from worker_cli.client import (
 )
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+BEAT = {"task_id": "t1", "attempt": 1}  # one heartbeat of a batch
 TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-01$")
 
 
@@ -98,11 +99,11 @@ def error_body(code: str, message: str = "no") -> dict:
 
 
 def test_every_call_sends_bearer_token_and_the_attempts_traceparent(client, coordinator):
-    coordinator.reply(200, {"lease_expires_at": "2030-01-01T00:00:00Z", "trace_id": TRACE_ID})
-    coordinator.reply(200, {"lease_expires_at": "2030-01-01T00:00:00Z", "trace_id": TRACE_ID})
+    coordinator.reply(200, {"results": [], "trace_id": TRACE_ID})
+    coordinator.reply(200, {"results": [], "trace_id": TRACE_ID})
 
-    client.heartbeat("t1", worker_id="w", attempt=2, trace_id=TRACE_ID)
-    client.heartbeat("t1", worker_id="w", attempt=2, trace_id=TRACE_ID)
+    for _ in range(2):
+        client.renew_leases(worker_id="w", heartbeats=[BEAT], trace_id=TRACE_ID)
 
     spans = set()
     for request in coordinator.requests:
@@ -199,7 +200,7 @@ def test_429_is_unavailable_with_retry_after(client, coordinator):
     coordinator.reply(429, error_body("rate_limited"), headers={"Retry-After": "7"})
 
     with pytest.raises(CoordinatorUnavailable) as caught:
-        client.heartbeat("t1", worker_id="w", attempt=1)
+        client.renew_leases(worker_id="w", heartbeats=[BEAT])
 
     assert caught.value.retry_after == 7
     assert caught.value.status == 429
@@ -265,26 +266,14 @@ def test_connection_refused_is_unavailable():
     # Nothing listens on the port now.
     client = CoordinatorClient(f"http://127.0.0.1:{port}", "s3cret", timeout=1)
     with pytest.raises(CoordinatorUnavailable):
-        client.heartbeat("t1", worker_id="w", attempt=1)
+        client.renew_leases(worker_id="w", heartbeats=[BEAT])
 
 
 def test_timeout_is_unavailable(coordinator):
     client = CoordinatorClient(coordinator.url, "s3cret", timeout=0.2)
     coordinator.reply(200, {"trace_id": TRACE_ID}, delay=0.6)
     with pytest.raises(CoordinatorUnavailable):
-        client.heartbeat("t1", worker_id="w", attempt=1)
-
-
-def test_heartbeat_sends_checkpoint_only_when_given(client, coordinator):
-    coordinator.reply(200, {"lease_expires_at": "x", "trace_id": TRACE_ID})
-    coordinator.reply(200, {"lease_expires_at": "x", "trace_id": TRACE_ID})
-
-    client.heartbeat("t1", worker_id="w", attempt=3)
-    client.heartbeat("t1", worker_id="w", attempt=3, checkpoint={"records_done": 5})
-
-    assert coordinator.requests[0]["json"] == {"worker_id": "w", "attempt": 3}
-    assert coordinator.requests[1]["json"]["checkpoint"] == {"records_done": 5}
-    assert coordinator.requests[1]["path"] == "/api/v1/tasks/t1/heartbeat"
+        client.renew_leases(worker_id="w", heartbeats=[BEAT])
 
 
 def test_renew_leases_posts_the_batch_and_returns_each_outcome_in_order(client, coordinator):
