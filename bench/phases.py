@@ -25,7 +25,7 @@ from werkzeug.test import EnvironBuilder
 
 from app.uploads import BODY_BLOCK_SIZE, HashingSpool, init_app, spooled_body, uploaded
 from bench.csv_core import SAMPLES, reference_totals
-from devstack.stack import REPO, LocalStack, database_url
+from devstack.stack import REPO, LocalStack, database_url, stop_on_sigterm
 from services import csvstats
 from services.csvstats.planning import scan_file
 from worker_cli.client import CoordinatorClient, FileBody, MultipartUpload
@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
+    stop_on_sigterm()
     run_dir = REPO / ".run" / "phases"
     run_dir.mkdir(parents=True, exist_ok=True)
     paths = {}

@@ -33,7 +33,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from devstack.sample_csv import HEADER, generate_csv
-from devstack.stack import LocalStack, database_url
+from devstack.stack import LocalStack, database_url, stop_on_sigterm
 
 WORKLOAD = "noop"
 CLAIM_CAPACITY = 100
@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each timed run")
     parser.add_argument("--history", type=int, default=1_000_000, help="finished tasks to add")
     args = parser.parse_args(argv)
+    stop_on_sigterm()
     run_dir = Path(tempfile.mkdtemp(prefix="chunkwise-bench-queue-"))
     server = database_url(run_dir)
     # Two coordinators, each on a database of its own: the second gets the finished tasks,

@@ -22,7 +22,7 @@ import psycopg
 
 from bench.csv_core import reference_totals
 from devstack.sample_csv import generate_csv, generate_quoted_csv
-from devstack.stack import REPO, LocalStack, database_url, follow_job
+from devstack.stack import REPO, LocalStack, database_url, follow_job, stop_on_sigterm
 from services import csvstats
 
 RECORDS = 1_000_000
@@ -287,6 +287,7 @@ class Sample:
 
 def main() -> int:
     """Generate, run both samples in turns and then the recovery run, write the report."""
+    stop_on_sigterm()
     shutil.rmtree(RUN_DIR, ignore_errors=True)
     RUN_DIR.mkdir(parents=True)
     OUT.mkdir(exist_ok=True)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from devstack.sample_csv import generate_csv
-from devstack.stack import REPO, LocalStack, database_url, follow_job
+from devstack.stack import REPO, LocalStack, database_url, follow_job, stop_on_sigterm
 from services import csvstats
 
 RUN_DIR = REPO / ".run"
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=8)
     args = parser.parse_args(argv)
     # Ctrl-C and SIGTERM both end in the finally below, which stops every process we started.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
+    stop_on_sigterm()
     stack = None
     try:
         stack = start_stack(RUN_DIR)
@@ -114,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         if stack is not None:
-            # A second Ctrl-C must not cut the clean-up short and leave processes behind.
+            # A second Ctrl-C or SIGTERM must not cut the clean-up short and leave processes behind.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             stack.stop()
             say("stopped the coordinator and the workers")
 

@@ -1,7 +1,7 @@
 """The local stack as real processes: PostgreSQL, migrations, gunicorn, workers.
 
-bench/demo.py (make demo, make run), bench/report.py (make report) and the e2e tests all
-drive this one LocalStack class.
+devstack/demo.py (make demo, make run), the benchmarks in bench/ and the e2e tests all drive
+this one LocalStack class.
 """
 
 from __future__ import annotations
@@ -174,6 +174,19 @@ def follow_job(
         job = changed or job
         on_answer(job)
     return job
+
+
+def stop_on_sigterm() -> None:
+    """Let SIGTERM unwind like Ctrl-C, so the finally blocks and atexit stop what was started.
+
+    The stack's processes and the embedded server run in sessions of their own, so a signal
+    to this process reaches none of them; killed outright, it would leave them all running.
+    """
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def database_url(run_dir: Path) -> str:

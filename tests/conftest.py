@@ -12,8 +12,14 @@ from psycopg.conninfo import conninfo_to_dict
 from pytest_postgresql.janitor import DatabaseJanitor
 
 from app import migrations
+from devstack.stack import stop_on_sigterm
 
 TEMPLATE_DB = f"chunkwise_template_{os.getpid()}"
+
+
+def pytest_configure(config) -> None:
+    """An interrupted run, by Ctrl-C or SIGTERM, tears down its servers and stacks."""
+    stop_on_sigterm()
 
 
 @pytest.fixture(scope="session")

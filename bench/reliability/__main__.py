@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from bench.reliability import coordinator, database, figures, invariants, races, storage, workers
 from bench.reliability.harness import Bench
 from devstack.observe import FAST
-from devstack.stack import REPO, database_url
+from devstack.stack import REPO, database_url, stop_on_sigterm
 
 RUN_DIR = REPO / ".run" / "reliability"
 OUT = REPO / "reports"
@@ -36,6 +36,7 @@ SCENARIOS = {
 
 def main() -> int:
     """Run the chosen scenarios and write the report; exit 1 if any round failed."""
+    stop_on_sigterm()
     rounds = int(os.environ.get("ROUNDS") or 2)
     seconds = float(os.environ.get("SECONDS_BUDGET") or 1500)
     chosen = [s.strip() for s in os.environ.get("SCENARIOS", "").split(",") if s.strip()]
