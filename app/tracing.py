@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 
 from flask import Flask, Response, g, request
+from flask.json.provider import DefaultJSONProvider
 
 from app.schemas import check_header
 from services import logcontext
@@ -23,16 +23,34 @@ def trace_id_from(traceparent: str | None) -> str:
 
 
 def current_trace_id() -> str:
-    """The trace id of the request being handled."""
+    """The trace id of the request being handled (made up if the request has none yet)."""
+    if "trace_id" not in g:
+        g.trace_id = uuid.uuid4().hex
     return g.trace_id
+
+
+class TracedJSONProvider(DefaultJSONProvider):
+    """JSON bodies in schema order, each object naming the request's trace id."""
+
+    # The bodies are marshmallow dumps, already in their schemas' declared order.
+    sort_keys = False
+
+    def response(self, *args, **kwargs) -> Response:
+        """Serialise a view's or an error's body, adding trace_id to an object without one."""
+        body = args[0] if len(args) == 1 and not kwargs else None
+        if isinstance(body, dict) and "trace_id" not in body:
+            args = ({**body, "trace_id": current_trace_id()},)
+        return super().response(*args, **kwargs)
 
 
 def init_app(app: Flask) -> None:
     """Give every request a trace id, and every response the header and JSON bodies the field.
 
-    Only application/json bodies get the field: the OpenAPI document, served as its own media
-    type, stays a clean document.
+    The field is added as Flask serialises a body (never by parsing a response back), so only
+    application/json bodies get it: the OpenAPI document, served as its own media type, stays
+    a clean document.
     """
+    app.json = TracedJSONProvider(app)
 
     @app.before_request
     def begin_trace() -> None:
@@ -44,11 +62,5 @@ def init_app(app: Flask) -> None:
 
     @app.after_request
     def stamp_trace(response: Response) -> Response:
-        trace_id = g.get("trace_id") or uuid.uuid4().hex
-        response.headers["X-Trace-Id"] = trace_id
-        if response.mimetype == "application/json" and not response.is_streamed:
-            body = response.get_json(silent=True)
-            if isinstance(body, dict) and "trace_id" not in body:
-                body["trace_id"] = trace_id
-                response.set_data(json.dumps(body))
+        response.headers["X-Trace-Id"] = current_trace_id()
         return response
