@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -33,7 +37,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from devstack.sample_csv import HEADER, generate_csv
-from devstack.stack import LocalStack, database_url, stop_on_sigterm
+from devstack.stack import BIN, REPO, LocalStack, database_url, free_port, stop_on_sigterm
 
 WORKLOAD = "noop"
 CLAIM_CAPACITY = 100
@@ -56,7 +60,11 @@ def main(argv: list[str] | None = None) -> None:
     server = database_url(run_dir)
     # Two coordinators, each on a database of its own: the second gets the finished tasks,
     # so claim latency with and without them can be sampled in turns.
-    with scratch_database(server) as url, scratch_database(server) as history_url:
+    with (
+        scratch_database(server) as url,
+        scratch_database(server) as history_url,
+        floor_server(server) as floor_url,
+    ):
         stacks = [
             LocalStack(
                 database_url=database,
@@ -69,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
             for stack in stacks:
                 stack.prepare()
                 stack.start_coordinator()
-            report = measure(*stacks, history_url, args.seconds, args.history)
+            report = measure(*stacks, history_url, floor_url, args.seconds, args.history)
         finally:
             for stack in stacks:
                 stack.stop()
@@ -78,13 +86,18 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def measure(
-    stack: LocalStack, history_stack: LocalStack, history_url: str, seconds: float, history: int
+    stack: LocalStack,
+    history_stack: LocalStack,
+    history_url: str,
+    floor_url: str,
+    seconds: float,
+    history: int,
 ) -> dict:
     """Every figure: latencies on fresh queues, then load over the history."""
     report: dict = {"seconds": seconds, "throughput": [], "history": history}
     with scratch_database(history_url) as pgbench_url:
         pgbench(pgbench_url, "-i", "-q", "-s", "4")
-        report.update(pickup_beside_its_baseline(stack, pgbench_url))
+        report.update(pickup_beside_its_baseline(stack, floor_url, pgbench_url))
         report.update(lease_renewal_side_by_side(stack))
         add_history(history_url, history)
         report.update(claim_latency_beside_history(stack, history_stack))
@@ -101,6 +114,39 @@ def measure(
             )
     report["rss"] = upload_rss(stack)
     return report
+
+
+@contextmanager
+def floor_server(server_url: str) -> Iterator[str]:
+    """bench/floor_app.py on gunicorn, threaded like the coordinator, on a database of its own."""
+    with scratch_database(server_url) as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE floor_tasks (id bigserial PRIMARY KEY, taken bool)")
+        port = free_port()
+        gunicorn = [str(BIN / "gunicorn"), "-c", "/dev/null", "-k", "gthread", "-w", "2"]
+        process = subprocess.Popen(
+            [*gunicorn, "--threads", "32", "-b", f"127.0.0.1:{port}", "bench.floor_app:app"],
+            cwd=REPO,
+            env={**os.environ, "FLOOR_DATABASE_URL": url},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        floor_url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    requests.get(f"{floor_url}/healthz", timeout=1).raise_for_status()
+                    break
+                except requests.RequestException:
+                    if time.monotonic() > deadline or process.poll() is not None:
+                        raise
+                    time.sleep(0.1)
+            yield floor_url
+        finally:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=30)
 
 
 class scratch_database:
@@ -233,8 +279,10 @@ def http_round_trip_ms(stack: LocalStack, calls: int = 300, pause: float = 0.0) 
     return statistics.median(times)
 
 
-def pickup_beside_its_baseline(stack: LocalStack, pgbench_url: str, turns: int = 5) -> dict:
-    """Idle pickup, the HTTP round trip and one pgbench transaction, sampled in turns.
+def pickup_beside_its_baseline(
+    stack: LocalStack, floor_url: str, pgbench_url: str, turns: int = 5
+) -> dict:
+    """Idle pickup, the floor's, the HTTP round trip and one pgbench transaction, in turns.
 
     A shared machine's speed drifts within a run; taking the three in alternation, rather
     than each at a different moment, keeps their ratio a comparison of like with like. The
@@ -242,7 +290,7 @@ def pickup_beside_its_baseline(stack: LocalStack, pgbench_url: str, turns: int =
     (a Python server and client answer a request after a pause slower than one in a stream:
     on the machine of the README's figures, a hello-world WSGI app too).
     """
-    trips, idle_trips, transactions, picked, answered = [], [], [], [], []
+    trips, idle_trips, transactions, picked, answered, floor = [], [], [], [], [], []
     for _ in range(turns):
         trips.append(http_round_trip_ms(stack, calls=60))
         idle_trips.append(http_round_trip_ms(stack, calls=20, pause=IDLE_PAUSE))
@@ -250,6 +298,7 @@ def pickup_beside_its_baseline(stack: LocalStack, pgbench_url: str, turns: int =
         times, answers = idle_pickup_times(stack, rounds=8)
         picked += times
         answered += answers
+        floor += floor_pickup_times(floor_url, rounds=8)[0]
     return {
         "http_round_trip_ms": statistics.median(trips),
         "idle_http_round_trip_ms": statistics.median(idle_trips),
@@ -259,6 +308,7 @@ def pickup_beside_its_baseline(stack: LocalStack, pgbench_url: str, turns: int =
             "p99": percentile(picked, 0.99),
             "submit_p50": statistics.median(answered),
         },
+        "floor_pickup_ms": {"p50": statistics.median(floor), "p99": percentile(floor, 0.99)},
     }
 
 
@@ -270,29 +320,62 @@ def idle_pickup_times(stack: LocalStack, rounds: int) -> tuple[list[float], list
     """
     claims = stack.api(stack.tokens.worker)
     submits = stack.api()
+
+    def claim() -> list[dict]:
+        response = claims.post(
+            f"{stack.url}/api/v1/tasks/claim",
+            json={"worker_id": "bench-idle", "workloads": [WORKLOAD], "wait_seconds": 5},
+            timeout=30,
+        )
+        return response.json()["tasks"] if response.status_code == 200 else []
+
+    return pickup_times(
+        lambda: submit_noop_jobs(stack, 1, submits),
+        claim,
+        lambda tasks: complete(stack, "bench-idle", tasks),
+        rounds,
+    )
+
+
+def floor_pickup_times(floor_url: str, rounds: int) -> tuple[list[float], list[float]]:
+    """The same pickup from bench/floor_app.py: the least a pickup over HTTP can do."""
+    claims, submits = requests.Session(), requests.Session()
+    return pickup_times(
+        lambda: submits.post(f"{floor_url}/submit", json={}, timeout=30).raise_for_status(),
+        lambda: claims.post(f"{floor_url}/claim", json={"wait_seconds": 5}, timeout=30).json()[
+            "tasks"
+        ],
+        lambda tasks: None,
+        rounds,
+    )
+
+
+def pickup_times(
+    submit: Callable[[], object],
+    claim: Callable[[], list],
+    finish: Callable[[list], object],
+    rounds: int,
+) -> tuple[list[float], list[float]]:
+    """Milliseconds from submit() to a claim() already waiting returning something, and to
+    submit()'s own answer; finish() gets what was claimed, after the timing."""
     times, answers = [], []
     for _ in range(rounds):
         result: dict = {}
 
         def wait(result: dict = result) -> None:
-            response = claims.post(
-                f"{stack.url}/api/v1/tasks/claim",
-                json={"worker_id": "bench-idle", "workloads": [WORKLOAD], "wait_seconds": 5},
-                timeout=30,
-            )
+            result["claimed"] = claim()
             result["at"] = time.perf_counter()
-            result["tasks"] = response.json()["tasks"] if response.status_code == 200 else []
 
         waiter = threading.Thread(target=wait)
         waiter.start()
         time.sleep(IDLE_PAUSE)  # the claim is waiting on its long poll
         submitted = time.perf_counter()
-        submit_noop_jobs(stack, 1, submits)
+        submit()
         answers.append((time.perf_counter() - submitted) * 1000)
         waiter.join()
-        if result["tasks"]:
+        if result["claimed"]:
             times.append((result["at"] - submitted) * 1000)
-            complete(stack, "bench-idle", result["tasks"])
+            finish(result["claimed"])
     return times, answers
 
 
@@ -513,6 +596,13 @@ def print_report(r: dict) -> None:
             f"  HTTP round trip {name} {trip:.2f} ms + pgbench tx = {base:.2f} ms; "
             f"pickup ratio {pickup['p50'] / base:.2f}x"
         )
+    floor = r["floor_pickup_ms"]
+    base = r["http_round_trip_ms"] + tx
+    print(
+        f"  the floor (bench/floor_app.py, a bare WSGI app: one INSERT and NOTIFY, one UPDATE) "
+        f"p50 {floor['p50']:.1f} ms, p99 {floor['p99']:.1f} ms: {floor['p50'] / base:.2f}x the "
+        f"back-to-back base; the pickup is {pickup['p50'] / floor['p50']:.2f}x the floor"
+    )
     renewal = r["renewal"]
     print(
         f"renewing {renewal['leases']} leases, p50 of 5: one heartbeat at a time "
