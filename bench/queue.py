@@ -5,11 +5,11 @@ python -m bench.queue [--seconds 5] [--history 1000000]
 Prints, on one server: pgbench -N TPS and no-op tasks/s through HTTP at 1, 4 and 16 client
 threads (claims of 100, batched results); idle pickup latency beside one HTTP round trip
 plus one pgbench transaction (the round trip taken back to back, and after the pause a
-pickup starts from); 100 leases renewed one heartbeat at a time beside one batch; claim
-latency on an empty queue and on one holding --history finished tasks, and the queue's
-figures (GET /api/v1/queue, what /metrics reads) likewise (each pair sampled in turns, so a
-shared machine's drift moves both alike); and the coordinator's peak RSS during a 49 MiB CSV
-upload against idle.
+pickup starts from) and beside the pickup of bench/floor_app.py, a bare WSGI app; 100
+leases renewed one heartbeat at a time beside one batch; claim latency on an empty queue and
+on one holding --history finished tasks, and the queue's figures (GET /api/v1/queue, what
+/metrics reads) likewise (each pair sampled in turns, so a shared machine's drift moves both
+alike); and the coordinator's peak RSS during a 49 MiB CSV upload against idle.
 """
 
 from __future__ import annotations
@@ -284,8 +284,8 @@ def pickup_beside_its_baseline(
 ) -> dict:
     """Idle pickup, the floor's, the HTTP round trip and one pgbench transaction, in turns.
 
-    A shared machine's speed drifts within a run; taking the three in alternation, rather
-    than each at a different moment, keeps their ratio a comparison of like with like. The
+    A shared machine's speed drifts within a run; taking them in alternation, rather than
+    each at a different moment, keeps their ratios comparisons of like with like. The
     round trip is taken twice: back to back, and after the pause every pickup starts from
     (a Python server and client answer a request after a pause slower than one in a stream:
     on the machine of the README's figures, a hello-world WSGI app too).
