@@ -25,10 +25,12 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
     principals = KnownPrincipals(settings.auth_cache_seconds)
     pool = open_pool(settings)
     # When the listener's connection breaks, the pool's idle ones most likely broke with it
-    # (a restart, pg_terminate_backend): testing them now spares a request a dead one, and
-    # its 503.
+    # (a restart, pg_terminate_backend): testing them then, and again once the listener is
+    # back, spares a request a dead one, and its 503.
     wakeups = Wakeups(
-        settings.database_url, credentials_changed=principals.forget_all, connection_lost=pool.check
+        settings.database_url,
+        credentials_changed=principals.forget_all,
+        recheck_connections=pool.check,
     )
     runtime = Runtime(
         pool=pool,

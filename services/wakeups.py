@@ -24,19 +24,21 @@ class Wakeups:
     One listener thread per process holds one dedicated connection (outside the pool), so any
     number of waiting claims and watches cost no pooled connections. The same thread calls
     `credentials_changed` when a token or a user changes, and whenever it (re)connects, since
-    it may have missed that news meanwhile; and `connection_lost` the moment its connection
-    breaks, which a restarted or cut-off server does to the pool's idle ones at the same time.
+    it may have missed that news meanwhile; and `recheck_connections` the moment its
+    connection breaks, which a restarted or cut-off server does to the pool's idle ones at the
+    same time, and again once it is back, before anything else: backends ended together do not
+    all exit at once, and one still answering the first check is surely gone by the second.
     """
 
     def __init__(
         self,
         conninfo: str | None,
         credentials_changed: Callable[[], None] = lambda: None,
-        connection_lost: Callable[[], None] = lambda: None,
+        recheck_connections: Callable[[], None] = lambda: None,
     ):
         self._conninfo = conninfo
         self._credentials_changed = credentials_changed
-        self._connection_lost = connection_lost
+        self._recheck_connections = recheck_connections
         self._cond = threading.Condition()
         self._generation = 0
         # A separate condition, so a job's change does not wake every waiting claim too.
@@ -106,11 +108,15 @@ class Wakeups:
 
     def _listen(self) -> None:
         backoff = 0.5
+        lost = False
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
                     channels.listen(conn)
                     backoff = 0.5
+                    if lost:
+                        self._recheck()
+                        lost = False
                     # A notification lost while reconnecting costs a claim or a watch at most
                     # its periodic re-check (one second); a credential's change, nothing.
                     self._credentials_changed()
@@ -130,12 +136,16 @@ class Wakeups:
                     "notification listener lost its connection",
                     extra={"event": "listen_error", "error": str(exc)},
                 )
-                try:
-                    self._connection_lost()
-                except Exception:  # noqa: BLE001 - the listener must outlive what this meets
-                    logger.exception(
-                        "could not act on the lost connection",
-                        extra={"event": "connection_lost_error"},
-                    )
+                lost = True
+                self._recheck()
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
+
+    def _recheck(self) -> None:
+        try:
+            self._recheck_connections()
+        except Exception:  # noqa: BLE001 - the listener must outlive what this meets
+            logger.exception(
+                "could not re-check the pool's connections",
+                extra={"event": "connection_lost_error"},
+            )

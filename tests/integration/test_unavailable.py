@@ -107,10 +107,34 @@ def test_the_listener_keeps_reconnecting_when_acting_on_its_lost_connection_fail
         lost.append(time.monotonic())
         raise RuntimeError("the pool is closed")
 
-    wakeups = Wakeups("postgresql://postgres@127.0.0.1:1/nowhere", connection_lost=pool_closed)
+    wakeups = Wakeups("postgresql://postgres@127.0.0.1:1/nowhere", recheck_connections=pool_closed)
     wakeups.start()
     try:
         # Each failed connect is a lost connection; a second one means the thread lived on.
         assert eventually(5.0, lambda: len(lost) >= 2)
+    finally:
+        wakeups.stop()
+
+
+def test_the_listener_rechecks_the_pool_when_cut_off_and_again_once_back_before_anything_else(
+    database_url, db, eventually
+):
+    # Backends ended together do not all exit at once: one may still answer the first check.
+    calls = []
+    wakeups = Wakeups(
+        database_url,
+        credentials_changed=lambda: calls.append("credentials"),
+        recheck_connections=lambda: calls.append("recheck"),
+    )
+    wakeups.start()
+    try:
+        assert eventually(5.0, lambda: calls == ["credentials"])
+        db.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+        )
+
+        assert eventually(5.0, lambda: len(calls) >= 4)
+        assert calls == ["credentials", "recheck", "recheck", "credentials"]
     finally:
         wakeups.stop()
