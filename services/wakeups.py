@@ -147,5 +147,5 @@ class Wakeups:
         except Exception:  # noqa: BLE001 - the listener must outlive what this meets
             logger.exception(
                 "could not re-check the pool's connections",
-                extra={"event": "connection_lost_error"},
+                extra={"event": "pool_recheck_error"},
             )
