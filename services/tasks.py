@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
+import psycopg
 from psycopg import Connection
 
 from repositories import events as event_rows
@@ -28,6 +31,8 @@ logger = logging.getLogger(__name__)
 # Retry budgets per failure class, within each task's max_attempts.
 READ_RETRY_BUDGET = 2  # input_unavailable: the worker could not read or verify its input
 LOST_RETRY_BUDGET = 1  # lease_expired: the worker vanished without a word
+
+READ_BLOCK = 1024 * 1024  # an input is served in blocks of this many bytes
 
 
 @dataclass(frozen=True)
@@ -330,14 +335,78 @@ def fail_task(
     return failed
 
 
-def task_input(rt: Runtime, task_id: UUID, worker_id: str, attempt: int) -> TaskInput:
-    """Locate a task's input bytes for the worker holding its current lease."""
+@dataclass(frozen=True)
+class InputStream:
+    """A task's input as its worker is served it: the length, then the bytes in blocks."""
+
+    length: int
+    blocks: Iterator[bytes]
+
+
+def serve_input(rt: Runtime, task_id: UUID, worker_id: str, attempt: int) -> InputStream:
+    """Stream a task's input bytes to the worker holding its current lease."""
     with rt.pool.connection() as conn:
         task = _task_or_404(conn, task_id)
         if task.status != "leased" or task.lease_owner != worker_id or task.attempt != attempt:
             raise _lease_error(conn, task_id, worker_id, attempt)
         job = job_rows.get(conn, task.job_id)
-    return rt.workloads.of(task.workload).task_input(rt.archive_dir, job, task)
+    where = rt.workloads.of(task.workload).task_input(rt.archive_dir, job, task)
+    return InputStream(where.length, _input_blocks(rt, where, task_id, worker_id, attempt))
+
+
+def _input_blocks(
+    rt: Runtime, where: TaskInput, task_id: UUID, worker_id: str, attempt: int
+) -> Iterator[bytes]:
+    # Once the first block is out, so are the headers: a failed read can only cut the stream,
+    # which the worker takes for a network blip and retries until its lease runs out. So the
+    # attempt is failed here first, as input_unavailable within that class's retry budget,
+    # and the worker's next read is refused.
+    sent = 0
+    try:
+        with where.path.open("rb") as f:
+            f.seek(where.offset)
+            while sent < where.length:
+                block = f.read(min(READ_BLOCK, where.length - sent))
+                if not block:
+                    raise EOFError(f"the archived file ends {where.length - sent} bytes early")
+                sent += len(block)
+                yield block
+    except (OSError, EOFError) as exc:
+        _input_unreadable(rt, where, task_id, worker_id, attempt, sent, exc)
+        raise
+
+
+def _input_unreadable(
+    rt: Runtime,
+    where: TaskInput,
+    task_id: UUID,
+    worker_id: str,
+    attempt: int,
+    sent: int,
+    exc: OSError | EOFError,
+) -> None:
+    if isinstance(exc, EOFError):
+        reason = "truncated"
+    else:
+        reason = errno.errorcode.get(exc.errno or 0, "OSError")
+    logger.error(
+        "archived input unreadable",
+        extra={"event": "storage_error", "path": str(where.path), "error": str(exc)},
+    )
+    failure = TaskFailure(
+        error_code="input_unavailable",
+        error_message=f"the coordinator could not read the input after byte {sent}: {reason}",
+        retryable=True,
+        details={"directory": "archive", "setting": "CHUNKWISE_ARCHIVE_DIR", "reason": reason},
+    )
+    try:
+        fail_task(rt, task_id, worker_id, attempt, failure)
+    except (ChunkwiseError, psycopg.Error) as failed:
+        # The lease already gone, or the database too: the worker's retries decide, as before.
+        logger.warning(
+            "could not fail the attempt whose input broke",
+            extra={"event": "input_failure_unrecorded", "error": str(failed)},
+        )
 
 
 def expire_leases(rt: Runtime, now: datetime | None = None) -> list[ExpiredLease]:

@@ -27,8 +27,6 @@ RESULT_BATCH = schemas.ResultBatchSchema()
 RESULT_BATCH_RESPONSE = schemas.ResultBatchResponseSchema()
 FAILURE = schemas.FailureSchema()
 
-READ_BLOCK = 1024 * 1024
-
 
 @bp.post("/claim")
 def claim():
@@ -45,21 +43,11 @@ def claim():
 def read_input(task_id: UUID):
     """Stream a chunk's bytes to the worker holding its current lease."""
     query = LEASE.load(request.args.to_dict())
-    where = tasks.task_input(get_runtime(), task_id, **query)
-
-    def stream():
-        with where.path.open("rb") as f:
-            f.seek(where.offset)
-            left = where.length
-            while left > 0:
-                block = f.read(min(READ_BLOCK, left))
-                if not block:
-                    return
-                left -= len(block)
-                yield block
-
+    served = tasks.serve_input(get_runtime(), task_id, **query)
     return Response(
-        stream(), mimetype="application/octet-stream", headers={"Content-Length": str(where.length)}
+        served.blocks,
+        mimetype="application/octet-stream",
+        headers={"Content-Length": str(served.length)},
     )
 
 

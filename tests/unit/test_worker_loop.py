@@ -606,6 +606,19 @@ def test_input_409_drops_the_chunk_without_a_failure_report():
     assert client.failures == [] and client.results == []
 
 
+def test_an_input_cut_and_then_refused_stops_the_chunk_at_once_without_a_failure_report():
+    # A coordinator whose archive breaks under the stream fails the attempt before the cut
+    # (services.tasks.serve_input): the reopen is refused and the worker stops there, rather
+    # than retrying the stream until its lease runs out.
+    cut = CoordinatorUnavailable("input stream broke: connection reset")
+    refused = LeaseLost("not leased", status=409, code="stale_attempt")
+    clock, client = run_one_chunk([BrokenStream(DATA, after=50, error=cut), refused])
+
+    assert client.failures == [] and client.results == []
+    assert len(client.input_reads) == 2
+    assert sum(clock.sleeps) < 1
+
+
 def test_invalid_input_is_not_retryable_and_keeps_its_details():
     def reject(task, context):
         list(context.read_input())
