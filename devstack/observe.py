@@ -37,6 +37,13 @@ def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "cond
 SHORT_POLL = ("--wait-seconds", "1")
 
 
+def start_one_chunk_worker(stack: LocalStack, name: str, fault: str):
+    """Start a worker that leases a single chunk, meets `fault` with it (--fault) and stops."""
+    return stack.start_worker(
+        name, *SHORT_POLL, "--capacity", "1", "--max-tasks", "1", "--fault", fault
+    )
+
+
 class Jobs:
     """The user's side of a running stack, checking what every run must keep true.
 

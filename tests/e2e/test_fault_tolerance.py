@@ -19,10 +19,18 @@ from datetime import UTC, datetime
 import pytest
 
 from devstack.faults import HOLD_MERGE_SQL, MERGE_HOLD, RELEASE_MERGE_SQL
-from devstack.observe import SHORT_POLL, big_csv, events, totals_of, wait_for
+from devstack.observe import (
+    SHORT_POLL,
+    big_csv,
+    events,
+    start_one_chunk_worker,
+    totals_of,
+    wait_for,
+)
 from devstack.sample_csv import generate_csv
 from services import csvstats
 from services.archive import archive_path
+from worker_cli.worker import CRASH_EXIT_STATUS
 
 RECORDS, CHUNKS = 20_003, 8
 DEFAULT_TIMINGS = {"CHUNKWISE_MAINTENANCE_SECONDS": "5", "CHUNKWISE_LOG_LEVEL": "INFO"}
@@ -65,28 +73,10 @@ def test_crashed_and_stale_workers_do_not_change_the_sequential_result(stack, jo
     assert jobs.post(data, CHUNKS, key="faults-1").json()["id"] == job["id"]
 
     # Chunk 0: computed, then the worker dies before committing it.
-    crasher = stack.start_worker(
-        "crasher",
-        *SHORT_POLL,
-        "--capacity",
-        "1",
-        "--max-tasks",
-        "1",
-        "--fault",
-        "crash-after-compute",
-    )
-    assert crasher.wait(timeout=20) == 17
+    crasher = start_one_chunk_worker(stack, "crasher", "crash-after-compute")
+    assert crasher.wait(timeout=20) == CRASH_EXIT_STATUS
     # Chunk 1: computed, then the worker goes silent past its lease and submits late.
-    sleeper = stack.start_worker(
-        "sleeper",
-        *SHORT_POLL,
-        "--capacity",
-        "1",
-        "--max-tasks",
-        "1",
-        "--fault",
-        "pause-after-compute=8",
-    )
+    sleeper = start_one_chunk_worker(stack, "sleeper", "pause-after-compute=8")
     wait_for(lambda: events(stack, "sleeper", "fault"), 20, what="the sleeper to pause")
     stack.start_worker("steady", *SHORT_POLL, "--capacity", "2")
     replay = jobs.post(data, CHUNKS, key="faults-1")

@@ -12,10 +12,18 @@ import pytest
 import requests
 from prometheus_client.mmap_dict import MmapedDict
 
-from devstack.observe import FAST, SHORT_POLL, events, log_lines, scrape, wait_for
+from devstack.observe import (
+    FAST,
+    SHORT_POLL,
+    events,
+    log_lines,
+    scrape,
+    start_one_chunk_worker,
+    wait_for,
+)
 from devstack.sample_csv import generate_csv
+from worker_cli.worker import CRASH_EXIT_STATUS
 
-CRASH_EXIT_STATUS = 17
 WEB_WORKERS = 2
 
 
@@ -70,16 +78,7 @@ def test_lease_expiry_counter_counts_the_lease_of_a_crashed_worker(stack, jobs):
         what="the lease expiry counter on /metrics",
     )
     assert scrape(stack).value("chunkwise_lease_expiries_total") == 0
-    crasher = stack.start_worker(
-        "crasher",
-        *SHORT_POLL,
-        "--capacity",
-        "1",
-        "--max-tasks",
-        "1",
-        "--fault",
-        "crash-after-compute",
-    )
+    crasher = start_one_chunk_worker(stack, "crasher", "crash-after-compute")
     assert crasher.wait(timeout=20) == CRASH_EXIT_STATUS
     stack.start_worker("survivor", *SHORT_POLL, "--capacity", "2")
 

@@ -10,10 +10,17 @@ import time
 import pytest
 
 from devstack.faults import SlowLink
-from devstack.observe import SHORT_POLL, big_csv, events, scrape, totals_of, wait_for
+from devstack.observe import (
+    SHORT_POLL,
+    big_csv,
+    events,
+    scrape,
+    start_one_chunk_worker,
+    totals_of,
+    wait_for,
+)
 from devstack.sample_csv import generate_csv
-
-CRASH_EXIT_STATUS = 17  # worker_cli.worker.CRASH_EXIT_STATUS
+from worker_cli.worker import CRASH_EXIT_STATUS
 
 
 def attempts_by_worker(chunk: dict) -> list[tuple[str, str]]:
@@ -48,16 +55,7 @@ def test_two_workers_finish_a_multi_chunk_job_with_the_sequential_result(stack, 
 def test_chunk_of_a_crashed_worker_is_completed_by_the_other_after_its_lease_expires(stack, jobs):
     data = generate_csv(20_003, seed=2)
     job = jobs.submit(data, 4)
-    crasher = stack.start_worker(
-        "crasher",
-        *SHORT_POLL,
-        "--capacity",
-        "1",
-        "--max-tasks",
-        "1",
-        "--fault",
-        "crash-after-compute",
-    )
+    crasher = start_one_chunk_worker(stack, "crasher", "crash-after-compute")
     assert crasher.wait(timeout=20) == CRASH_EXIT_STATUS
     first = jobs.chunks(job["id"])[0]
     assert (first["state"], first["lease_owner"]) == ("leased", "crasher")
@@ -80,16 +78,7 @@ def test_late_result_of_a_paused_worker_is_rejected_and_the_other_workers_summar
         "chunkwise_fenced_writes_rejected_total", endpoint="tasks.results"
     )
     # Silent for twice the lease: by the time it submits, its chunk belongs to someone else.
-    sleeper = stack.start_worker(
-        "sleeper",
-        *SHORT_POLL,
-        "--capacity",
-        "1",
-        "--max-tasks",
-        "1",
-        "--fault",
-        "pause-after-compute=8",
-    )
+    sleeper = start_one_chunk_worker(stack, "sleeper", "pause-after-compute=8")
     wait_for(lambda: events(stack, "sleeper", "fault"), 20, what="the sleeper to pause")
     stack.start_worker("steady", *SHORT_POLL, "--capacity", "2")
 

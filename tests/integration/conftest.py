@@ -1,4 +1,4 @@
-"""Fixtures for the integration tests: manifest jobs and worker calls over the real API."""
+"""Fixtures for the integration tests: jobs and worker calls over the real API."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from services import auth
+from tests.integration.csv_worker import CsvWorker
 from tests.integration.manifests import WORKER, result_body
 
 
@@ -64,6 +65,18 @@ def complete(task_call) -> Callable[..., dict]:
         return response.get_json()
 
     return complete_task
+
+
+@pytest.fixture
+def worker(client, headers) -> CsvWorker:
+    """A fake csv_stats worker."""
+    return CsvWorker(client, headers["worker"], "csv-a")
+
+
+@pytest.fixture
+def other_worker(client, headers) -> CsvWorker:
+    """A second fake csv_stats worker under the same worker token."""
+    return CsvWorker(client, headers["worker"], "csv-b")
 
 
 @pytest.fixture

@@ -24,12 +24,6 @@ def app_config(app_config):
     return {**app_config, "CHUNKWISE_MAX_ATTEMPTS": "5"}
 
 
-@pytest.fixture
-def worker(client, headers) -> CsvWorker:
-    """A fake csv_stats worker."""
-    return CsvWorker(client, headers["worker"], "csv-a")
-
-
 def later() -> datetime:
     """A moment after every lease granted now has run out."""
     return datetime.now(UTC) + timedelta(minutes=5)

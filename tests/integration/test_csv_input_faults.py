@@ -23,18 +23,6 @@ from tests.integration.csv_worker import CsvWorker, submit
 DATA = b"id,value\n" + b"".join(b"%d,%d\n" % (i, i * 7) for i in range(40_000))
 
 
-@pytest.fixture
-def worker(client, headers) -> CsvWorker:
-    """A fake csv_stats worker."""
-    return CsvWorker(client, headers["worker"], "csv-a")
-
-
-@pytest.fixture
-def other_worker(client, headers) -> CsvWorker:
-    """A second fake csv_stats worker."""
-    return CsvWorker(client, headers["worker"], "csv-b")
-
-
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
     """Serve inputs 64 bytes at a time, so the stream is under way after its first block."""

@@ -9,7 +9,7 @@ import pytest
 
 from devstack.sample_csv import HEADER, generate_csv
 from services import csvstats, tasks
-from tests.integration.csv_worker import CsvWorker, get_job, row_counts, submit
+from tests.integration.csv_worker import get_job, row_counts, submit
 
 # Quoted multiline notes, blank values, negatives; 1001 records leave the last of 4 chunks short.
 DATA = generate_csv(1001, seed=7)
@@ -21,18 +21,6 @@ MAX_ATTEMPTS = 5  # above every class budget, so the budgets are what stop a chu
 def app_config(app_config):
     """max_attempts high enough that the per-class retry budgets decide."""
     return {**app_config, "CHUNKWISE_MAX_ATTEMPTS": str(MAX_ATTEMPTS)}
-
-
-@pytest.fixture
-def worker(client, headers) -> CsvWorker:
-    """The first fake worker."""
-    return CsvWorker(client, headers["worker"], "csv-a")
-
-
-@pytest.fixture
-def other_worker(client, headers) -> CsvWorker:
-    """A second fake worker under the same worker token."""
-    return CsvWorker(client, headers["worker"], "csv-b")
 
 
 def later() -> datetime:
