@@ -148,11 +148,13 @@ def init_app(app: Flask) -> None:
         return service_error(Unavailable("the database is unavailable or too slow; retry shortly"))
 
     @app.errorhandler(psycopg.DataError)
+    @app.errorhandler(psycopg.errors.ProgramLimitExceeded)
     @app.errorhandler(UnicodeEncodeError)
     def unstorable_value(exc: Exception):
         # A backstop: app/schemas.py should refuse such input first. DataError is SQLSTATE
-        # class 22 (out of range, NUL in text, bad JSON text); UnicodeEncodeError is a lone
-        # surrogate the driver could not send.
+        # class 22 (out of range, NUL in text, bad JSON text); ProgramLimitExceeded, class 54,
+        # an OperationalError that is no outage (a value too large for an index row); a
+        # UnicodeEncodeError is a lone surrogate the driver could not send.
         sqlstate = getattr(exc, "sqlstate", None)
         logger.warning(
             "value refused by the database",
@@ -161,7 +163,8 @@ def init_app(app: Flask) -> None:
         return error_response(
             422,
             "invalid_input",
-            "a value in the request cannot be stored (out of range, NUL or unpaired surrogate)",
+            "a value in the request cannot be stored (out of range, too large, NUL or unpaired"
+            " surrogate)",
             {"sqlstate": sqlstate} if sqlstate else {},
         )
 

@@ -94,7 +94,11 @@ class Int(fields.Integer):
 
 def check_header(name: str, max_length: int | None = None) -> str | None:
     """A request header's value, refused with 422 when it could not be stored."""
-    value = request.headers.get(name)
+    return checked_text(name, request.headers.get(name), max_length)
+
+
+def checked_text(name: str, value: str | None, max_length: int | None = None) -> str | None:
+    """A header's or form field's value, refused with 422 naming it when it could not be stored."""
     if value is None:
         return None
     problem = text_problem(value)
@@ -105,6 +109,7 @@ def check_header(name: str, max_length: int | None = None) -> str | None:
     return value
 
 
+IDEMPOTENCY_KEY_MAX = 200
 HEX64 = validate.Regexp(r"^[0-9a-f]{64}$", error="must be 64 lowercase hex digits")
 WORKER_ID = validate.Length(min=1, max=200)
 LABEL_FILTER = validate.Regexp(r"^[^=]{1,64}=.{0,256}$", error="must be key=value")
@@ -230,24 +235,32 @@ class HeartbeatBatchSchema(RequestSchema):
             raise ValidationError("a batch may renew each task once")
 
 
-class ResultSchema(LeaseSchema):
-    """A completed task: a manifest, or for csv_stats the chunk summary."""
+class ResultFieldsSchema(Schema):
+    """What a completed task reports: a manifest, or for csv_stats the chunk summary."""
 
     result_uri = fields.Str(load_default=None, validate=validate.Length(min=1, max=2000))
     result_sha256 = fields.Str(load_default=None, validate=HEX64)
     summary = fields.Dict(load_default=None)
     metrics = fields.Dict(load_default=dict)
 
+    @validates("metrics")
+    def _peak_rss_is_a_byte_count(self, value: dict, **kwargs) -> None:
+        # Free-form but for the one figure the coordinator keeps in a bigint column.
+        peak = value.get("peak_rss_bytes")
+        high = COLUMN_RANGES["bigint"][1]
+        if peak is not None and (type(peak) is not int or not 0 <= peak <= high):
+            raise ValidationError({"peak_rss_bytes": [f"must be a whole number, 0 to {high}"]})
 
-class ResultItemSchema(Schema):
+
+class ResultSchema(LeaseSchema, ResultFieldsSchema):
+    """A completed task under the caller's lease."""
+
+
+class ResultItemSchema(ResultFieldsSchema):
     """One result of a batch (nested: ResultBatchSchema has refused unstorable text)."""
 
     task_id = fields.UUID(required=True)
     attempt = Int(minimum=1, required=True)
-    result_uri = fields.Str(load_default=None, validate=validate.Length(min=1, max=2000))
-    result_sha256 = fields.Str(load_default=None, validate=HEX64)
-    summary = fields.Dict(load_default=None)
-    metrics = fields.Dict(load_default=dict)
 
 
 class ResultBatchSchema(RequestSchema):

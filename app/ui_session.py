@@ -133,6 +133,8 @@ def csrf_token() -> str:
 
 def check_csrf(submitted: str | None) -> None:
     """Refuse a form post that does not carry this session's CSRF token."""
-    expected = session.get("csrf")
-    if not expected or not submitted or not hmac.compare_digest(expected, submitted):
+    # As bytes: compare_digest refuses a str holding anything beyond ASCII.
+    expected = session.get("csrf", "").encode()
+    given = (submitted or "").encode("utf-8", "surrogatepass")
+    if not expected or not given or not hmac.compare_digest(expected, given):
         raise Forbidden("the form's CSRF token is missing or stale; reload the page")

@@ -27,8 +27,6 @@ JOB_LIST = schemas.JobListSchema()
 JOB_WAIT_QUERY = schemas.JobWaitQuerySchema()
 RESULT_LIST = schemas.ResultListSchema()
 
-IDEMPOTENCY_KEY_MAX = 200
-
 
 @bp.post("")
 def create_job():
@@ -84,7 +82,7 @@ def _submit_csv_body(key: str | None) -> jobs.JobView:
 
 
 def _idempotency_key() -> str | None:
-    return schemas.check_header("Idempotency-Key", max_length=IDEMPOTENCY_KEY_MAX)
+    return schemas.check_header("Idempotency-Key", max_length=schemas.IDEMPOTENCY_KEY_MAX)
 
 
 def _dump_job(view: jobs.JobView) -> dict:

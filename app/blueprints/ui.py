@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime
 from uuid import UUID
@@ -47,6 +48,8 @@ CANCELLABLE = frozenset({"queued", "running", "merging"})
 PAGE_SIZE = 50
 # A job page's script waits this long on the job watch before asking again.
 WATCH_SECONDS = 20
+# A backslash, which some browsers read as a slash, or a control character.
+UNSAFE_IN_LOCATION = re.compile(r"[\\\x00-\x1f\x7f]")
 DELIMITERS = {"comma": ",", "semicolon": ";", "tab": "\t", "pipe": "|"}
 
 
@@ -67,9 +70,12 @@ def require_signed_in_user() -> Response | None:
     return None
 
 
-@bp.after_request
+@bp.after_app_request
 def protect_page(response: Response) -> Response:
     """Every dashboard response: strict CSP, never framed, never sniffed, never cached."""
+    # App-wide, so a path no dashboard route matched (its 404 or 405) is covered as well.
+    if request.path != bp.url_prefix and not request.path.startswith(f"{bp.url_prefix}/"):
+        return response
     response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
     response.headers["X-Frame-Options"] = "DENY"
     response.headers["X-Content-Type-Options"] = "nosniff"
@@ -111,8 +117,9 @@ def _wanted_page() -> str:
 
 
 def _local_page(target: str | None) -> str:
-    # Only a dashboard path: never a redirect to another site after sign-in.
-    if target and target.startswith("/ui/") and "\\" not in target:
+    # Only a dashboard path: never a redirect to another site after sign-in, nor a Location
+    # header a control character would break.
+    if target and target.startswith("/ui/") and not UNSAFE_IN_LOCATION.search(target):
         return target
     return url_for("ui.jobs_page")
 
@@ -234,11 +241,9 @@ def submit():
 
 
 def _submission_key() -> str | None:
-    # The form's Idempotency-Key, under the same string rule as the header.
+    # The form's Idempotency-Key, under the header's rules.
     key = request.form.get("submission_key") or None
-    if key is not None and (problem := schemas.text_problem(key)):
-        raise ValidationError({"submission_key": [problem]})
-    return key
+    return schemas.checked_text("submission_key", key, schemas.IDEMPOTENCY_KEY_MAX)
 
 
 def _uploaded_csv():

@@ -160,6 +160,25 @@ def test_sign_in_never_redirects_off_the_dashboard(client, tokens):
     assert answer.headers["Location"] == "/ui/"
 
 
+@pytest.mark.parametrize("line_break", ["\r\n", "\n", "\x7f"])
+def test_sign_in_falls_back_to_the_jobs_page_when_next_holds_a_control_character(
+    client, tokens, line_break
+):
+    form = client.get("/ui/sign-in")
+
+    answer = client.post(
+        "/ui/sign-in",
+        data={
+            "csrf_token": csrf_of(form),
+            "token": tokens["user"],
+            "next": f"/ui/{line_break}X-Injected: 1",
+        },
+    )
+
+    assert (answer.status_code, answer.headers["Location"]) == (303, "/ui/")
+    assert "X-Injected" not in answer.headers
+
+
 def test_signing_out_ends_the_session(sign_in):
     browser = sign_in("user")
 
@@ -244,6 +263,16 @@ def test_a_form_post_without_the_sessions_csrf_token_is_refused(sign_in, submit,
         assert answer.status_code == 403
         assert "CSRF" in answer.text
     assert job_row(job["id"])["status"] == "queued"
+
+
+@pytest.mark.parametrize("token", ["\u00e9", "\u00e9" * 43, "\U0001f600", "\ufffd"])
+def test_a_csrf_token_beyond_ascii_is_refused_like_any_forged_one(client, tokens, token):
+    client.get("/ui/sign-in")
+
+    answer = client.post("/ui/sign-in", data={"csrf_token": token, "token": tokens["user"]})
+
+    assert answer.status_code == 403
+    assert "CSRF" in answer.text
 
 
 def test_a_sign_in_without_the_csrf_token_is_refused(client, tokens):
@@ -345,6 +374,28 @@ def test_a_resubmitted_form_returns_the_job_it_made(sign_in, db):
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 1
 
 
+def test_a_submission_key_longer_than_the_idempotency_header_allows_is_shown_on_the_form(
+    sign_in, db
+):
+    browser = sign_in("user")
+    form = browser.get("/ui/submit")
+
+    answer = browser.post(
+        "/ui/submit",
+        data={
+            "csrf_token": csrf_of(form),
+            "submission_key": "k" * 4000,
+            "file": (io.BytesIO(DATA), "data.csv"),
+            "column": "value",
+        },
+        content_type="multipart/form-data",
+    )
+
+    assert answer.status_code == 422
+    assert "submission_key" in answer.text and "1 to 200 characters" in answer.text
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
 def test_a_form_the_service_refuses_is_shown_again_with_the_reason(sign_in, db):
     browser = sign_in("user")
 
@@ -425,6 +476,23 @@ def test_every_dashboard_response_has_a_strict_csp_and_refuses_framing(sign_in, 
         assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
         assert answer.headers["X-Frame-Options"] == "DENY"
         assert answer.headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_dashboard_paths_no_route_matches_carry_the_same_security_headers(sign_in, client):
+    browser = sign_in("user")
+
+    for answer, status in [
+        (client.get("/ui/no-such-page"), 404),
+        (browser.get("/ui/jobs/not-a-uuid"), 404),
+        (browser.put("/ui/"), 405),
+        (browser.get("/ui/jobs/6f1c1a1e-0000-4000-8000-000000000000/cancel"), 405),
+    ]:
+        assert answer.status_code == status
+        assert "default-src 'none'" in answer.headers["Content-Security-Policy"]
+        assert answer.headers["X-Frame-Options"] == "DENY"
+        assert answer.headers["X-Content-Type-Options"] == "nosniff"
+        assert answer.headers["Cache-Control"] == "no-store"
+    assert "Content-Security-Policy" not in client.get("/api/v1/no-such-thing").headers
 
 
 def test_pages_hold_no_inline_script_or_style_for_the_csp_to_block(sign_in, submit, claim):

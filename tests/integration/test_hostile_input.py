@@ -11,6 +11,7 @@ import copy
 import io
 import json
 import re
+import secrets
 
 import pytest
 from marshmallow import ValidationError
@@ -241,6 +242,30 @@ def test_an_integer_past_its_column_is_422_naming_the_field(
     assert "less than or equal to" in message or "greater than or equal to" in message
 
 
+PEAK_RSS_PATHS = [
+    ("result", ("metrics", "peak_rss_bytes")),
+    ("results", ("results", 0, "metrics", "peak_rss_bytes")),
+]
+
+
+@pytest.mark.parametrize("value", [True, "1024", 1.5, [1], {"a": 1}, -1, 2**63, 2**70])
+@pytest.mark.parametrize(
+    ("endpoint", "path"), PEAK_RSS_PATHS, ids=[label(*c) for c in PEAK_RSS_PATHS]
+)
+def test_a_peak_rss_that_is_no_byte_count_is_422_naming_it(
+    endpoint, path, value, client, headers, leased, task_row
+):
+    body = with_value(JSON_ENDPOINTS[endpoint][3], path, value)
+    if endpoint == "results":  # the leased task: only the figure stands in the way
+        body["results"][0]["task_id"] = leased["task_id"]
+
+    response = post_json(client, headers, endpoint, leased["task_id"], body)
+
+    [message] = assert_invalid_input(response, path)
+    assert "whole number" in message
+    assert task_row(leased["task_id"])["status"] == "leased"
+
+
 def test_the_largest_chunk_index_an_integer_column_holds_is_accepted(client, headers, db):
     response = client.post("/api/v1/jobs", json=manifest([INT32_MAX]), headers=headers["user"])
 
@@ -462,13 +487,16 @@ def test_a_traceparent_with_a_nul_is_422_naming_the_header(who, method, path, cl
         ("SELECT %s::text", NUL),
         ("SELECT %s::text", SURROGATES[0]),
         ("SELECT %s::jsonb", '{"a": "\\u0000"}'),
+        # Random, so compression cannot bring it under a btree row's 2,704 bytes.
+        ("INSERT INTO keyed VALUES (%s)", secrets.token_urlsafe(6000)),
     ],
-    ids=["integer out of range", "nul in text", "surrogate", "nul in jsonb"],
+    ids=["integer out of range", "nul in text", "surrogate", "nul in jsonb", "index row"],
 )
 def test_a_value_the_database_refuses_past_the_schemas_is_422_not_500(sql, value, app, rt):
     @app.get("/backstop")
     def backstop():
-        with rt.pool.connection() as conn:
+        with rt.pool.connection() as conn, conn.transaction():
+            conn.execute("CREATE TEMP TABLE keyed (key text PRIMARY KEY) ON COMMIT DROP")
             conn.execute(sql, (value,))
         return {}
 
