@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import traceback
@@ -36,6 +37,8 @@ from worker_cli.worker_config import WorkerConfig
 
 HEARTBEAT_RETRY_SECONDS = 2.0
 MAX_ERROR_MESSAGE = 4000
+# What the coordinator refuses in any string (NUL, an unpaired surrogate; app/schemas.py).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def lease_seconds_left(task: ClaimedTask, wall_clock: Callable[[], float]) -> float:
@@ -293,7 +296,10 @@ class ChunkRunner:
         exc_info: bool = False,
     ) -> None:
         task = chunk.task
-        # The coordinator refuses longer messages; the details keep the whole story.
+        # An exception's text is anyone's: what the coordinator would refuse must not cost the
+        # report (a refused one leaves the chunk to wait out its lease). It refuses longer
+        # messages too; the details keep the whole story.
+        message, details = _storable(message), _storable(details)
         message = (
             message if len(message) <= MAX_ERROR_MESSAGE else message[: MAX_ERROR_MESSAGE - 1] + "…"
         )
@@ -420,7 +426,7 @@ class ChunkRunner:
                 trace_id=chunks[0].task.trace_id,
             )
             answers = [o if o["outcome"] == "renewed" else rejection_of(o) for o in outcomes]
-        except (LeaseLost, RequestRejected, CoordinatorUnavailable) as exc:
+        except CoordinatorError as exc:
             answers = [exc] * len(chunks)  # the whole call failed: each chunk takes it as its own
         for chunk, pending, answer in zip(chunks, sent, answers, strict=True):
             with log_scope(worker_id=self.config.worker_id, **chunk.task.log_fields()):
@@ -450,7 +456,7 @@ class ChunkRunner:
                 code=answer.code,
             )
             return
-        if isinstance(answer, CoordinatorUnavailable):
+        if isinstance(answer, CoordinatorError):  # unavailable, or an answer no API gives
             retry_in = min(task.heartbeat_seconds, HEARTBEAT_RETRY_SECONDS)
             self.heartbeats.reschedule(chunk.key, now + retry_in)
             self._log(
@@ -469,3 +475,14 @@ class ChunkRunner:
             "lease renewed",
             checkpoint_records=pending[1].get("records_done") if pending else None,
         )
+
+
+def _storable(value):
+    """The value with each NUL and unpaired surrogate in its strings and keys made U+FFFD."""
+    if isinstance(value, str):
+        return _UNSTORABLE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable(v) for v in value]
+    return value

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TextIO
-from urllib.parse import urlsplit
 
 from worker_cli import tables
 from worker_cli.client import (
@@ -22,6 +21,7 @@ from worker_cli.client import (
     CoordinatorError,
     CoordinatorUnavailable,
     new_trace_id,
+    settings_problem,
 )
 
 EXIT_OK = 0
@@ -381,8 +381,9 @@ def describe_error(exc: CoordinatorError, url: str, trace_id: str) -> str:
     else:
         head = f"chunkwise: {exc.code or 'error'}: {exc.message} (HTTP {exc.status})"
     lines = [f"{head} (trace id {exc.trace_id or trace_id})"]
-    for name, problems in (exc.details.get("fields") or {}).items():
-        text = "; ".join(problems) if isinstance(problems, list) else json.dumps(problems)
+    fields = exc.details.get("fields")
+    for name, problems in fields.items() if isinstance(fields, dict) else ():
+        text = "; ".join(map(str, problems)) if isinstance(problems, list) else json.dumps(problems)
         lines.append(f"  {name}: {text}")
     return "\n".join(lines)
 
@@ -493,8 +494,8 @@ def run(
         missing = "--url or CHUNKWISE_URL" if not url else "--token or CHUNKWISE_TOKEN"
         print(f"chunkwise: give {missing}", file=err)
         return EXIT_USAGE
-    if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
-        print(f"chunkwise: {url!r} is not an http:// or https:// URL", file=err)
+    if problem := settings_problem(url, token):
+        print(f"chunkwise: {problem}", file=err)
         return EXIT_USAGE
     if args.command == "submit" and not os.path.isfile(args.file):
         print(f"chunkwise: {args.file}: no such file", file=err)
@@ -506,6 +507,9 @@ def run(
     except CoordinatorError as exc:
         print(describe_error(exc, url, cli.trace_id), file=err)
         return exit_status_for(exc)
+    except (KeyError, TypeError) as exc:  # a 2xx answer without what the API documents
+        print(f"chunkwise: the coordinator's answer is not the documented one ({exc!r})", file=err)
+        return EXIT_HTTP_ERROR
     except (argparse.ArgumentTypeError, OSError) as exc:  # OSError: the file will not open
         print(f"chunkwise: {exc}", file=err)
         return EXIT_USAGE

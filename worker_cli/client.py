@@ -30,6 +30,12 @@ BLIP_STATUSES = frozenset({429, 502, 503, 504})
 STORAGE_FAILURE_CODES = frozenset({"insufficient_storage", "storage_unavailable"})
 
 _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+# What an Authorization header can carry as a bearer token (RFC 6750's b64token and more).
+_TOKEN = re.compile(r"[!-~]+")
+BATCH_OUTCOMES = {
+    "results": frozenset({"accepted", "replayed", "rejected"}),
+    "heartbeats": frozenset({"renewed", "rejected"}),
+}
 # Failures of the network or of the peer, as opposed to a malformed URL or request (bugs).
 _UNREACHABLE = (
     requests.ConnectionError,
@@ -108,14 +114,29 @@ class RequestRejected(CoordinatorError):
 
 def rejection_of(outcome: dict) -> CoordinatorError:
     """The exception the single endpoint would have raised for one refused item of a batch."""
-    error = outcome["error"] or {}
-    kind = LeaseLost if outcome["status"] == 409 else RequestRejected
+    error = outcome.get("error") if isinstance(outcome.get("error"), dict) else {}
+    details = error.get("details")
+    kind = LeaseLost if outcome.get("status") == 409 else RequestRejected
     return kind(
-        error.get("message", "refused"),
-        status=outcome["status"],
+        str(error.get("message") or "refused"),
+        status=outcome.get("status"),
         code=error.get("code"),
-        details=error.get("details"),
+        details=details if isinstance(details, dict) else {},
     )
+
+
+def settings_problem(url: str, token: str) -> str | None:
+    """Why a coordinator URL or bearer token cannot be used, or None when both can."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number
+    except ValueError as exc:
+        return f"{url!r} is not a URL: {exc}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{url!r} is not an http:// or https:// URL"
+    if not _TOKEN.fullmatch(token):
+        return "the token must be printable ASCII without spaces, as the coordinator issues them"
+    return None
 
 
 class ByteStream:
@@ -274,7 +295,10 @@ class CoordinatorClient:
         )
         if body is None:
             return []
-        return list(body.get("tasks") or [])
+        tasks = body.get("tasks") if isinstance(body, dict) else None
+        if not isinstance(tasks, list):
+            raise _malformed("POST", "/api/v1/tasks/claim", "the answer holds no list of tasks")
+        return tasks
 
     def stream_input(
         self,
@@ -314,13 +338,20 @@ class CoordinatorClient:
         self, name: str, worker_id: str, items: list[dict], trace_id: str | None
     ) -> list[dict]:
         # POST /api/v1/tasks/{name} with the items under {name}; each answered in order.
+        path = f"/api/v1/tasks/{name}"
         body = self._task_request(
-            "POST",
-            f"/api/v1/tasks/{name}",
-            json={"worker_id": worker_id, name: items},
-            trace_id=trace_id,
+            "POST", path, json={"worker_id": worker_id, name: items}, trace_id=trace_id
         )
-        return body["results"]
+        outcomes = body.get("results") if isinstance(body, dict) else None
+        if not isinstance(outcomes, list) or len(outcomes) != len(items):
+            raise _malformed(
+                "POST", path, f"the answer lacks one outcome for each of the {len(items)} items"
+            )
+        if not all(
+            isinstance(o, dict) and o.get("outcome") in BATCH_OUTCOMES[name] for o in outcomes
+        ):
+            raise _malformed("POST", path, "the answer holds an outcome the API does not name")
+        return outcomes
 
     def submit_result(
         self,
@@ -564,13 +595,22 @@ def _origin(url: str) -> tuple[str, str]:
     return parts.scheme, parts.netloc
 
 
-def _json_body(method: str, path: str, response: requests.Response):
+def _json_body(method: str, path: str, response: requests.Response) -> dict:
     try:
-        return response.json()
+        body = response.json()
     except ValueError as exc:
-        raise CoordinatorUnavailable(
-            f"{method} {path}: {response.status_code} with a body that is not JSON"
+        raise _malformed(
+            method, path, f"{response.status_code} with a body that is not JSON"
         ) from exc
+    if not isinstance(body, dict):  # every answer of the API is an object
+        raise _malformed(method, path, f"{response.status_code} with a body that is no object")
+    return body
+
+
+def _malformed(method: str, path: str, what: str) -> CoordinatorUnavailable:
+    # Not the API's answer (a proxy's page, a cut body): a blip to retry, as no answer is.
+    # Retrying is safe: every call the worker repeats is idempotent or fenced.
+    return CoordinatorUnavailable(f"{method} {path}: {what}")
 
 
 def _raise_for_status(method: str, path: str, response: requests.Response) -> None:

@@ -62,21 +62,25 @@ class ResultBatcher:
         return item.outcome
 
     def _send(self, batch: list[_Pending]) -> None:
-        # The first result's attempt names the call, so one result alone is traced as before.
+        # Every item is finished whatever happens: a chunk whose result no call carries any
+        # more would otherwise wait, and send empty batches, for ever.
         try:
+            # The first result's attempt names the call, so one result alone is traced as before.
             outcomes = self._client.submit_results(
                 worker_id=self._worker_id,
                 results=[p.body for p in batch],
                 trace_id=batch[0].trace_id,
             )
+            settled = list(zip(batch, map(_answer, outcomes), strict=True))
         except Exception as exc:  # the whole call failed: each chunk decides what to do
-            outcomes = [exc] * len(batch)
+            settled = [(item, (None, exc)) for item in batch]
         with self._cond:
-            for item, outcome in zip(batch, outcomes, strict=True):
-                if isinstance(outcome, Exception):
-                    item.error = outcome
-                elif outcome["outcome"] == "rejected":
-                    item.error = rejection_of(outcome)
-                else:
-                    item.outcome = outcome
-                item.finished = True
+            for item, (outcome, error) in settled:
+                item.outcome, item.error, item.finished = outcome, error, True
+
+
+def _answer(outcome: dict) -> tuple[dict | None, Exception | None]:
+    # What the single endpoint would have answered: the outcome, or the error it would raise.
+    if outcome["outcome"] == "rejected":
+        return None, rejection_of(outcome)
+    return outcome, None

@@ -16,9 +16,10 @@ from collections.abc import Callable
 from worker_cli.chunk import HEARTBEAT_RETRY_SECONDS, ChunkRunner, RunningChunk, lease_seconds_left
 from worker_cli.client import (
     CoordinatorClient,
-    CoordinatorUnavailable,
+    CoordinatorError,
     RequestRejected,
     new_trace_id,
+    settings_problem,
 )
 from worker_cli.handlers import ClaimedTask, Handler, TaskContext, UnknownWorkload, load_handlers
 from worker_cli.logs import configure_logging, log_scope
@@ -135,19 +136,6 @@ class Worker:
                 wait_seconds=wait_seconds,
                 trace_id=trace_id,
             )
-        except CoordinatorUnavailable as exc:
-            delay = self._claim_backoff.next_delay(exc.retry_after)
-            self._log(
-                logging.WARNING,
-                "backoff",
-                f"claim failed, retrying in {delay:.1f}s: {exc}",
-                trace_id=trace_id,
-                delay_seconds=round(delay, 3),
-                failures=self._claim_backoff.failures,
-                status=exc.status,
-            )
-            self._pause(delay)
-            return True
         except RequestRejected as exc:
             # A bad token or a request the coordinator will never accept: going on would only
             # repeat it, so stop as if told to and let the supervisor show the failure.
@@ -161,6 +149,21 @@ class Worker:
             )
             self._exit_status = 1
             self.request_stop("claim_rejected")
+            return True
+        except CoordinatorError as exc:
+            # Unavailable, or an answer the API never gives a claim (a 409, a 507, a proxy's
+            # page): none says the request is wrong, so ask again after a pause.
+            delay = self._claim_backoff.next_delay(getattr(exc, "retry_after", None))
+            self._log(
+                logging.WARNING,
+                "backoff",
+                f"claim failed, retrying in {delay:.1f}s: {exc}",
+                trace_id=trace_id,
+                delay_seconds=round(delay, 3),
+                failures=self._claim_backoff.failures,
+                status=exc.status,
+            )
+            self._pause(delay)
             return True
         self._claim_backoff.reset()
 
@@ -398,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not args.coordinator:
         print("chunkwise-worker: give --coordinator URL or set CHUNKWISE_URL", file=sys.stderr)
+        return 2
+    if problem := settings_problem(args.coordinator, token):
+        print(f"chunkwise-worker: {problem}", file=sys.stderr)
         return 2
     try:
         config = config_from_args(args)

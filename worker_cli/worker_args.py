@@ -35,7 +35,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--grace-seconds", type=float, default=30.0)
     parser.add_argument("--wait-seconds", type=float, default=10.0, help="long-poll time, 0-30")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-level", default="INFO", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
     return parser.parse_args(argv)
 
 

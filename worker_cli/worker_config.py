@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import secrets
 import socket
 from dataclasses import dataclass
 
+from worker_cli.client import MAX_BATCH
+
 CRASH_AFTER_COMPUTE = "crash-after-compute"
+MAX_WORKLOADS = 20  # that one claim may name
 PAUSE_AFTER_COMPUTE = "pause-after-compute"
 
 
@@ -68,13 +72,17 @@ class WorkerConfig:
     submit_backoff_cap: float = 8.0
 
     def __post_init__(self) -> None:
-        if self.capacity < 1:
-            raise ValueError("capacity must be at least 1")
+        # The coordinator's own bounds (app/schemas.py), so a worker it would refuse at its
+        # first claim refuses to start instead.
+        if not 1 <= len(self.worker_id) <= 200 or not self.worker_id.isprintable():
+            raise ValueError("worker_id must be 1 to 200 printable characters")
+        if not 1 <= self.capacity <= MAX_BATCH:
+            raise ValueError(f"capacity must be 1 to {MAX_BATCH}")
         if not 0 <= self.wait_seconds <= 30:
             raise ValueError("wait_seconds must be between 0 and 30")
         if self.max_tasks is not None and self.max_tasks < 1:
             raise ValueError("max_tasks must be at least 1")
-        if self.grace_seconds < 0:
-            raise ValueError("grace_seconds must not be negative")
-        if not self.workloads:
-            raise ValueError("at least one workload is needed")
+        if not 0 <= self.grace_seconds < math.inf:
+            raise ValueError("grace_seconds must be a number of seconds, 0 or more")
+        if not 1 <= len(self.workloads) <= MAX_WORKLOADS:
+            raise ValueError(f"name 1 to {MAX_WORKLOADS} workloads")

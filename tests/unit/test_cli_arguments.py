@@ -106,6 +106,21 @@ def test_a_url_that_is_not_http_is_a_usage_error(url):
     assert "http://" in err and RecordingClient.built == []
 
 
+@pytest.mark.parametrize(
+    ("setting", "value", "said"),
+    [
+        ("CHUNKWISE_URL", "http://[::1", "is not a URL"),
+        ("CHUNKWISE_URL", "http://coordinator.test:port", "is not a URL"),
+        ("CHUNKWISE_TOKEN", "cwu_\u20ac", "printable ASCII"),
+        ("CHUNKWISE_TOKEN", "cwu_x\nInjected: 1", "printable ASCII"),
+    ],
+)
+def test_a_url_or_token_no_request_could_carry_is_a_usage_error(setting, value, said):
+    status, _, err = run_quietly(["status", JOB], environ={**ENV, setting: value})
+    assert status == EXIT_USAGE
+    assert said in err and RecordingClient.built == []
+
+
 def test_submit_of_a_missing_file_is_a_usage_error(tmp_path):
     status, _, err = run_quietly(["submit", str(tmp_path / "absent.csv"), "--column", "v"])
     assert status == EXIT_USAGE

@@ -200,6 +200,22 @@ def test_field_errors_are_listed_under_the_message():
     assert err.splitlines()[1] == "  chunks: must be between 1 and 64"
 
 
+def test_field_errors_not_keyed_by_field_do_not_hide_the_message():
+    invalid = RequestRejected(
+        "invalid fields", status=422, code="invalid_input", details={"fields": ["chunks"]}
+    )
+    status, _, err, _ = run_scripted(["queue"], [invalid])
+    assert status == EXIT_HTTP_ERROR
+    assert err.splitlines()[0].startswith("chunkwise: invalid_input: invalid fields (HTTP 422)")
+
+
+@pytest.mark.parametrize("command", [["status", JOB_ID], ["queue"]])
+def test_an_answer_without_the_documented_fields_exits_3_saying_so(command):
+    status, out, err, _ = run_scripted(command, [{"unexpected": True}])
+    assert status == EXIT_HTTP_ERROR
+    assert "not the documented one" in err and "Traceback" not in err
+
+
 def test_a_5xx_is_retried_then_exits_3():
     status, _, err, slept = run_scripted(["queue"], [DB_DOWN] * (len(RETRY_DELAYS) + 1))
     assert status == EXIT_HTTP_ERROR

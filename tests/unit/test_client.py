@@ -18,6 +18,7 @@ from worker_cli.client import (
     RequestRejected,
     StorageFailed,
     rejection_of,
+    settings_problem,
     traceparent,
 )
 
@@ -99,8 +100,9 @@ def error_body(code: str, message: str = "no") -> dict:
 
 
 def test_every_call_sends_bearer_token_and_the_attempts_traceparent(client, coordinator):
-    coordinator.reply(200, {"results": [], "trace_id": TRACE_ID})
-    coordinator.reply(200, {"results": [], "trace_id": TRACE_ID})
+    renewed = {"task_id": BEAT["task_id"], "outcome": "renewed", "status": 200, "error": None}
+    coordinator.reply(200, {"results": [renewed], "trace_id": TRACE_ID})
+    coordinator.reply(200, {"results": [renewed], "trace_id": TRACE_ID})
 
     for _ in range(2):
         client.renew_leases(worker_id="w", heartbeats=[BEAT], trace_id=TRACE_ID)
@@ -333,3 +335,72 @@ def test_coordinator_url_with_a_path_prefix_is_kept(coordinator):
     coordinator.reply(204)
     client.claim_tasks(worker_id="w", workloads=["x"], capacity=1)
     assert coordinator.requests[0]["path"] == "/chunkwise/api/v1/tasks/claim"
+
+
+ACCEPTED = {"task_id": "t1", "outcome": "accepted", "status": 200, "error": None}
+
+
+@pytest.mark.parametrize(
+    ("call", "answer"),
+    [
+        ("claim", []),
+        ("claim", {"tasks": {"task_id": "t1"}}),
+        ("results", {"results": []}),
+        ("results", {"results": [ACCEPTED, ACCEPTED]}),
+        ("results", {"results": [None]}),
+        ("results", {"results": [{**ACCEPTED, "outcome": "renewed"}]}),
+        ("heartbeats", {"results": [ACCEPTED]}),
+        ("heartbeats", ["renewed"]),
+    ],
+    ids=[
+        "claim: a list",
+        "claim: tasks no list",
+        "results: none",
+        "results: one too many",
+        "results: null outcome",
+        "results: a heartbeat's outcome",
+        "heartbeats: a result's outcome",
+        "heartbeats: a list",
+    ],
+)
+def test_an_answer_of_the_wrong_shape_is_a_blip_to_retry_not_a_crash(
+    client, coordinator, call, answer
+):
+    coordinator.reply(200, answer)
+    calls = {
+        "claim": lambda: client.claim_tasks(worker_id="w", workloads=["csv_stats"], capacity=1),
+        "results": lambda: client.submit_results(worker_id="w", results=[{**BEAT}]),
+        "heartbeats": lambda: client.renew_leases(worker_id="w", heartbeats=[BEAT]),
+    }
+
+    with pytest.raises(CoordinatorUnavailable) as raised:
+        calls[call]()
+
+    assert raised.value.is_blip and raised.value.status is None
+
+
+def test_a_refused_item_with_a_garbled_error_still_names_its_status():
+    refused = rejection_of({"outcome": "rejected", "status": 409, "error": ["stale"]})
+
+    assert isinstance(refused, LeaseLost)
+    assert (refused.status, refused.code, refused.details) == (409, None, {})
+
+
+@pytest.mark.parametrize(
+    ("url", "token", "problem"),
+    [
+        ("http://[::1", "cwu_x", "is not a URL"),
+        ("http://host:port/", "cwu_x", "is not a URL"),
+        ("ftp://host/", "cwu_x", "is not an http"),
+        ("http:///path", "cwu_x", "is not an http"),
+        ("http://host/", "cwu_\u20ac", "printable ASCII"),
+        ("http://host/", "cwu_x\nInjected: 1", "printable ASCII"),
+        ("http://host/", "cwu x", "printable ASCII"),
+    ],
+)
+def test_a_url_or_token_no_request_could_carry_is_named_before_any_call(url, token, problem):
+    assert problem in settings_problem(url, token)
+
+
+def test_a_usable_url_and_token_have_no_problem():
+    assert settings_problem("https://[::1]:8000/base/", "cwu_" + "A-z_9" * 8) is None

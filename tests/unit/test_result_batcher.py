@@ -43,7 +43,8 @@ def submit_in_thread(batcher, task_id, outcomes):
         except Exception as exc:
             outcomes[task_id] = exc
 
-    thread = threading.Thread(target=run)
+    # A daemon: a chunk thread left waiting for ever must fail its test, not hang the run.
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
 
@@ -134,3 +135,30 @@ def test_a_call_that_fails_raises_for_every_result_it_carried():
     client.gate.set()
     with pytest.raises(CoordinatorUnavailable):
         ResultBatcher(client, "w1").submit("t1", attempt=1, result={}, trace_id=None)
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [lambda results: results[:-1], lambda results: [None] * len(results)],
+    ids=["an outcome short", "outcomes that are no objects"],
+)
+def test_an_answer_that_does_not_fit_the_batch_raises_for_every_result_it_carried(answers):
+    class Garbled(GatedClient):
+        def submit_results(self, *, worker_id, results, trace_id=None):
+            return answers(super().submit_results(worker_id=worker_id, results=results))
+
+    client = Garbled()
+    batcher = ResultBatcher(client, "w1")
+    outcomes: dict = {}
+    first = submit_in_thread(batcher, "t1", outcomes)
+    assert client.first_call.wait(WAIT)
+    rest = [submit_in_thread(batcher, name, outcomes) for name in ("t2", "t3")]
+    while len(batcher._pending) < 2:
+        threading.Event().wait(0.001)
+    client.gate.set()
+    for thread in [first, *rest]:
+        thread.join(WAIT)
+
+    assert not any(thread.is_alive() for thread in [first, *rest]), "a chunk waits for ever"
+    assert all(isinstance(outcomes[name], Exception) for name in ("t1", "t2", "t3"))
+    assert [len(call["results"]) for call in client.calls] == [1, 2]

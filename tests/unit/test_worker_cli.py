@@ -59,6 +59,45 @@ def test_bad_arguments_exit_2(monkeypatch, args):
     assert exited.value.code == 2
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--capacity", "1001"], "capacity must be 1 to 1000"),
+        (["--grace-seconds", "nan"], "grace_seconds"),
+        (["--grace-seconds", "inf"], "grace_seconds"),
+        (["--worker-id", "w" * 201], "worker_id"),
+        (["--worker-id", "w\tw"], "worker_id"),
+        (["--workloads", ",".join(f"w{n}" for n in range(21))], "1 to 20 workloads"),
+        (["--coordinator", "http://[::1"], "is not a URL"),
+        (["--coordinator", "http://127.0.0.1:port"], "is not a URL"),
+    ],
+)
+def test_a_worker_the_coordinator_would_refuse_fails_at_start_with_status_2(
+    monkeypatch, capsys, args, said
+):
+    monkeypatch.setenv("CHUNKWISE_WORKER_TOKEN", "t")
+
+    assert main(["--coordinator", "http://127.0.0.1:9", *args]) == 2
+    assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("token", ["t\nInjected: 1", "cwk_\u20ac", "two words"])
+def test_a_token_no_authorization_header_can_carry_fails_at_start_with_status_2(
+    monkeypatch, capsys, token
+):
+    monkeypatch.setenv("CHUNKWISE_WORKER_TOKEN", token)
+
+    assert main(["--coordinator", "http://127.0.0.1:9"]) == 2
+    assert "printable ASCII" in capsys.readouterr().err
+
+
+def test_an_unknown_log_level_exits_2(monkeypatch):
+    monkeypatch.setenv("CHUNKWISE_WORKER_TOKEN", "t")
+    with pytest.raises(SystemExit) as exited:
+        main(["--coordinator", "http://127.0.0.1:9", "--log-level", "foo"])
+    assert exited.value.code == 2
+
+
 def test_out_of_range_wait_seconds_exit_2(monkeypatch, capsys):
     monkeypatch.setenv("CHUNKWISE_WORKER_TOKEN", "t")
     assert main(["--coordinator", "http://127.0.0.1:9", "--wait-seconds", "31"]) == 2

@@ -20,7 +20,7 @@ from tests.unit.fakes import (
     wait_until_idle,
 )
 from worker_cli.chunk import ResumingInput
-from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected
+from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected, StorageFailed
 from worker_cli.handlers import ChunkStopped, ClaimedTask, InputRejected
 from worker_cli.schedule import Backoff
 from worker_cli.worker import Worker
@@ -189,6 +189,26 @@ def test_claim_backoff_on_5xx_and_429():
     assert sum(clock.sleeps) == pytest.approx(0.75 + 12)
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        LeaseLost("conflict", status=409, code="conflict"),
+        StorageFailed("insufficient storage", status=507),
+        CoordinatorUnavailable("POST /api/v1/tasks/claim: the answer holds no list of tasks"),
+    ],
+    ids=["409", "507", "malformed"],
+)
+def test_a_claim_answer_the_api_never_gives_is_backed_off_and_the_worker_goes_on(answer):
+    clock, client, worker = setup(answer, [task_payload("t1")], capacity=1)
+
+    worker.run_once()
+    worker.run_once()
+    wait_until_idle(worker)
+
+    assert len(client.claims) == 2 and clock.sleeps[0] > 0  # backed off first
+    assert [r["task_id"] for r in client.results] == ["t1"]
+
+
 def test_rejected_claim_stops_the_worker_with_status_1():
     clock, client, worker = setup(RequestRejected("bad token", status=401), capacity=1)
     assert worker.run() == 1
@@ -253,12 +273,17 @@ def dispatch_waiting(clock, client):
     return worker, chunk.context
 
 
-def test_failed_heartbeat_is_retried_soon_and_resends_its_checkpoint():
+@pytest.mark.parametrize(
+    "failure",
+    [CoordinatorUnavailable("down"), StorageFailed("insufficient storage", status=507)],
+    ids=["unavailable", "507 from a proxy"],
+)
+def test_failed_heartbeat_is_retried_soon_and_resends_its_checkpoint(failure):
     clock = FakeClock()
     client = FakeClient(clock)
     worker, context = dispatch_waiting(clock, client)
     context.save_checkpoint({"records_done": 5})
-    client.heartbeat_replies = [CoordinatorUnavailable("down")]
+    client.heartbeat_replies = [failure]
     start = clock.now
 
     for second in (10, 11, 12, 13, 21, 22):
@@ -813,6 +838,19 @@ def test_input_uri_the_coordinator_does_not_serve_is_input_unavailable():
     worker.run_once()
     assert wait_until_idle(worker)
     assert client.failures[0]["error_code"] == "input_unavailable"
+
+
+def test_a_failure_whose_text_the_coordinator_could_not_store_is_sent_with_it_replaced():
+    def crash(task, context):
+        raise ValueError("bad byte \x00 and \udcff")
+
+    clock, client, worker = setup([task_payload("t1")], handler=crash, capacity=1)
+    worker.run_once()
+    assert wait_until_idle(worker)
+
+    [failure] = client.failures
+    assert failure["error_message"] == "ValueError: bad byte \ufffd and \ufffd"
+    assert "\x00" not in failure["details"]["traceback"]
 
 
 def test_failure_messages_are_cut_to_what_the_coordinator_accepts():
