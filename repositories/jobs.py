@@ -273,19 +273,31 @@ def merging_jobs(conn: Connection, limit: int = 20) -> list[tuple[UUID, str]]:
     return [(r["id"], r["workload"]) for r in rows]
 
 
-def delete_finished(conn: Connection, *, older_than_days: int, limit: int = 1000) -> int:
-    """Delete up to `limit` jobs finished more than N days ago, with their tasks and events."""
+def delete_finished(
+    conn: Connection, *, older_than_days: int, limit: int = 1000, task_budget: int = 50_000
+) -> int:
+    """Delete the jobs finished more than N days ago, oldest first, with their tasks and events:
+    up to `limit` jobs, and no more after their tasks reach `task_budget` (the first always).
+
+    The budget keeps one pass's delete within the statement timeout, which a thousand jobs of
+    10,000 tasks each would not be; the next pass goes on from there.
+    """
     cur = conn.execute(
         """
         DELETE FROM jobs WHERE id IN (
-            SELECT id FROM jobs
-            WHERE status IN ('succeeded', 'failed', 'cancelled')
-              AND completed_at < now() - make_interval(days => %(days)s)
-            ORDER BY completed_at
-            LIMIT %(limit)s
-            FOR UPDATE SKIP LOCKED
+            SELECT id FROM (
+                SELECT id, sum(chunks_total) OVER (ORDER BY completed_at, id)
+                           - chunks_total AS tasks_before
+                FROM (SELECT id, completed_at, chunks_total FROM jobs
+                      WHERE status IN ('succeeded', 'failed', 'cancelled')
+                        AND completed_at < now() - make_interval(days => %(days)s)
+                      ORDER BY completed_at
+                      LIMIT %(limit)s
+                      FOR UPDATE SKIP LOCKED) AS due
+            ) AS budgeted
+            WHERE tasks_before < %(budget)s
         )
         """,
-        {"days": older_than_days, "limit": limit},
+        {"days": older_than_days, "limit": limit, "budget": task_budget},
     )
     return cur.rowcount

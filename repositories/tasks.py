@@ -499,9 +499,12 @@ _CANCEL_UNFINISHED = sql.SQL("""
     WITH cancelled AS (
         UPDATE tasks SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL,
             completed_at = now(), version = version + 1
+        -- In id order, as batches of results and heartbeats lock tasks: two that wait for
+        -- each other's rows would otherwise deadlock.
         WHERE id IN (SELECT id FROM tasks
                      WHERE job_id = %(job)s AND chunk_index > %(after)s
                        AND status IN ('pending', 'leased')
+                     ORDER BY id
                      {locking})
         RETURNING id
     ), closed AS (
@@ -527,28 +530,35 @@ def cancel_unfinished(
     return row["n"]
 
 
-def requeue_unfinished(conn: Connection, job_id: UUID, max_attempts: int) -> int:
-    """Put a failed job's failed and cancelled tasks back to pending with fresh budgets,
-    adding them to their workload's queue bound (see sql/0008).
+def requeue_unfinished(
+    conn: Connection, job_id: UUID, workload: str, max_attempts: int, *, queue_limit: int
+) -> tuple[bool, int]:
+    """Put a failed job's failed and cancelled tasks back to pending with fresh budgets, if
+    its workload's queue bound leaves room for them (see sql/0008), as admission does.
 
+    Returns (fits, n): n tasks are to be requeued, and nothing is written unless they fit.
     The attempt counter keeps counting up: it is the fencing generation, so a retry must
     never reuse a number an old worker might still hold.
     """
     row = conn.execute(
         """
-        WITH requeued AS (
+        WITH todo AS (
+            SELECT count(*) AS n FROM tasks
+            WHERE job_id = %(job)s AND status IN ('failed', 'cancelled')
+        ), room AS (
+            UPDATE queue_bounds b SET unfinished = b.unfinished + todo.n
+            FROM todo
+            WHERE b.workload = %(workload)s AND b.unfinished + todo.n <= %(limit)s
+            RETURNING b.workload
+        ), requeued AS (
             UPDATE tasks SET status = 'pending', max_attempts = attempt + %(max)s,
                 lost_retries = 0, read_retries = 0, lease_owner = NULL,
                 lease_expires_at = NULL, completed_at = NULL, version = version + 1
             WHERE job_id = %(job)s AND status IN ('failed', 'cancelled')
-            RETURNING workload
-        ), bound AS (
-            UPDATE queue_bounds b SET unfinished = b.unfinished + r.n
-            FROM (SELECT workload, count(*) AS n FROM requeued GROUP BY workload) AS r
-            WHERE b.workload = r.workload
+              AND EXISTS (SELECT FROM room)
         )
-        SELECT count(*) AS n FROM requeued
+        SELECT EXISTS (SELECT FROM room) AS fits, (SELECT n FROM todo) AS n
         """,
-        {"job": job_id, "max": max_attempts},
+        {"job": job_id, "workload": workload, "max": max_attempts, "limit": queue_limit},
     ).fetchone()
-    return row["n"]
+    return row["fits"], row["n"]

@@ -202,16 +202,7 @@ def admit(
             if replayed is not None:
                 return replayed
             if queued + len(new_tasks) > limit:
-                raise QueueFull(
-                    f"the queue holds {queued} unfinished {new_job.workload} tasks; "
-                    f"{len(new_tasks)} more would exceed the limit of {limit}",
-                    retry_after=rt.limits.heartbeat_seconds,
-                    details={
-                        "queued_chunks": queued,
-                        "requested_chunks": len(new_tasks),
-                        "limit": limit,
-                    },
-                )
+                raise _queue_full(rt, new_job.workload, queued, len(new_tasks), limit)
             # It fits now: the count holds the bound's row until this transaction ends.
             _, job = job_rows.admit_job(conn, new_job, new_tasks, queue_limit=limit)
         if job is None:
@@ -390,11 +381,31 @@ def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str)
                 code="not_recoverable",
                 details={"error": job.error},
             )
-        task_rows.requeue_unfinished(conn, job.id, rt.limits.max_attempts)
+        # Within the queue's bound, as admission is: a retry adds tasks to the queue too.
+        limit = rt.workloads.of(job.workload).caps.max_queued_tasks
+        budget = rt.limits.max_attempts
+        fits, n = task_rows.requeue_unfinished(
+            conn, job.id, job.workload, budget, queue_limit=limit
+        )
+        if not fits:
+            queued = task_rows.recount_unfinished(conn, job.workload)
+            if queued + n > limit:
+                raise _queue_full(rt, job.workload, queued, n, limit)
+            # It fits now: the count holds the bound's row until this transaction ends.
+            task_rows.requeue_unfinished(conn, job.id, job.workload, budget, queue_limit=limit)
         job = job_rows.set_status(conn, job.id, "running")
         _record_user_action(conn, principal, job, "job.retried", "job.retry", trace_id)
         view = _view(conn, job)
     return view
+
+
+def _queue_full(rt: Runtime, workload: str, queued: int, requested: int, limit: int) -> QueueFull:
+    return QueueFull(
+        f"the queue holds {queued} unfinished {workload} tasks; "
+        f"{requested} more would exceed the limit of {limit}",
+        retry_after=rt.limits.heartbeat_seconds,
+        details={"queued_chunks": queued, "requested_chunks": requested, "limit": limit},
+    )
 
 
 def list_events(rt: Runtime, principal: Principal, *, after: int, limit: int) -> list[Event]:

@@ -303,10 +303,11 @@ def fail_task(
     """Record the caller's failure; the task is retried while its budgets allow."""
     with rt.pool.connection() as conn, conn.transaction():
         task = _task_or_404(conn, task_id)
-        job = job_rows.get(conn, task.job_id, for_update=True)
         rules = rt.workloads.of(task.workload)
         if failure.error_code == "invalid_input":
             rules.check_failure(task, failure)
+        # The task before its job, the order a cancel and a batch of results take them in:
+        # the other way round a cancel and this failure could each wait for the other.
         failed = task_rows.fail(
             conn,
             task_id,
@@ -325,6 +326,7 @@ def fail_task(
             conn, task_id, attempt, outcome, failure.error_code, failure.error_message
         )
         logcontext.bind(**_attempt_fields(failed, worker_id, closed))
+        job = job_rows.get(conn, task.job_id, for_update=True)
         settled = settlement.settle(conn, job, rules)
     logger.info(
         "task failed",

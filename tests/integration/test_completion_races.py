@@ -104,3 +104,98 @@ def test_a_failure_racing_batches_of_results_fails_the_job_without_deadlock(rt, 
         assert counts.get("failed") == 1
         assert counts.get("pending", 0) == counts.get("leased", 0) == 0
         assert job["chunks_completed"] == counts.get("completed", 0)
+
+
+# --- lock order, interleaved on purpose ------------------------------------------------------
+
+
+def waiting_on_locks(db) -> int:
+    """How many sessions of this database wait for a lock right now."""
+    return db.execute(
+        "SELECT count(*) AS n FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    ).fetchone()["n"]
+
+
+def in_background(call) -> tuple[threading.Thread, list]:
+    """Run a call in a thread; the list gets what it returned or raised."""
+    outcome: list = []
+
+    def run():
+        try:
+            outcome.append(call())
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+def wait_for_waiters(db, eventually, n: int) -> None:
+    assert eventually(10, lambda: waiting_on_locks(db) >= n), f"{n} sessions never waited"
+
+
+def three_tasks_out_of_id_order(rt, user) -> tuple[jobs.JobView, dict]:
+    """A job of three tasks, all leased to w1, whose last chunk has the lowest id: batches
+    (by id) and a cancel (once by chunk) would lock chunks 0 and 2 in opposite orders."""
+    for _ in range(50):
+        spec = JobSpec(
+            workload="echo",
+            input_uri="s3://in/",
+            parameters={},
+            tasks=[TaskSpec(f"s3://in/{n}", sha256_of(str(n)), {}) for n in range(3)],
+        )
+        view = jobs.create_job(rt, user, spec, trace_id=uuid.uuid4().hex)
+        ids = [jobs.task_id(view.job.id, n) for n in range(3)]
+        if ids[2] < min(ids[0], ids[1]):
+            claimed = {c.task.chunk_index: c for c in tasks.claim_tasks(rt, "w1", ["echo"], 3)}
+            return view, claimed
+        jobs.cancel_job(rt, user, view.job.id, trace_id="t")
+    raise AssertionError("no job with its tasks in that order")
+
+
+def test_a_cancel_and_a_batch_of_results_lock_tasks_in_one_order(rt, user, db, eventually):
+    view, claimed = three_tasks_out_of_id_order(rt, user)
+    with rt.pool.connection() as holder, holder.transaction():
+        # As a heartbeat batch of another call does: chunk 1 held for a moment.
+        holder.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", (claimed[1].task.id,))
+        cancel, cancelled = in_background(
+            lambda: jobs.cancel_job(rt, user, view.job.id, trace_id="t")
+        )
+        wait_for_waiters(db, eventually, 1)
+        batch, answered = in_background(
+            lambda: tasks.complete_tasks(rt, "w1", batch_of([claimed[2], claimed[0]]))
+        )
+        wait_for_waiters(db, eventually, 2)
+    cancel.join(30)
+    batch.join(30)
+
+    assert not isinstance(cancelled[0], BaseException), cancelled
+    assert not isinstance(answered[0], BaseException), answered
+    assert cancelled[0].job.status == "cancelled"
+
+
+def test_a_failure_and_a_cancel_lock_the_task_before_the_job(rt, user, db, eventually):
+    view, claimed = three_tasks_out_of_id_order(rt, user)
+    broken = TaskFailure("boom", "it broke", retryable=False, details={})
+    with rt.pool.connection() as holder, holder.transaction():
+        # As a batch of results does while it counts: the job held for a moment.
+        holder.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (view.job.id,))
+        failure, failed = in_background(
+            lambda: tasks.fail_task(rt, claimed[0].task.id, "w1", 1, broken)
+        )
+        wait_for_waiters(db, eventually, 1)
+        cancel, cancelled = in_background(
+            lambda: jobs.cancel_job(rt, user, view.job.id, trace_id="t")
+        )
+        wait_for_waiters(db, eventually, 2)
+    failure.join(30)
+    cancel.join(30)
+
+    assert failed[0].status == "failed", failed
+    # The failure went first: the cancel meets a failed job, which it may not cancel.
+    assert isinstance(cancelled[0], jobs.Conflict), cancelled
+    assert db.execute("SELECT status FROM jobs WHERE id = %s", (view.job.id,)).fetchone() == {
+        "status": "failed"
+    }

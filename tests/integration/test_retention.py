@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from repositories import jobs as job_rows
 from services import jobs, maintenance
 from services.runtime import Limits
 from tests.integration.manifests import WORKER, manifest
@@ -55,3 +56,22 @@ def test_without_a_retention_period_nothing_is_deleted(rt, submit, claim, comple
     age(db, job["id"], 10_000)
     assert jobs.delete_expired_history(replace(rt, limits=Limits())) == 0
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 1
+
+
+def test_a_pass_deletes_old_jobs_oldest_first_until_their_tasks_reach_its_budget(
+    rt, submit, claim, complete, db
+):
+    finished = []
+    for days in (30, 20, 10):  # oldest first; three tasks each
+        job = submit(manifest(3))
+        for task in claim(WORKER, capacity=3):
+            complete(task)
+        age(db, job["id"], days)
+        finished.append(job["id"])
+
+    with rt.pool.connection() as conn:
+        # The first job always goes; the second starts within the budget; the third does not.
+        assert job_rows.delete_finished(conn, older_than_days=7, task_budget=4) == 2
+        kept = [r["id"] for r in conn.execute("SELECT id FROM jobs").fetchall()]
+        assert [str(k) for k in kept] == [finished[2]]
+        assert job_rows.delete_finished(conn, older_than_days=7, task_budget=1) == 1

@@ -115,12 +115,44 @@ def test_finished_tasks_stay_in_the_bound_until_a_job_needs_their_room(
     assert (unfinished(db), queue_bound(db)) == (400, 400)
 
 
+def test_a_retry_that_would_overfill_the_queue_is_429_and_changes_nothing(
+    submit, claim, task_call, client, headers, db
+):
+    failing = submit(manifest(400))
+    [doomed] = claim(WORKER)
+    failure = {"worker_id": WORKER, "attempt": 1, "error_code": "oom", "retryable": False}
+    assert task_call(doomed["task_id"], "failure", failure).status_code == 200
+    before = db.execute("SELECT id, status, version FROM tasks ORDER BY id").fetchall()
+    submit(manifest(300))  # overflows the bound: the count finds the failed job's tasks done
+
+    retried = client.post(f"/api/v1/jobs/{failing['id']}/retry", headers=headers["user"])
+
+    assert retried.status_code == 429, retried.get_json()
+    assert retried.headers["Retry-After"]
+    assert retried.get_json()["error"]["details"] == {
+        "queued_chunks": 300,
+        "requested_chunks": 400,
+        "limit": 600,
+    }
+    assert (
+        db.execute(
+            "SELECT id, status, version FROM tasks WHERE job_id = %s ORDER BY id", (failing["id"],)
+        ).fetchall()
+        == before
+    )
+    assert (
+        client.get(f"/api/v1/jobs/{failing['id']}", headers=headers["user"]).get_json()["status"]
+        == "failed"
+    )
+    assert unfinished(db) == 300
+
+
 def test_a_retried_job_counts_against_the_queue_again(submit, claim, task_call, client, headers):
     failing = submit(manifest(400))
     [doomed] = claim(WORKER)
     failure = {"worker_id": WORKER, "attempt": 1, "error_code": "oom", "retryable": False}
     assert task_call(doomed["task_id"], "failure", failure).status_code == 200
-    submit(manifest(300))  # overflows the bound: the count finds the failed job's tasks done
+    submit(manifest(200))  # overflows the bound: the count finds the failed job's tasks done
     retried = client.post(f"/api/v1/jobs/{failing['id']}/retry", headers=headers["user"])
     assert retried.status_code == 200, retried.get_json()
 
@@ -128,7 +160,7 @@ def test_a_retried_job_counts_against_the_queue_again(submit, claim, task_call, 
 
     assert response.status_code == 429
     assert response.get_json()["error"]["details"] == {
-        "queued_chunks": 700,
+        "queued_chunks": 600,
         "requested_chunks": 1,
         "limit": 600,
     }
