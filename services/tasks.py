@@ -352,6 +352,8 @@ def serve_input(rt: Runtime, task_id: UUID, worker_id: str, attempt: int) -> Inp
         if task.status != "leased" or task.lease_owner != worker_id or task.attempt != attempt:
             raise _lease_error(conn, task_id, worker_id, attempt)
         job = job_rows.get(conn, task.job_id)
+    if job is None:  # deleted with its tasks by retention since the task was read
+        raise NotFound(f"task {task_id} does not exist")
     where = rt.workloads.of(task.workload).task_input(rt.archive_dir, job, task)
     return InputStream(where.length, _input_blocks(rt, where, task_id, worker_id, attempt))
 
@@ -485,6 +487,8 @@ def _replayed_result(
     conn: Connection, task_id: UUID, worker_id: str, attempt: int, result_sha256: str
 ) -> Task:
     task = task_rows.get(conn, task_id)
+    if task is None:  # deleted with its job by retention since the batch first read it
+        raise NotFound(f"task {task_id} does not exist")
     record = task_rows.find_attempt(conn, task_id, attempt)
     same_attempt = (
         task.status == "completed"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from repositories import tasks as task_rows
 from tests.integration.manifests import OTHER_WORKER, WORKER, batch_item, manifest
 
 
@@ -108,3 +109,25 @@ def test_user_tokens_cannot_post_result_batches(client, headers):
         headers=headers["user"],
     )
     assert response.status_code == 403
+
+
+def test_a_task_deleted_after_the_batch_read_it_is_answered_404_in_its_item(
+    submit, claim, client, headers, db, monkeypatch
+):
+    submit(manifest(2))
+    kept, gone = claim(WORKER, capacity=2)
+    read_before = task_rows.get_many
+
+    def read_then_lose_one(conn, task_ids):
+        # What the batch read first; then retention deletes the task, job and all.
+        found = read_before(conn, task_ids)
+        db.execute("DELETE FROM tasks WHERE id = %s", (gone["task_id"],))
+        return found
+
+    monkeypatch.setattr(task_rows, "get_many", read_then_lose_one)
+
+    response = batch(client, headers, [batch_item(kept), batch_item(gone)])
+
+    assert response.status_code == 200, response.get_json()
+    accepted, lost = response.get_json()["results"]
+    assert (accepted["outcome"], lost["outcome"], lost["status"]) == ("accepted", "rejected", 404)
