@@ -8,7 +8,7 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from services.errors import StorageFull, StorageUnavailable
@@ -23,6 +23,8 @@ ARCHIVE = "archive"
 SETTING_OF_ROLE = {TEMP: "CHUNKWISE_TEMP_DIR", ARCHIVE: "CHUNKWISE_ARCHIVE_DIR"}
 OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 COPY_BLOCK_SIZE = 1024 * 1024
+# A copy on its way into the archive: named so, it is never taken for an archived input.
+INCOMING = ".incoming-"
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,25 @@ def errno_name(exc: OSError) -> str:
     return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
 
 
+def stage(archive_dir: Path, upload: Upload) -> Upload:
+    """The upload on the archive's filesystem, so that storing it is a rename.
+
+    Called before admission's transaction: a copy across filesystems is a pass over the file,
+    and inside the transaction it would hold the queue's bound row, on which every other
+    admission of the workload waits. The caller removes the staged file if it is not stored.
+    """
+    try:
+        if archive_path(archive_dir, upload.sha256).exists():
+            return upload
+        if os.stat(upload.path).st_dev == os.stat(archive_dir).st_dev:
+            return upload
+        staged = archive_dir / f"{INCOMING}{uuid.uuid4().hex}"
+        _durable_copy(upload.path, staged)
+    except OSError as exc:
+        raise storage_failure(exc, ARCHIVE) from exc
+    return replace(upload, path=staged)
+
+
 def store(archive_dir: Path, upload: Upload) -> bool:
     """Move an upload into the archive; False when those bytes were already there."""
     target = archive_path(archive_dir, upload.sha256)
@@ -101,19 +122,27 @@ def move_file(source: Path, target: Path) -> None:
 
 def _copy_into_place(source: Path, target: Path) -> None:
     # Copied beside the target, made durable, then renamed into place: readers never see a
-    # partial file, and a failure removes the copy (a crash mid-copy leaves only an .incoming
-    # file no job refers to).
-    partial = target.with_name(f".incoming-{uuid.uuid4().hex}")
+    # partial file (a crash mid-copy leaves only an .incoming file no job refers to).
+    partial = target.with_name(f"{INCOMING}{uuid.uuid4().hex}")
+    _durable_copy(source, partial)
     try:
-        with source.open("rb") as src, partial.open("wb") as dst:
-            shutil.copyfileobj(src, dst, COPY_BLOCK_SIZE)
-            dst.flush()
-            os.fsync(dst.fileno())
         os.replace(partial, target)
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
     source.unlink()
+
+
+def _durable_copy(source: Path, copy: Path) -> None:
+    # A failure removes the copy.
+    try:
+        with source.open("rb") as src, copy.open("wb") as dst:
+            shutil.copyfileobj(src, dst, COPY_BLOCK_SIZE)
+            dst.flush()
+            os.fsync(dst.fileno())
+    except BaseException:
+        copy.unlink(missing_ok=True)
+        raise
 
 
 def sync_to_disk(path: Path) -> None:
@@ -125,11 +154,12 @@ def sync_to_disk(path: Path) -> None:
         os.close(fd)
 
 
-def remove_stale_temp_files(temp_dir: Path, now: float | None = None) -> int:
-    """Delete spool files older than a day (left by crashed or abandoned uploads)."""
+def remove_stale_temp_files(temp_dir: Path, archive_dir: Path, now: float | None = None) -> int:
+    """Delete spool files and copies on their way into the archive older than a day (left by
+    crashed or abandoned uploads)."""
     now = time.time() if now is None else now
     removed = 0
-    for path in temp_dir.glob("upload-*"):
+    for path in [*temp_dir.glob("upload-*"), *archive_dir.glob(f"{INCOMING}*")]:
         try:
             if now - path.stat().st_mtime > TEMP_MAX_AGE_SECONDS:
                 path.unlink()

@@ -107,13 +107,17 @@ def submit_csv_job(
             _chunk_task(job_id, plan, split, request, rt.limits.max_attempts)
             for plan in split.plans
         ]
-        return job_rules.admit(
-            rt,
-            principal,
-            new_job,
-            new_tasks,
-            on_admitted=lambda: archive.store(rt.archive_dir, upload),
-        )
+        staged = archive.stage(rt.archive_dir, upload)
+        try:
+            return job_rules.admit(
+                rt,
+                principal,
+                new_job,
+                new_tasks,
+                on_admitted=lambda: archive.store(rt.archive_dir, staged),
+            )
+        finally:
+            staged.path.unlink(missing_ok=True)
     finally:
         upload.path.unlink(missing_ok=True)
 

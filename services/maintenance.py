@@ -20,6 +20,6 @@ def run_pass(rt: Runtime, *, trace_id: str | None = None) -> None:
     for job_id, workload in waiting:
         with logcontext.scope(job_id=str(job_id)):
             rt.workloads.of(workload).merge(rt, job_id)
-    archive.remove_stale_temp_files(rt.temp_dir)
+    archive.remove_stale_temp_files(rt.temp_dir, rt.archive_dir)
     jobs.delete_expired_history(rt)
     queue.fold_tallies(rt)

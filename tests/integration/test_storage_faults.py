@@ -21,7 +21,7 @@ from app.config import ConfigError
 from app.runtime import close
 from devstack.sample_csv import generate_csv
 from services import archive
-from tests.integration.csv_worker import files_under, row_counts, upload
+from tests.integration.csv_worker import files_under, row_counts, settings, upload
 
 DATA = generate_csv(200, seed=3)
 
@@ -188,22 +188,61 @@ def test_a_storage_failure_is_logged_with_its_path_for_the_operator(
     assert str(archive_dir) in line.error
 
 
-def test_uploads_are_copied_into_an_archive_on_another_filesystem(app_config, headers, tmp_path):
+@pytest.fixture
+def spool_on_another_filesystem(app_config, tmp_path):
+    """An app whose temp directory is on a filesystem other than its archive's."""
     shm = Path("/dev/shm")
     if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
         pytest.skip("no second filesystem at /dev/shm")
     temp = shm / f"chunkwise-test-{tmp_path.name}"
     flask_app = create_app({**app_config, "CHUNKWISE_TEMP_DIR": str(temp)})
-    try:
-        assert flask_app.test_client().get("/readyz").status_code == 200
-        response = upload(flask_app.test_client(), headers["user"], DATA)
-    finally:
-        close(flask_app.extensions["chunkwise.runtime"])
-        shutil.rmtree(temp, ignore_errors=True)
+    yield flask_app
+    close(flask_app.extensions["chunkwise.runtime"])
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_uploads_are_copied_into_an_archive_on_another_filesystem(
+    spool_on_another_filesystem, headers, archive_dir
+):
+    assert spool_on_another_filesystem.test_client().get("/readyz").status_code == 200
+
+    response = upload(spool_on_another_filesystem.test_client(), headers["user"], DATA)
 
     assert response.status_code == 201, response.get_json()
-    stored = files_under(Path(app_config["CHUNKWISE_ARCHIVE_DIR"]))
-    assert [p.read_bytes() for p in stored] == [DATA]
+    assert [p.read_bytes() for p in files_under(archive_dir)] == [DATA]
+
+
+def test_the_copy_across_filesystems_is_made_before_admission_holds_the_queue(
+    spool_on_another_filesystem, headers, archive_dir, monkeypatch
+):
+    stored_from = []
+    store = archive.store
+
+    def store_recording_where_from(directory, staged):
+        # Inside admission's transaction: by now the bytes must be a rename away.
+        stored_from.append(os.stat(staged.path).st_dev == os.stat(directory).st_dev)
+        return store(directory, staged)
+
+    monkeypatch.setattr(archive, "store", store_recording_where_from)
+
+    response = upload(spool_on_another_filesystem.test_client(), headers["user"], DATA)
+
+    assert response.status_code == 201, response.get_json()
+    assert stored_from == [True]
+    assert [p.read_bytes() for p in files_under(archive_dir)] == [DATA]
+
+
+@settings(CHUNKWISE_MAX_QUEUED_CHUNKS="4")
+def test_a_staged_copy_of_a_refused_upload_is_removed(
+    spool_on_another_filesystem, headers, archive_dir
+):
+    browser = spool_on_another_filesystem.test_client()
+    assert upload(browser, headers["user"], DATA).status_code == 201
+
+    refused = upload(browser, headers["user"], DATA + b"1,2\n")
+
+    assert refused.status_code == 429, refused.get_json()
+    assert [p.read_bytes() for p in files_under(archive_dir)] == [DATA]
 
 
 # --- start-up and /readyz ---------------------------------------------------------------

@@ -79,20 +79,24 @@ def test_the_same_bytes_are_stored_once(tmp_path):
     assert len(list((tmp_path / "archive").rglob("*"))) == 3  # sha256/, ab/, the file
 
 
-def test_spools_older_than_a_day_are_removed_and_younger_ones_kept(tmp_path):
-    temp = tmp_path / "tmp"
+def test_spools_and_staged_copies_older_than_a_day_are_removed_and_younger_ones_kept(tmp_path):
+    temp, store = tmp_path / "tmp", tmp_path / "archive"
     old = spool(temp, b"old", "upload-old").path
     young = spool(temp, b"young", "upload-young").path
     other = temp / "not-a-spool"
     other.write_bytes(b"keep")
+    store.mkdir()
+    old_copy, young_copy = store / ".incoming-old", store / ".incoming-young"
+    old_copy.write_bytes(b"old")
+    young_copy.write_bytes(b"young")
     day_and_a_bit = time.time() - archive.TEMP_MAX_AGE_SECONDS - 60
-    os.utime(old, (day_and_a_bit, day_and_a_bit))
-    os.utime(other, (day_and_a_bit, day_and_a_bit))
+    for path in (old, other, old_copy):
+        os.utime(path, (day_and_a_bit, day_and_a_bit))
 
-    assert archive.remove_stale_temp_files(temp) == 1
+    assert archive.remove_stale_temp_files(temp, store) == 2
 
-    assert not old.exists()
-    assert young.exists()
+    assert not old.exists() and not old_copy.exists()
+    assert young.exists() and young_copy.exists()
     assert other.exists()
 
 
