@@ -373,9 +373,9 @@ def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str)
                 code="not_failed",
                 details={"status": job.status},
             )
-        failed = task_rows.list_for_job(conn, job.id, status="failed")
-        codes = {t.error_code for t in failed} | {(job.error or {}).get("code")}
-        if codes & UNRECOVERABLE_ERRORS:
+        # The job's own reason decides: a chunk's bad input may not have been decisive yet
+        # when an earlier chunk ran out of attempts, and a retry reaches the real answer.
+        if (job.error or {}).get("code") in UNRECOVERABLE_ERRORS:
             raise Conflict(
                 "the job failed on its input; retrying would fail the same way",
                 code="not_recoverable",

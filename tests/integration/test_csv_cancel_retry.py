@@ -252,6 +252,29 @@ def test_retrying_a_job_that_lost_its_lease_twice_finishes_it(client, headers, r
     assert get_job(client, headers["user"], job["id"])["status"] == "succeeded"
 
 
+def test_a_job_that_failed_before_its_bad_record_was_decisive_is_retried_to_that_answer(
+    client, headers, worker, other_worker
+):
+    data = generate_csv(400, seed=11, malformed_at=350)  # in the last of four chunks
+    job = submit(client, headers["user"], data, chunks=4)
+    leased = {t["chunk_index"]: t for t in worker.claim(capacity=2) + other_worker.claim(2)}
+    assert other_worker.run(leased[3]).status_code == 200  # invalid_input, not decisive yet
+    exhaust_read_retries(worker, leased[0])
+    failed = get_job(client, headers["user"], job["id"])
+    assert failed["error"]["code"] == "attempts_exhausted"
+
+    response = retry(client, headers["user"], job["id"])
+
+    assert response.status_code == 200, response.get_json()
+    worker.drain()
+    done = get_job(client, headers["user"], job["id"])
+    assert (done["status"], done["error"]["code"]) == ("failed", "invalid_input")
+    with pytest.raises(csvstats.BadRecord) as sequential:
+        csvstats.sequential_totals(data, "value")
+    details = done["error"]["details"]
+    assert (details["record"], details["line"]) == (350, sequential.value.record.line)
+
+
 UNRECOVERABLE = {
     "invalid_input": generate_csv(50, seed=3, malformed_at=30),
     "sum_overflow": b"id,value\n1,9223372036854775807\n2,1\n",
