@@ -9,7 +9,7 @@ from uuid import UUID
 
 from flask import Blueprint, Response, g, redirect, render_template, request, url_for
 from marshmallow import ValidationError
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, UnsupportedMediaType
 
 from app import errors, schemas, ui_session
 from app.attempt_timeline import build_timeline
@@ -50,23 +50,29 @@ PAGE_SIZE = 50
 WATCH_SECONDS = 20
 # A backslash, which some browsers read as a slash, or a control character.
 UNSAFE_IN_LOCATION = re.compile(r"[\\\x00-\x1f\x7f]")
+URLENCODED = "application/x-www-form-urlencoded"
 DELIMITERS = {"comma": ",", "semicolon": ";", "tab": "\t", "pipe": "|"}
 
 
 @bp.before_request
 def require_signed_in_user() -> Response | None:
-    """Refuse form posts without the session's CSRF token; send strangers to sign in."""
+    """Send strangers to sign in; refuse form posts without the session's CSRF token.
+
+    In that order, so a stranger's post is turned away before its body is read: reading a
+    multipart body spools its files to disk. The sign-in form itself is never multipart.
+    """
+    if request.endpoint not in OPEN_ENDPOINTS:
+        principal = ui_session.signed_in_principal(get_runtime())
+        if principal is None:
+            return redirect(url_for("ui.sign_in", next=_wanted_page()))
+        g.principal = principal
+        logcontext.bind(principal=principal.name)
+        if request.endpoint in OPERATOR_ENDPOINTS and not principal.is_operator:
+            raise Forbidden("this page is for operators")
     if request.method == "POST":
+        if request.endpoint == "ui.sign_in" and request.mimetype != URLENCODED:
+            raise UnsupportedMediaType(f"the sign-in form is sent as {URLENCODED}")
         ui_session.check_csrf(request.form.get("csrf_token"))
-    if request.endpoint in OPEN_ENDPOINTS:
-        return None
-    principal = ui_session.signed_in_principal(get_runtime())
-    if principal is None:
-        return redirect(url_for("ui.sign_in", next=_wanted_page()))
-    g.principal = principal
-    logcontext.bind(principal=principal.name)
-    if request.endpoint in OPERATOR_ENDPOINTS and not principal.is_operator:
-        raise Forbidden("this page is for operators")
     return None
 
 
@@ -112,7 +118,8 @@ def sign_out():
 
 
 def _wanted_page() -> str:
-    query = request.query_string.decode()
+    # Raw bytes a proxy let through need not be UTF-8; they are only ever sent back.
+    query = request.query_string.decode("utf-8", "replace")
     return f"{request.path}?{query}" if query else request.path
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from app import create_app
+from app import create_app, uploads
 from app.runtime import close
 from devstack.sample_csv import generate_csv
 from services import auth
@@ -273,6 +273,42 @@ def test_a_csrf_token_beyond_ascii_is_refused_like_any_forged_one(client, tokens
 
     assert answer.status_code == 403
     assert "CSRF" in answer.text
+
+
+def test_a_strangers_form_post_is_sent_to_sign_in_before_its_body_is_read(client, monkeypatch):
+    spooled = []
+    monkeypatch.setattr(uploads.HashingSpool, "write", lambda self, data: spooled.append(data))
+    client.get("/ui/sign-in")  # a session with a CSRF token, but nobody signed in
+
+    answer = client.post(
+        "/ui/submit",
+        data={"csrf_token": "whatever", "file": (io.BytesIO(DATA), "data.csv")},
+        content_type="multipart/form-data",
+    )
+
+    assert answer.status_code == 302 and "/ui/sign-in" in answer.headers["Location"]
+    assert spooled == []
+
+
+def test_a_sign_in_sent_as_multipart_is_refused_unread(client, tokens):
+    form = client.get("/ui/sign-in")
+
+    answer = client.post(
+        "/ui/sign-in",
+        data={"csrf_token": csrf_of(form), "token": tokens["user"]},
+        content_type="multipart/form-data",
+    )
+
+    assert answer.status_code == 415
+    assert client.get("/ui/").status_code == 302
+
+
+def test_a_query_string_of_raw_bytes_is_carried_to_sign_in_not_a_500(client):
+    # As a WSGI server hands over what a proxy let through: bytes, one per latin-1 character.
+    answer = client.get("/ui/", environ_overrides={"QUERY_STRING": "status=\xff"})
+
+    assert answer.status_code == 302
+    assert "/ui/sign-in" in answer.headers["Location"]
 
 
 def test_a_sign_in_without_the_csrf_token_is_refused(client, tokens):
