@@ -510,6 +510,13 @@ _CANCEL_UNFINISHED = sql.SQL("""
     ), closed AS (
         UPDATE task_attempts SET outcome = 'cancelled', finished_at = now()
         WHERE task_id IN (SELECT id FROM cancelled) AND outcome IS NULL
+    ), marked AS (
+        -- What was unfinished and is not cancelled now was skipped: cancel_strays ends it.
+        UPDATE jobs SET stray_tasks = true
+        WHERE id = %(job)s AND %(skip)s AND EXISTS (
+            SELECT FROM tasks
+            WHERE job_id = %(job)s AND chunk_index > %(after)s
+              AND status IN ('pending', 'leased') AND id NOT IN (SELECT id FROM cancelled))
     )
     SELECT count(*) AS n FROM cancelled
 """)
@@ -522,11 +529,55 @@ def cancel_unfinished(
 
     skip_locked leaves alone the tasks another transaction is changing right now: a batch
     of results completing them, or a claim leasing them. A caller holding the job's lock
-    must skip them, since that batch waits for the job next.
+    must skip them, since that batch waits for the job next; the job is then marked as
+    having stray tasks, for cancel_strays to end once the job is finished.
     """
     locking = sql.SQL("FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE")
     query = _CANCEL_UNFINISHED.format(locking=locking)
-    row = conn.execute(query, {"job": job_id, "after": after_index}).fetchone()
+    params = {"job": job_id, "after": after_index, "skip": skip_locked}
+    return conn.execute(query, params).fetchone()["n"]
+
+
+def cancel_strays(conn: Connection, limit: int = 100) -> int:
+    """Cancel the unfinished tasks of finished jobs marked as having stray tasks, and clear
+    the mark of each job that has none left; return how many were cancelled.
+
+    The jobs are locked, skipping any another transaction holds (a retry re-queueing them,
+    which must not be undone), and their tasks likewise, so this never waits while holding a
+    job: a batch of results holds its tasks and waits for the job. What is skipped now is
+    taken by a later pass.
+    """
+    row = conn.execute(
+        """
+        WITH finished AS (
+            SELECT id FROM jobs
+            WHERE stray_tasks AND status IN ('succeeded', 'failed', 'cancelled')
+            ORDER BY id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ), cancelled AS (
+            UPDATE tasks SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL,
+                completed_at = now(), version = version + 1
+            WHERE id IN (SELECT t.id FROM tasks t
+                         WHERE t.job_id IN (SELECT id FROM finished)
+                           AND t.status IN ('pending', 'leased')
+                         ORDER BY t.id
+                         FOR UPDATE SKIP LOCKED)
+            RETURNING id
+        ), closed AS (
+            UPDATE task_attempts SET outcome = 'cancelled', finished_at = now()
+            WHERE task_id IN (SELECT id FROM cancelled) AND outcome IS NULL
+        ), cleared AS (
+            UPDATE jobs j SET stray_tasks = false
+            WHERE j.id IN (SELECT id FROM finished) AND NOT EXISTS (
+                SELECT FROM tasks t
+                WHERE t.job_id = j.id AND t.status IN ('pending', 'leased')
+                  AND t.id NOT IN (SELECT id FROM cancelled))
+        )
+        SELECT count(*) AS n FROM cancelled
+        """,
+        {"limit": limit},
+    ).fetchone()
     return row["n"]
 
 

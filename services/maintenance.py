@@ -1,4 +1,4 @@
-"""One housekeeping pass: expire leases, finish merges, tidy spools, prune history, fold tallies."""
+"""One housekeeping pass: leases, stray tasks, merges, spools, history, tallies."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ def run_pass(rt: Runtime, *, trace_id: str | None = None) -> None:
     """Run every housekeeping step once, logging under `trace_id`."""
     logcontext.begin(trace_id=trace_id, operation="maintenance")
     tasks.expire_leases(rt)
+    tasks.cancel_strays(rt)
     with rt.pool.connection() as conn:
         waiting = job_rows.merging_jobs(conn)
     for job_id, workload in waiting:

@@ -419,6 +419,17 @@ def expire_leases(rt: Runtime, now: datetime | None = None) -> list[ExpiredLease
         return _expire(conn, now, rt.workloads)
 
 
+def cancel_strays(rt: Runtime) -> int:
+    """Cancel the tasks a failed job left behind because they were locked as it failed."""
+    with rt.pool.connection() as conn, conn.transaction():
+        cancelled = task_rows.cancel_strays(conn)
+    if cancelled:
+        logger.info(
+            "stray tasks cancelled", extra={"event": "strays_cancelled", "count": cancelled}
+        )
+    return cancelled
+
+
 def _expire(conn: Connection, now: datetime | None, workloads: Workloads) -> list[ExpiredLease]:
     expired = task_rows.expire(conn, now=now, lost_budget=LOST_RETRY_BUDGET)
     for lease in expired:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 
-from services import jobs, tasks
+from services import jobs, maintenance, tasks
 from services.jobs import JobSpec, TaskSpec
 from services.workloads import TaskFailure, TaskResult
 from tests.integration.manifests import sha256_of
@@ -199,3 +199,36 @@ def test_a_failure_and_a_cancel_lock_the_task_before_the_job(rt, user, db, event
     assert db.execute("SELECT status FROM jobs WHERE id = %s", (view.job.id,)).fetchone() == {
         "status": "failed"
     }
+
+
+def test_a_task_held_while_its_job_failed_is_cancelled_by_a_later_pass_once_free(rt, user, db):
+    spec = JobSpec(
+        workload="echo",
+        input_uri="s3://in/",
+        parameters={},
+        tasks=[TaskSpec(f"s3://in/{n}", sha256_of(str(n)), {}) for n in range(3)],
+    )
+    view = jobs.create_job(rt, user, spec, trace_id=uuid.uuid4().hex)
+    doomed, _ = tasks.claim_tasks(rt, "w1", ["echo"], 2)
+    held = jobs.task_id(view.job.id, 2)
+    broken = TaskFailure("boom", "it broke", retryable=False, details={})
+
+    def state():
+        return db.execute(
+            "SELECT j.status AS job, j.stray_tasks, t.status AS task"
+            " FROM jobs j JOIN tasks t ON t.job_id = j.id WHERE t.id = %s",
+            (held,),
+        ).fetchone()
+
+    with rt.pool.connection() as holder, holder.transaction():
+        # As a claim that locked the task but had no room to lease it does.
+        holder.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", (held,))
+        tasks.fail_task(rt, doomed.task.id, "w1", 1, broken)
+        assert state() == {"job": "failed", "stray_tasks": True, "task": "pending"}
+        assert tasks.cancel_strays(rt) == 0  # still held: left for a later pass
+
+    assert state() == {"job": "failed", "stray_tasks": True, "task": "pending"}
+    maintenance.run_pass(rt)
+
+    assert state() == {"job": "failed", "stray_tasks": False, "task": "cancelled"}
+    assert tasks.claim_tasks(rt, "w2", ["echo"], 3) == []

@@ -23,8 +23,10 @@ QUEUE_TABLES = {
     "tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0010.queue_tallies"
-# The table and triggers the latest migration adds.
+LATEST = "0011.stray_tasks"
+# The column the latest migration adds, and its index.
+STRAY_COLUMN, STRAY_INDEX = "stray_tasks", "jobs_stray_tasks_idx"
+# The table and triggers 0010 adds.
 TALLIES_TABLE = "tallies"
 TALLY_TRIGGERS = {
     "tasks_tally_inserts",
@@ -105,6 +107,24 @@ def indexes(url: str) -> set[str]:
         return {name for (name,) in rows.fetchall()}
 
 
+def columns(url: str, table: str) -> set[str]:
+    """Names of a public table's columns."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = 'public' AND table_name = %s",
+            (table,),
+        ).fetchall()
+    return {name for (name,) in rows}
+
+
+def roll_back_through(url: str, migration: str) -> None:
+    """Roll back the latest migrations, one at a time, until `migration` is undone as well."""
+    ids = migrations.migration_ids()
+    for _ in ids[ids.index(migration) :]:
+        migrations.rollback_latest(url)
+
+
 def test_the_latest_migration_is_the_one_these_tests_roll_back():
     assert migrations.migration_ids()[-1] == LATEST
 
@@ -118,19 +138,33 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert indexes(empty_database_url) >= STORAGE_INDEXES
     assert not {"tasks_leased_idx", TRAP_INDEX} & indexes(empty_database_url)
 
+    assert STRAY_COLUMN in columns(empty_database_url, "jobs")
+    assert STRAY_INDEX in indexes(empty_database_url)
+
     migrations.rollback_latest(empty_database_url)
-    assert public_tables(empty_database_url) == QUEUE_TABLES - {TALLIES_TABLE} | CSV_TABLES
-    assert triggers(empty_database_url) == TRIGGERS - TALLY_TRIGGERS
+    assert STRAY_COLUMN not in columns(empty_database_url, "jobs")
+    assert STRAY_INDEX not in indexes(empty_database_url)
+    assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
 
     migrations.apply(empty_database_url)
+    assert STRAY_COLUMN in columns(empty_database_url, "jobs")
     assert triggers(empty_database_url) == TRIGGERS
+
+
+def test_rolling_back_the_tallies_migration_drops_its_table_and_triggers(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    roll_back_through(empty_database_url, "0010.queue_tallies")
+
+    assert public_tables(empty_database_url) == QUEUE_TABLES - {TALLIES_TABLE} | CSV_TABLES
+    assert triggers(empty_database_url) == TRIGGERS - TALLY_TRIGGERS
 
 
 def test_the_tallies_migration_counts_the_history_already_there(empty_database_url):
     migrations.apply(empty_database_url)
     with psycopg.connect(empty_database_url, autocommit=True, row_factory=dict_row) as conn:
         conn.execute(HISTORY)
-    migrations.rollback_latest(empty_database_url)
+    roll_back_through(empty_database_url, "0010.queue_tallies")
 
     migrations.apply(empty_database_url)
 
@@ -145,8 +179,7 @@ def test_the_tallies_migration_counts_the_history_already_there(empty_database_u
 def test_rolling_back_the_credentials_migration_drops_its_triggers(empty_database_url):
     migrations.apply(empty_database_url)
 
-    for _ in range(2):
-        migrations.rollback_latest(empty_database_url)
+    roll_back_through(empty_database_url, "0009.credential_changes")
 
     assert triggers(empty_database_url) == TRIGGERS - TALLY_TRIGGERS - CREDENTIAL_TRIGGERS
 
@@ -154,8 +187,7 @@ def test_rolling_back_the_credentials_migration_drops_its_triggers(empty_databas
 def test_rolling_back_the_queue_bounds_migration_drops_its_table(empty_database_url):
     migrations.apply(empty_database_url)
 
-    for _ in range(3):
-        migrations.rollback_latest(empty_database_url)
+    roll_back_through(empty_database_url, "0008.queue_bounds")
 
     assert public_tables(empty_database_url) == (
         QUEUE_TABLES - {BOUNDS_TABLE, TALLIES_TABLE} | CSV_TABLES
@@ -165,8 +197,7 @@ def test_rolling_back_the_queue_bounds_migration_drops_its_table(empty_database_
 def test_rolling_back_the_claim_index_migration_restores_the_trap_index(empty_database_url):
     migrations.apply(empty_database_url)
 
-    for _ in range(4):
-        migrations.rollback_latest(empty_database_url)
+    roll_back_through(empty_database_url, "0007.claim_index_only")
 
     assert TRAP_INDEX in indexes(empty_database_url)
 
@@ -174,8 +205,7 @@ def test_rolling_back_the_claim_index_migration_restores_the_trap_index(empty_da
 def test_rolling_back_the_announcements_migration_restores_the_row_triggers(empty_database_url):
     migrations.apply(empty_database_url)
 
-    for _ in range(5):
-        migrations.rollback_latest(empty_database_url)
+    roll_back_through(empty_database_url, "0006.statement_announcements")
 
     assert triggers(empty_database_url) == (
         TRIGGERS - TALLY_TRIGGERS - CREDENTIAL_TRIGGERS - {"tasks_announce_changes"} | ROW_TRIGGERS
@@ -185,8 +215,7 @@ def test_rolling_back_the_announcements_migration_restores_the_row_triggers(empt
 def test_rolling_back_the_storage_migration_restores_the_lease_index(empty_database_url):
     migrations.apply(empty_database_url)
 
-    for _ in range(6):
-        migrations.rollback_latest(empty_database_url)
+    roll_back_through(empty_database_url, "0005.task_storage")
 
     assert not STORAGE_INDEXES & indexes(empty_database_url)
     assert "tasks_leased_idx" in indexes(empty_database_url)

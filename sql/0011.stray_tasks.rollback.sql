@@ -1,0 +1,2 @@
+DROP INDEX jobs_stray_tasks_idx;
+ALTER TABLE jobs DROP COLUMN stray_tasks;
