@@ -136,17 +136,22 @@ def wait_for_waiters(db, eventually, n: int) -> None:
     assert eventually(10, lambda: waiting_on_locks(db) >= n), f"{n} sessions never waited"
 
 
+def three_task_job(rt, user) -> jobs.JobView:
+    """A job of three echo tasks."""
+    spec = JobSpec(
+        workload="echo",
+        input_uri="s3://in/",
+        parameters={},
+        tasks=[TaskSpec(f"s3://in/{n}", sha256_of(str(n)), {}) for n in range(3)],
+    )
+    return jobs.create_job(rt, user, spec, trace_id=uuid.uuid4().hex)
+
+
 def three_tasks_out_of_id_order(rt, user) -> tuple[jobs.JobView, dict]:
     """A job of three tasks, all leased to w1, whose last chunk has the lowest id: batches
     (by id) and a cancel (once by chunk) would lock chunks 0 and 2 in opposite orders."""
     for _ in range(50):
-        spec = JobSpec(
-            workload="echo",
-            input_uri="s3://in/",
-            parameters={},
-            tasks=[TaskSpec(f"s3://in/{n}", sha256_of(str(n)), {}) for n in range(3)],
-        )
-        view = jobs.create_job(rt, user, spec, trace_id=uuid.uuid4().hex)
+        view = three_task_job(rt, user)
         ids = [jobs.task_id(view.job.id, n) for n in range(3)]
         if ids[2] < min(ids[0], ids[1]):
             claimed = {c.task.chunk_index: c for c in tasks.claim_tasks(rt, "w1", ["echo"], 3)}
@@ -202,13 +207,7 @@ def test_a_failure_and_a_cancel_lock_the_task_before_the_job(rt, user, db, event
 
 
 def test_a_task_held_while_its_job_failed_is_cancelled_by_a_later_pass_once_free(rt, user, db):
-    spec = JobSpec(
-        workload="echo",
-        input_uri="s3://in/",
-        parameters={},
-        tasks=[TaskSpec(f"s3://in/{n}", sha256_of(str(n)), {}) for n in range(3)],
-    )
-    view = jobs.create_job(rt, user, spec, trace_id=uuid.uuid4().hex)
+    view = three_task_job(rt, user)
     doomed, _ = tasks.claim_tasks(rt, "w1", ["echo"], 2)
     held = jobs.task_id(view.job.id, 2)
     broken = TaskFailure("boom", "it broke", retryable=False, details={})
