@@ -32,6 +32,7 @@ STORAGE_FAILURE_CODES = frozenset({"insufficient_storage", "storage_unavailable"
 _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 # What an Authorization header can carry as a bearer token (RFC 6750's b64token and more).
 _TOKEN = re.compile(r"[!-~]+")
+# The outcomes each batch endpoint may answer an item with (app/schemas.py).
 BATCH_OUTCOMES = {
     "results": frozenset({"accepted", "replayed", "rejected"}),
     "heartbeats": frozenset({"renewed", "rejected"}),
