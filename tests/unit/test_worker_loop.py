@@ -674,15 +674,22 @@ def test_invalid_input_on_corrupted_bytes_is_reported_as_input_unavailable():
     assert failure["error_code"] == "input_unavailable"
 
 
-def test_handler_crash_is_a_retryable_worker_error():
+def failure_reported_for(error: Exception) -> dict:
+    """The one failure report a chunk whose handler raises `error` sends."""
+
     def crash(task, context):
-        raise ZeroDivisionError("division by zero")
+        raise error
 
     clock, client, worker = setup([task_payload("t1")], handler=crash, capacity=1)
     worker.run_once()
     assert wait_until_idle(worker)
-
     [failure] = client.failures
+    return failure
+
+
+def test_handler_crash_is_a_retryable_worker_error():
+    failure = failure_reported_for(ZeroDivisionError("division by zero"))
+
     assert failure["error_code"] == "worker_error" and failure["retryable"] is True
     assert failure["error_message"] == "ZeroDivisionError: division by zero"
     assert "ZeroDivisionError" in failure["details"]["traceback"]
@@ -841,23 +848,11 @@ def test_input_uri_the_coordinator_does_not_serve_is_input_unavailable():
 
 
 def test_a_failure_whose_text_the_coordinator_could_not_store_is_sent_with_it_replaced():
-    def crash(task, context):
-        raise ValueError("bad byte \x00 and \udcff")
+    failure = failure_reported_for(ValueError("bad byte \x00 and \udcff"))
 
-    clock, client, worker = setup([task_payload("t1")], handler=crash, capacity=1)
-    worker.run_once()
-    assert wait_until_idle(worker)
-
-    [failure] = client.failures
     assert failure["error_message"] == "ValueError: bad byte \ufffd and \ufffd"
     assert "\x00" not in failure["details"]["traceback"]
 
 
 def test_failure_messages_are_cut_to_what_the_coordinator_accepts():
-    def crash(task, context):
-        raise RuntimeError("x" * 10_000)
-
-    clock, client, worker = setup([task_payload("t1")], handler=crash, capacity=1)
-    worker.run_once()
-    assert wait_until_idle(worker)
-    assert len(client.failures[0]["error_message"]) == 4000
+    assert len(failure_reported_for(RuntimeError("x" * 10_000))["error_message"]) == 4000
