@@ -360,6 +360,8 @@ class JobSchema(ResponseSchema):
     parameters = fields.Dict(attribute="job.parameters")
     labels = fields.Dict(attribute="job.labels")
     priority = fields.Int(attribute="job.priority")
+    # What a retry grants each unfinished task again; null for jobs from before sql/0012.
+    max_attempts = fields.Int(attribute="job.max_attempts", allow_none=True)
     chunks_total = fields.Int(attribute="job.chunks_total")
     chunks_completed = fields.Int(attribute="counts.completed")
     chunks_by_state = fields.Nested(ChunksByStateSchema, attribute="counts")

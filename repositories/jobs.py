@@ -40,6 +40,7 @@ class Job:
     started_at: datetime | None
     completed_at: datetime | None
     chunks_completed: int
+    max_attempts: int | None  # None for jobs admitted before sql/0012
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class NewJob:
     idempotency_key: str | None
     request_sha256: str | None
     trace_id: str
+    max_attempts: int
 
 
 @dataclass(frozen=True)
@@ -90,10 +92,10 @@ def admit_job(
         ), job AS (
             INSERT INTO jobs (id, owner_id, workload, input_uri, input_sha256, parameters,
                               labels, priority, chunks_total, idempotency_key, request_sha256,
-                              trace_id)
+                              trace_id, max_attempts)
             SELECT %(id)s, %(owner_id)s, %(workload)s, %(input_uri)s, %(input_sha256)s,
                    %(parameters)s, %(labels)s, %(priority)s, %(chunks_total)s,
-                   %(idempotency_key)s, %(request_sha256)s, %(trace_id)s
+                   %(idempotency_key)s, %(request_sha256)s, %(trace_id)s, %(max_attempts)s
             FROM room
             ON CONFLICT ON CONSTRAINT jobs_idempotency_key DO NOTHING
             RETURNING *
@@ -104,7 +106,7 @@ def admit_job(
                    t.input_sha256, t.parameters, t.max_attempts
             FROM job, unnest(%(task_ids)s::uuid[], %(indexes)s::int[], %(uris)s::text[],
                              %(shas)s::text[], %(task_parameters)s::jsonb[],
-                             %(max_attempts)s::int[])
+                             %(task_max_attempts)s::int[])
                  AS t(id, chunk_index, input_uri, input_sha256, parameters, max_attempts)
         )
         SELECT EXISTS (SELECT FROM room) AS fits, job.*
@@ -121,7 +123,7 @@ def admit_job(
             "uris": [t.input_uri for t in tasks],
             "shas": [t.input_sha256 for t in tasks],
             "task_parameters": [Jsonb(t.parameters) for t in tasks],
-            "max_attempts": [t.max_attempts for t in tasks],
+            "task_max_attempts": [t.max_attempts for t in tasks],
         },
     ).fetchone()
     return row["fits"], from_row(Job, row) if row["id"] is not None else None

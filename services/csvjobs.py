@@ -102,6 +102,7 @@ def submit_csv_job(
                 labels,
             ),
             trace_id=trace_id,
+            max_attempts=rt.limits.max_attempts,
         )
         new_tasks = [
             _chunk_task(job_id, plan, split, request, rt.limits.max_attempts)

@@ -151,6 +151,7 @@ def create_job(
             ],
         ),
         trace_id=trace_id,
+        max_attempts=max_attempts,
     )
     new_tasks = [
         NewTask(
@@ -383,7 +384,7 @@ def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str)
             )
         # Within the queue's bound, as admission is: a retry adds tasks to the queue too.
         limit = rt.workloads.of(job.workload).caps.max_queued_tasks
-        budget = rt.limits.max_attempts
+        budget = job.max_attempts or rt.limits.max_attempts
         fits, n = task_rows.requeue_unfinished(
             conn, job.id, job.workload, budget, queue_limit=limit
         )

@@ -39,6 +39,7 @@ def new_job(chunks: int) -> NewJob:
         idempotency_key=None,
         request_sha256=None,
         trace_id=uuid.uuid4().hex,
+        max_attempts=3,
     )
 
 
@@ -325,6 +326,41 @@ def test_retrying_a_failed_job_requeues_its_chunks_under_a_new_attempt(
         complete(task)
     status = client.get(f"/api/v1/jobs/{job['id']}", headers=headers["user"]).get_json()
     assert status["status"] == "succeeded"
+
+
+def test_a_retry_grants_each_task_the_jobs_own_attempts_not_the_default(
+    submit, claim, task_call, client, headers
+):
+    job = submit(manifest(1, max_attempts=1))
+    timeout = {"worker_id": WORKER, "error_code": "timeout", "retryable": True}
+    [first] = claim(WORKER)
+    task_call(first["task_id"], "failure", {**timeout, "attempt": 1})
+    client.post(f"/api/v1/jobs/{job['id']}/retry", headers=headers["user"])
+
+    [second] = claim(WORKER)
+    response = task_call(second["task_id"], "failure", {**timeout, "attempt": 2})
+
+    assert response.get_json()["status"] == "failed"
+    status = client.get(f"/api/v1/jobs/{job['id']}", headers=headers["user"]).get_json()
+    assert (status["status"], status["max_attempts"]) == ("failed", 1)
+
+
+def test_a_retry_grants_a_job_admitted_before_budgets_were_kept_the_configured_attempts(
+    submit, claim, task_call, client, headers, db, rt
+):
+    job = submit(manifest(1, max_attempts=1))
+    db.execute("UPDATE jobs SET max_attempts = NULL WHERE id = %s", (job["id"],))
+    [leased] = claim(WORKER)
+    task_call(
+        leased["task_id"],
+        "failure",
+        {"worker_id": WORKER, "attempt": 1, "error_code": "timeout", "retryable": True},
+    )
+
+    client.post(f"/api/v1/jobs/{job['id']}/retry", headers=headers["user"])
+
+    budget = db.execute("SELECT max_attempts - attempt AS n FROM tasks").fetchone()["n"]
+    assert budget == rt.limits.max_attempts
 
 
 def test_retrying_a_job_that_has_not_failed_is_409(submit, client, headers):

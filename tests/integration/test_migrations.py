@@ -23,8 +23,10 @@ QUEUE_TABLES = {
     "tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0011.stray_tasks"
-# The column the latest migration adds, and its index.
+LATEST = "0012.job_attempts"
+# The column the latest migration adds.
+ATTEMPTS_COLUMN = "max_attempts"
+# The column 0011 adds, and its index.
 STRAY_COLUMN, STRAY_INDEX = "stray_tasks", "jobs_stray_tasks_idx"
 # The table and triggers 0010 adds.
 TALLIES_TABLE = "tallies"
@@ -138,17 +140,25 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert indexes(empty_database_url) >= STORAGE_INDEXES
     assert not {"tasks_leased_idx", TRAP_INDEX} & indexes(empty_database_url)
 
-    assert STRAY_COLUMN in columns(empty_database_url, "jobs")
-    assert STRAY_INDEX in indexes(empty_database_url)
+    assert ATTEMPTS_COLUMN in columns(empty_database_url, "jobs")
 
     migrations.rollback_latest(empty_database_url)
-    assert STRAY_COLUMN not in columns(empty_database_url, "jobs")
-    assert STRAY_INDEX not in indexes(empty_database_url)
+    assert ATTEMPTS_COLUMN not in columns(empty_database_url, "jobs")
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
 
     migrations.apply(empty_database_url)
-    assert STRAY_COLUMN in columns(empty_database_url, "jobs")
+    assert ATTEMPTS_COLUMN in columns(empty_database_url, "jobs")
     assert triggers(empty_database_url) == TRIGGERS
+
+
+def test_rolling_back_the_stray_tasks_migration_drops_its_column_and_index(empty_database_url):
+    migrations.apply(empty_database_url)
+    assert STRAY_INDEX in indexes(empty_database_url)
+
+    roll_back_through(empty_database_url, "0011.stray_tasks")
+
+    assert STRAY_COLUMN not in columns(empty_database_url, "jobs")
+    assert STRAY_INDEX not in indexes(empty_database_url)
 
 
 def test_rolling_back_the_tallies_migration_drops_its_table_and_triggers(empty_database_url):
