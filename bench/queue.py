@@ -1,6 +1,6 @@
 """The task queue against PostgreSQL itself, side by side in one run (make bench-queue).
 
-python -m bench.queue [--seconds 5] [--history 1000000]
+python -m bench.queue [--seconds 5] [--history 1000000] [--history-jobs 1000000]
 
 Prints, on one server: pgbench -N TPS and no-op tasks/s through HTTP at 1, 4 and 16 client
 threads (claims of 100, batched results); idle pickup latency beside one HTTP round trip
@@ -8,8 +8,9 @@ plus one pgbench transaction (the round trip taken back to back, and after the p
 pickup starts from) and beside the pickup of bench/floor_app.py, a bare WSGI app; 100
 leases renewed one heartbeat at a time beside one batch; claim latency on an empty queue and
 on one holding --history finished tasks, and the queue's figures (GET /api/v1/queue, what
-/metrics reads) likewise (each pair sampled in turns, so a shared machine's drift moves both
-alike); and the coordinator's peak RSS during a 49 MiB CSV upload against idle.
+/metrics reads) likewise, and a page of jobs by a status and by a label that none of
+--history-jobs finished jobs has (each pair sampled in turns, so a shared machine's drift
+moves both alike); and the coordinator's peak RSS during a 49 MiB CSV upload against idle.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ UPLOAD_BYTES = 49 * 1024 * 1024
 # How long an idle pickup's claim waits before the submit: long enough for the machine to go
 # idle, as it is when a real pickup happens. The idle round trip pauses as long.
 IDLE_PAUSE = 0.15
+# Pages of jobs the history has none of: the user asks for what went wrong, or for a team's.
+LISTINGS = {"status": {"status": "failed"}, "label": {"label": "team=rare"}}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,6 +57,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.queue")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each timed run")
     parser.add_argument("--history", type=int, default=1_000_000, help="finished tasks to add")
+    parser.add_argument(
+        "--history-jobs", type=int, default=1_000_000, help="finished one-chunk jobs to add"
+    )
     args = parser.parse_args(argv)
     stop_on_sigterm()
     run_dir = Path(tempfile.mkdtemp(prefix="chunkwise-bench-queue-"))
@@ -77,7 +83,9 @@ def main(argv: list[str] | None = None) -> None:
             for stack in stacks:
                 stack.prepare()
                 stack.start_coordinator()
-            report = measure(*stacks, history_url, floor_url, args.seconds, args.history)
+            report = measure(
+                *stacks, history_url, floor_url, args.seconds, args.history, args.history_jobs
+            )
         finally:
             for stack in stacks:
                 stack.stop()
@@ -92,14 +100,21 @@ def measure(
     floor_url: str,
     seconds: float,
     history: int,
+    history_jobs: int,
 ) -> dict:
     """Every figure: latencies on fresh queues, then load over the history."""
-    report: dict = {"seconds": seconds, "throughput": [], "history": history}
+    report: dict = {
+        "seconds": seconds,
+        "throughput": [],
+        "history": history,
+        "history_jobs": history_jobs,
+    }
     with scratch_database(history_url) as pgbench_url:
         pgbench(pgbench_url, "-i", "-q", "-s", "4")
         report.update(pickup_beside_its_baseline(stack, floor_url, pgbench_url))
         report.update(lease_renewal_side_by_side(stack))
         add_history(history_url, history)
+        add_job_history(history_url, history_jobs)
         report.update(claim_latency_beside_history(stack, history_stack))
         for threads in THREADS:
             tps, _ = pgbench(
@@ -444,16 +459,21 @@ def claim_latency_beside_history(
     full: list[float] = []
     read_empty: list[float] = []
     read_full: list[float] = []
+    lists: dict[str, list[float]] = {f"{q}_{h}": [] for q in LISTINGS for h in ("empty", "full")}
     for _ in range(turns):
         empty += claim_latency_times(stack, claims=40)
         full += claim_latency_times(history_stack, claims=40)
         read_empty += queue_read_times(stack, reads=10)
         read_full += queue_read_times(history_stack, reads=10)
+        for name, query in LISTINGS.items():
+            lists[f"{name}_empty"] += listing_times(stack, query, reads=10)
+            lists[f"{name}_full"] += listing_times(history_stack, query, reads=10)
     return {
         "claim_ms_empty": {"p50": statistics.median(empty), "p99": percentile(empty, 0.99)},
         "claim_ms_history": {"p50": statistics.median(full), "p99": percentile(full, 0.99)},
         "queue_read_ms_empty": statistics.median(read_empty),
         "queue_read_ms_history": statistics.median(read_full),
+        "listing_ms": {name: statistics.median(times) for name, times in lists.items()},
     }
 
 
@@ -483,6 +503,35 @@ def queue_read_times(stack: LocalStack, reads: int) -> list[float]:
         session.get(f"{stack.url}/api/v1/queue", timeout=60).raise_for_status()
         times.append((time.perf_counter() - started) * 1000)
     return times
+
+
+def listing_times(stack: LocalStack, query: dict, reads: int) -> list[float]:
+    """Milliseconds of each GET /api/v1/jobs with this query, as the user."""
+    session = stack.api()
+    times = []
+    for _ in range(reads):
+        started = time.perf_counter()
+        session.get(f"{stack.url}/api/v1/jobs", params=query, timeout=60).raise_for_status()
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def add_job_history(url: str, jobs: int) -> None:
+    """Insert `jobs` succeeded one-chunk jobs of the user's, straight into the table (a
+    listing reads the jobs only, so their tasks are left out)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        owner = conn.execute("SELECT id FROM users ORDER BY id LIMIT 1").fetchone()[0]
+        conn.execute(
+            """
+            INSERT INTO jobs (id, owner_id, workload, input_uri, status, chunks_total,
+                              trace_id, created_at, completed_at)
+            SELECT gen_random_uuid(), %(owner)s, 'history', 'bench://old', 'succeeded', 1,
+                   'bench', now() - make_interval(secs => g), now() - make_interval(secs => g)
+            FROM generate_series(1, %(jobs)s) g
+            """,
+            {"owner": owner, "jobs": jobs},
+        )
+        conn.execute("VACUUM ANALYZE jobs")
 
 
 def add_history(url: str, tasks: int) -> None:
@@ -620,6 +669,13 @@ def print_report(r: dict) -> None:
         f"queue figures (GET /api/v1/queue) p50: empty {read_empty:.2f} ms, with "
         f"{r['history']:,} finished {read_full:.2f} ms ({read_full / read_empty:.2f}x)"
     )
+    for name, query in LISTINGS.items():
+        empty_ms = r["listing_ms"][f"{name}_empty"]
+        full_ms = r["listing_ms"][f"{name}_full"]
+        print(
+            f"a page of jobs by {name} ({query}) p50: empty {empty_ms:.2f} ms, with "
+            f"{r['history_jobs']:,} finished jobs {full_ms:.2f} ms ({full_ms / empty_ms:.2f}x)"
+        )
     rss = r["rss"]
     grown = (rss["peak_bytes"] - rss["idle_bytes"]) / 2**20
     print(

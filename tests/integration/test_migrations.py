@@ -23,8 +23,10 @@ QUEUE_TABLES = {
     "tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0012.job_attempts"
-# The column the latest migration adds.
+LATEST = "0013.job_listing"
+# The indexes the latest migration builds, outside a transaction.
+LISTING_INDEXES = {"jobs_owner_status_created_idx", "jobs_status_created_idx", "jobs_labels_idx"}
+# The column 0012 adds.
 ATTEMPTS_COLUMN = "max_attempts"
 # The column 0011 adds, and its index.
 STRAY_COLUMN, STRAY_INDEX = "stray_tasks", "jobs_stray_tasks_idx"
@@ -140,15 +142,24 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert indexes(empty_database_url) >= STORAGE_INDEXES
     assert not {"tasks_leased_idx", TRAP_INDEX} & indexes(empty_database_url)
 
-    assert ATTEMPTS_COLUMN in columns(empty_database_url, "jobs")
+    assert indexes(empty_database_url) >= LISTING_INDEXES
 
     migrations.rollback_latest(empty_database_url)
-    assert ATTEMPTS_COLUMN not in columns(empty_database_url, "jobs")
+    assert not LISTING_INDEXES & indexes(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
 
     migrations.apply(empty_database_url)
-    assert ATTEMPTS_COLUMN in columns(empty_database_url, "jobs")
+    assert indexes(empty_database_url) >= LISTING_INDEXES
     assert triggers(empty_database_url) == TRIGGERS
+
+
+def test_rolling_back_the_job_attempts_migration_drops_its_column(empty_database_url):
+    migrations.apply(empty_database_url)
+    assert ATTEMPTS_COLUMN in columns(empty_database_url, "jobs")
+
+    roll_back_through(empty_database_url, "0012.job_attempts")
+
+    assert ATTEMPTS_COLUMN not in columns(empty_database_url, "jobs")
 
 
 def test_rolling_back_the_stray_tasks_migration_drops_its_column_and_index(empty_database_url):
