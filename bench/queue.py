@@ -9,8 +9,9 @@ pickup starts from) and beside the pickup of bench/floor_app.py, a bare WSGI app
 leases renewed one heartbeat at a time beside one batch; claim latency on an empty queue and
 on one holding --history finished tasks, and the queue's figures (GET /api/v1/queue, what
 /metrics reads) likewise, and a page of jobs by a status and by a label that none of
---history-jobs finished jobs has (each pair sampled in turns, so a shared machine's drift
-moves both alike); and the coordinator's peak RSS during a 49 MiB CSV upload against idle.
+--history-jobs finished jobs has, and a retention pass deleting 100 finished jobs with
+their events (each pair sampled in turns, so a shared machine's drift moves both alike);
+and the coordinator's peak RSS during a 49 MiB CSV upload against idle.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from devstack.sample_csv import HEADER, generate_csv
 from devstack.stack import BIN, REPO, LocalStack, database_url, free_port, stop_on_sigterm
+from repositories.jobs import delete_finished
 
 WORKLOAD = "noop"
 CLAIM_CAPACITY = 100
@@ -48,6 +50,8 @@ UPLOAD_BYTES = 49 * 1024 * 1024
 # How long an idle pickup's claim waits before the submit: long enough for the machine to go
 # idle, as it is when a real pickup happens. The idle round trip pauses as long.
 IDLE_PAUSE = 0.15
+# Finished jobs one timed retention pass deletes.
+RETENTION_PASS = 100
 # Pages of jobs the history has none of: the user asks for what went wrong, or for a team's.
 LISTINGS = {"status": {"status": "failed"}, "label": {"label": "team=rare"}}
 
@@ -116,6 +120,7 @@ def measure(
         add_history(history_url, history)
         add_job_history(history_url, history_jobs)
         report.update(claim_latency_beside_history(stack, history_stack))
+        report.update(retention_beside_history(stack.database_url, history_url))
         for threads in THREADS:
             tps, _ = pgbench(
                 pgbench_url,
@@ -516,22 +521,55 @@ def listing_times(stack: LocalStack, query: dict, reads: int) -> list[float]:
     return times
 
 
+def retention_beside_history(url: str, history_url: str, turns: int = 5) -> dict:
+    """Milliseconds of a retention pass deleting RETENTION_PASS finished jobs and their events,
+    on the fresh database and on the history's, in turns."""
+    add_job_history(url, RETENTION_PASS * turns)
+    times: dict[str, list[float]] = {"empty": [], "full": []}
+    for database in (url, history_url):
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute(
+                """
+                UPDATE jobs SET completed_at = now() - interval '30 days'
+                WHERE id IN (SELECT id FROM jobs WHERE workload = 'history'
+                             ORDER BY created_at LIMIT %s)
+                """,
+                (RETENTION_PASS * turns,),
+            )
+    for _ in range(turns):
+        for name, database in (("empty", url), ("full", history_url)):
+            with psycopg.connect(database) as conn:
+                started = time.perf_counter()
+                deleted = delete_finished(conn, older_than_days=1, limit=RETENTION_PASS)
+                times[name].append((time.perf_counter() - started) * 1000)
+                if deleted != RETENTION_PASS:
+                    raise RuntimeError(f"a pass deleted {deleted} jobs, not {RETENTION_PASS}")
+    return {"retention_ms": {name: statistics.median(t) for name, t in times.items()}}
+
+
 def add_job_history(url: str, jobs: int) -> None:
-    """Insert `jobs` succeeded one-chunk jobs of the user's, straight into the table (a
-    listing reads the jobs only, so their tasks are left out)."""
+    """Insert `jobs` succeeded one-chunk jobs of the user's, each with its two events, straight
+    into the tables (a listing reads the jobs only, so their tasks are left out)."""
     with psycopg.connect(url, autocommit=True) as conn:
         owner = conn.execute("SELECT id FROM users ORDER BY id LIMIT 1").fetchone()[0]
         conn.execute(
             """
-            INSERT INTO jobs (id, owner_id, workload, input_uri, status, chunks_total,
-                              trace_id, created_at, completed_at)
-            SELECT gen_random_uuid(), %(owner)s, 'history', 'bench://old', 'succeeded', 1,
-                   'bench', now() - make_interval(secs => g), now() - make_interval(secs => g)
-            FROM generate_series(1, %(jobs)s) g
+            WITH new_jobs AS (
+                INSERT INTO jobs (id, owner_id, workload, input_uri, status, chunks_total,
+                                  trace_id, created_at, completed_at)
+                SELECT gen_random_uuid(), %(owner)s, 'history', 'bench://old', 'succeeded', 1,
+                       'bench', now() - make_interval(secs => g),
+                       now() - make_interval(secs => g)
+                FROM generate_series(1, %(jobs)s) g
+                RETURNING id
+            )
+            INSERT INTO outbox (job_id, owner_id, event, trace_id)
+            SELECT id, %(owner)s, event, 'bench'
+            FROM new_jobs, unnest(ARRAY['job.created', 'job.succeeded']) AS event
             """,
             {"owner": owner, "jobs": jobs},
         )
-        conn.execute("VACUUM ANALYZE jobs")
+        conn.execute("VACUUM ANALYZE jobs, outbox")
 
 
 def add_history(url: str, tasks: int) -> None:
@@ -676,6 +714,13 @@ def print_report(r: dict) -> None:
             f"a page of jobs by {name} ({query}) p50: empty {empty_ms:.2f} ms, with "
             f"{r['history_jobs']:,} finished jobs {full_ms:.2f} ms ({full_ms / empty_ms:.2f}x)"
         )
+    retention = r["retention_ms"]
+    print(
+        f"a retention pass deleting {RETENTION_PASS} finished jobs with their events p50: "
+        f"beside {RETENTION_PASS * 5} jobs {retention['empty']:.1f} ms, beside "
+        f"{r['history_jobs']:,} {retention['full']:.1f} ms "
+        f"({retention['full'] / retention['empty']:.2f}x)"
+    )
     rss = r["rss"]
     grown = (rss["peak_bytes"] - rss["idle_bytes"]) / 2**20
     print(

@@ -23,8 +23,10 @@ QUEUE_TABLES = {
     "tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0013.job_listing"
-# The indexes the latest migration builds, outside a transaction.
+LATEST = "0014.events_by_job"
+# The index the latest migration builds, outside a transaction.
+EVENTS_INDEX = "outbox_job_idx"
+# The indexes 0013 builds, outside a transaction too.
 LISTING_INDEXES = {"jobs_owner_status_created_idx", "jobs_status_created_idx", "jobs_labels_idx"}
 # The column 0012 adds.
 ATTEMPTS_COLUMN = "max_attempts"
@@ -142,15 +144,24 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert indexes(empty_database_url) >= STORAGE_INDEXES
     assert not {"tasks_leased_idx", TRAP_INDEX} & indexes(empty_database_url)
 
-    assert indexes(empty_database_url) >= LISTING_INDEXES
+    assert EVENTS_INDEX in indexes(empty_database_url)
 
     migrations.rollback_latest(empty_database_url)
-    assert not LISTING_INDEXES & indexes(empty_database_url)
+    assert EVENTS_INDEX not in indexes(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
 
     migrations.apply(empty_database_url)
-    assert indexes(empty_database_url) >= LISTING_INDEXES
+    assert EVENTS_INDEX in indexes(empty_database_url)
     assert triggers(empty_database_url) == TRIGGERS
+
+
+def test_rolling_back_the_job_listing_migration_drops_its_indexes(empty_database_url):
+    migrations.apply(empty_database_url)
+    assert indexes(empty_database_url) >= LISTING_INDEXES
+
+    roll_back_through(empty_database_url, "0013.job_listing")
+
+    assert not LISTING_INDEXES & indexes(empty_database_url)
 
 
 def test_rolling_back_the_job_attempts_migration_drops_its_column(empty_database_url):

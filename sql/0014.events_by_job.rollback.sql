@@ -1,0 +1,2 @@
+-- transactional: false
+DROP INDEX CONCURRENTLY outbox_job_idx;
