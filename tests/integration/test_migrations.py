@@ -23,8 +23,14 @@ QUEUE_TABLES = {
     "tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0014.events_by_job"
-# The index the latest migration builds, outside a transaction.
+LATEST = "0015.linear_triggers"
+# The trigger functions the latest migration rewrites, which joined their transition tables.
+LINEAR_FUNCTIONS = {
+    "chunkwise_announce_task_changes",
+    "chunkwise_tally_tasks",
+    "chunkwise_tally_attempts",
+}
+# The index 0014 builds, outside a transaction.
 EVENTS_INDEX = "outbox_job_idx"
 # The indexes 0013 builds, outside a transaction too.
 LISTING_INDEXES = {"jobs_owner_status_created_idx", "jobs_status_created_idx", "jobs_labels_idx"}
@@ -124,6 +130,16 @@ def columns(url: str, table: str) -> set[str]:
     return {name for (name,) in rows}
 
 
+def functions_joining_transition_tables(url: str) -> set[str]:
+    """Names of the public functions whose body joins old_rows and new_rows."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT proname FROM pg_proc WHERE pronamespace = 'public'::regnamespace"
+            " AND prosrc ~ '(old_rows|new_rows) \\w+ JOIN (old_rows|new_rows)'"
+        ).fetchall()
+    return {name for (name,) in rows}
+
+
 def roll_back_through(url: str, migration: str) -> None:
     """Roll back the latest migrations, one at a time, until `migration` is undone as well."""
     ids = migrations.migration_ids()
@@ -144,15 +160,24 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert indexes(empty_database_url) >= STORAGE_INDEXES
     assert not {"tasks_leased_idx", TRAP_INDEX} & indexes(empty_database_url)
 
-    assert EVENTS_INDEX in indexes(empty_database_url)
+    assert not functions_joining_transition_tables(empty_database_url)
 
     migrations.rollback_latest(empty_database_url)
-    assert EVENTS_INDEX not in indexes(empty_database_url)
+    assert functions_joining_transition_tables(empty_database_url) == LINEAR_FUNCTIONS
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
 
     migrations.apply(empty_database_url)
-    assert EVENTS_INDEX in indexes(empty_database_url)
+    assert not functions_joining_transition_tables(empty_database_url)
     assert triggers(empty_database_url) == TRIGGERS
+
+
+def test_rolling_back_the_events_index_migration_drops_it(empty_database_url):
+    migrations.apply(empty_database_url)
+    assert EVENTS_INDEX in indexes(empty_database_url)
+
+    roll_back_through(empty_database_url, "0014.events_by_job")
+
+    assert EVENTS_INDEX not in indexes(empty_database_url)
 
 
 def test_rolling_back_the_job_listing_migration_drops_its_indexes(empty_database_url):
