@@ -183,6 +183,15 @@ class Summary:
             raise ValueError("summary.min is greater than summary.max")
         if not self.min_prefix <= min(0, self.sum) <= max(0, self.sum) <= self.max_prefix:
             raise ValueError("summary prefixes must bracket both 0 and the sum")
+        # Each value lies in [min, max], so the sum and every running sum are bounded by count
+        # of them: a sum no column could have would otherwise reach the merge unchecked.
+        if self.count and not self.count * self.min <= self.sum <= self.count * self.max:
+            raise ValueError("summary.sum must lie between count * min and count * max")
+        if self.count and not (
+            self.count * min(self.min, 0) <= self.min_prefix
+            and self.max_prefix <= self.count * max(self.max, 0)
+        ):
+            raise ValueError("summary prefixes must lie within count * min and count * max")
         if self.count == 0 and (self.sum, self.min_prefix, self.max_prefix) != (0, 0, 0):
             raise ValueError("a summary without values must have sum and prefixes 0")
         if self.digest and not _SHA256_HEX.fullmatch(self.digest):

@@ -189,6 +189,22 @@ def test_a_summary_with_a_wrong_record_count_is_422_and_not_accepted(client, hea
     assert chunk_state(db, task["task_id"]) == before
 
 
+def test_a_summary_whose_sum_no_column_could_have_is_422_and_the_job_still_merges(
+    client, headers, db, worker
+):
+    job = submit(client, headers["user"], DATA, chunks=1)
+    task = worker.claim_one()
+    summary = worker.summarise(task).to_dict()
+    huge = summary["count"] * summary["max"] + 10**4000
+
+    response = worker.report_result(task, {**summary, "sum": huge, "max_prefix": huge})
+
+    assert response.status_code == 422
+    assert "summary" in response.get_json()["error"]["details"]["fields"]
+    assert worker.report_result(task, summary).status_code == 200
+    assert get_job(client, headers["user"], job["id"])["status"] == "succeeded"
+
+
 # --- fencing ----------------------------------------------------------------------------------
 
 

@@ -402,6 +402,10 @@ VALID_SUMMARY = {
         {"min": INT64_MAX + 1, "max": INT64_MAX + 1},
         {"error": {"record": 1}},
         {"surprise": 1},
+        {"sum": 10**4299, "max_prefix": 10**4299},
+        {"sum": 9, "max_prefix": 9},
+        {"min_prefix": -(10**4299)},
+        {"max_prefix": 10**4299},
     ],
     ids=[
         "string-records",
@@ -416,6 +420,10 @@ VALID_SUMMARY = {
         "min-beyond-int64",
         "malformed-error",
         "unknown-key",
+        "sum-no-column-could-have",
+        "sum-above-count-times-max",
+        "min-prefix-below-count-times-min",
+        "max-prefix-above-count-times-max",
     ],
 )
 def test_summary_from_dict_rejects_malformed_input(change):
