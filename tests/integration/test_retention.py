@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 
 from repositories import jobs as job_rows
-from services import jobs, maintenance
+from services import jobs, maintenance, tasks
 from services.runtime import Limits
+from services.workloads import Workload
 from tests.integration.manifests import WORKER, manifest
 
 
@@ -75,3 +76,46 @@ def test_a_pass_deletes_old_jobs_oldest_first_until_their_tasks_reach_its_budget
         kept = [r["id"] for r in conn.execute("SELECT id FROM jobs").fetchall()]
         assert [str(k) for k in kept] == [finished[2]]
         assert job_rows.delete_finished(conn, older_than_days=7, task_budget=1) == 1
+
+
+def broken(*args: object) -> None:
+    """A step that fails the way a bug does."""
+    raise ZeroDivisionError
+
+
+def test_a_job_whose_merge_fails_stops_none_of_the_other_steps(
+    rt, submit, claim, complete, db, monkeypatch
+):
+    old = submit(manifest(1))
+    complete(claim(WORKER)[0])
+    age(db, old["id"], 8)
+    submit(manifest(1))
+    [lost] = claim(WORKER)
+    db.execute(
+        "UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+        (lost["task_id"],),
+    )
+    merging = submit(manifest(1))
+    db.execute("UPDATE jobs SET status = 'merging' WHERE id = %s", (merging["id"],))
+    monkeypatch.setattr(Workload, "merge", broken)
+
+    with pytest.raises(ZeroDivisionError):
+        maintenance.run_pass(rt)
+
+    assert db.execute("SELECT id FROM jobs WHERE id = %s", (old["id"],)).fetchone() is None
+    status = db.execute("SELECT status FROM tasks WHERE id = %s", (lost["task_id"],)).fetchone()
+    assert status["status"] == "pending"
+
+
+def test_a_lease_sweep_that_fails_does_not_stop_retention(
+    rt, submit, claim, complete, db, monkeypatch
+):
+    old = submit(manifest(1))
+    complete(claim(WORKER)[0])
+    age(db, old["id"], 8)
+    monkeypatch.setattr(tasks, "expire_leases", broken)
+
+    with pytest.raises(ZeroDivisionError):
+        maintenance.run_pass(rt)
+
+    assert db.execute("SELECT id FROM jobs WHERE id = %s", (old["id"],)).fetchone() is None
