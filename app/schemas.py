@@ -11,6 +11,8 @@ from flask import request
 from marshmallow import Schema, ValidationError, fields, post_dump, pre_load, validate, validates
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
+from services.csvjobs import WORKLOAD as CSV_WORKLOAD
+
 # --- the input rules every request shares -------------------------------------------------
 
 # Room for a batch of MAX_BATCH_RESULTS results with their summaries, several times over.
@@ -434,16 +436,21 @@ class ChunkSchema(ResponseSchema):
     error = fields.Method("_error")
 
     def _record_start(self, view):
-        return view.task.parameters.get("record_start")
+        return _csv_parameter(view.task, "record_start")
 
     def _record_end(self, view):
-        return view.task.parameters.get("record_end")
+        return _csv_parameter(view.task, "record_end")
 
     def _error(self, view):
         t = view.task
         if t.error_code is None or t.status == "completed":
             return None
         return {"code": t.error_code, "message": t.error_message, "details": t.error_details}
+
+
+def _csv_parameter(task, name: str) -> int | None:
+    """A CSV chunk's record bound; a manifest task's parameters may use the name for anything."""
+    return task.parameters.get(name) if task.workload == CSV_WORKLOAD else None
 
 
 class ChunkListSchema(ResponseSchema):
@@ -489,9 +496,11 @@ class ClaimedTaskSchema(Schema):
 
     def _parameters(self, claimed):
         params = dict(claimed.task.parameters)
-        # The byte range is the coordinator's business: the input URI already serves it.
-        params.pop("byte_start", None)
-        params.pop("byte_end", None)
+        if claimed.task.workload == CSV_WORKLOAD:
+            # A chunk's byte range is the coordinator's business: its input URI serves it.
+            # A manifest task's parameters are its owner's, and reach the worker whole.
+            params.pop("byte_start", None)
+            params.pop("byte_end", None)
         return params
 
 

@@ -188,6 +188,23 @@ def test_a_manifest_job_goes_queued_running_succeeded_with_its_aggregate_status(
     assert len(set(etags)) == len(etags), "each view showed something new, so each ETag is new"
 
 
+def test_a_tasks_parameters_reach_the_worker_whole_whatever_their_names(
+    submit, claim, client, headers
+):
+    mine = {"byte_start": 0, "byte_end": 100, "record_start": "mine", "keep": 1}
+    body = manifest(1)
+    body["tasks"][0]["parameters"] = mine
+    job = submit(body)
+
+    [leased] = claim(WORKER)
+    [chunk] = client.get(f"/api/v1/jobs/{job['id']}/chunks", headers=headers["user"]).get_json()[
+        "chunks"
+    ]
+
+    assert leased["parameters"] == mine
+    assert (chunk["record_start"], chunk["record_end"]) == (None, None)
+
+
 def test_the_job_list_shows_the_callers_jobs_newest_first(submit, client, headers):
     older = submit(manifest(1))
     newer = submit(manifest(1))
