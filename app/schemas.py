@@ -93,6 +93,21 @@ class Int(fields.Integer):
         high = high if maximum is None else min(high, maximum)
         super().__init__(validate=validate.Range(min=low, max=high), **kwargs)
 
+    def _deserialize(self, value, attr, data, **kwargs):
+        # 1.5 must not quietly become 1. Text stays accepted: queries and forms carry "7".
+        if isinstance(value, float) and not value.is_integer():
+            raise self.make_error("invalid")
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+class Bool(fields.Boolean):
+    """true or false, and nothing else a JSON body could hold ("yes", 1, "false")."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, bool):
+            raise self.make_error("invalid")
+        return value
+
 
 def check_header(name: str, max_length: int | None = None) -> str | None:
     """A request header's value, refused with 422 when it could not be stored."""
@@ -281,7 +296,7 @@ class FailureSchema(LeaseSchema):
 
     error_code = fields.Str(required=True, validate=validate.Length(min=1, max=100))
     error_message = fields.Str(load_default="", validate=validate.Length(max=4000))
-    retryable = fields.Bool(required=True)
+    retryable = Bool(required=True)
     details = fields.Dict(load_default=dict)
 
 

@@ -242,6 +242,31 @@ def test_an_integer_past_its_column_is_422_naming_the_field(
     assert "less than or equal to" in message or "greater than or equal to" in message
 
 
+@pytest.mark.parametrize("value", [1.5, 2.000001, -0.5])
+@pytest.mark.parametrize(
+    ("endpoint", "path"),
+    [c[:2] for c in JSON_INTEGERS[1:]],
+    ids=[label(*c[:2]) for c in JSON_INTEGERS[1:]],
+)
+def test_a_number_with_a_fraction_for_an_integer_is_422_naming_the_field(
+    endpoint, path, value, client, headers, leased
+):
+    body = with_value(JSON_ENDPOINTS[endpoint][3], path, value)
+
+    response = post_json(client, headers, endpoint, leased["task_id"], body)
+
+    assert assert_invalid_input(response, path) == ["Not a valid integer."]
+
+
+@pytest.mark.parametrize("value", ["yes", "true", 1, 0, None])
+def test_retryable_that_is_not_true_or_false_is_422_naming_it(value, client, headers, leased):
+    body = {**failure(), "retryable": value}
+
+    response = post_json(client, headers, "failure", leased["task_id"], body)
+
+    assert_invalid_input(response, ("retryable",))
+
+
 PEAK_RSS_PATHS = [
     ("result", ("metrics", "peak_rss_bytes")),
     ("results", ("results", 0, "metrics", "peak_rss_bytes")),
