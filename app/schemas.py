@@ -9,6 +9,7 @@ from itertools import accumulate
 
 from flask import request
 from marshmallow import Schema, ValidationError, fields, post_dump, pre_load, validate, validates
+from werkzeug.datastructures import MultiDict
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from services.csvjobs import WORKLOAD as CSV_WORKLOAD
@@ -616,6 +617,19 @@ class WorkerListSchema(ResponseSchema):
     """Every known worker."""
 
     workers = fields.List(fields.Nested(WorkerSchema))
+
+
+def single_values(values: MultiDict, lists: tuple[str, ...] = ()) -> dict:
+    """A query's or form's fields as a dict, each of `lists` as a list; any other field given
+    more than once is refused, since which of its values counts would be a guess."""
+    repeated = {
+        name: ["give this parameter once"]
+        for name in values
+        if name not in lists and len(values.getlist(name)) > 1
+    }
+    if repeated:
+        raise ValidationError(repeated)
+    return {**values.to_dict(), **{name: values.getlist(name) for name in lists}}
 
 
 def load_json(schema: Schema) -> dict:

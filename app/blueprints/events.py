@@ -20,7 +20,7 @@ EVENT_LIST = schemas.EventListSchema()
 @bp.get("")
 def list_events():
     """Events after `after`, oldest first."""
-    query = EVENT_QUERY.load(request.args.to_dict())
+    query = EVENT_QUERY.load(schemas.single_values(request.args))
     events = jobs.list_events(get_runtime(), current_principal(), **query)
     next_after = events[-1].id if events else query["after"]
     return EVENT_LIST.dump({"events": events, "next_after": next_after})

@@ -50,7 +50,7 @@ def create_job():
 
 
 def _submit_csv(key: str | None) -> jobs.JobView:
-    form = CSV_JOB_FORM.load({**request.form.to_dict(), "label": request.form.getlist("label")})
+    form = CSV_JOB_FORM.load(schemas.single_values(request.form, lists=("label",)))
     upload = uploaded("file")
     if upload is None:
         raise InvalidInput.field("file", "a CSV file part named 'file' is required")
@@ -67,7 +67,7 @@ def _submit_csv(key: str | None) -> jobs.JobView:
 
 def _submit_csv_body(key: str | None) -> jobs.JobView:
     # The parameters travel in the query string, so they are checked before the body is read.
-    query = CSV_JOB_QUERY.load({**request.args.to_dict(), "label": request.args.getlist("label")})
+    query = CSV_JOB_QUERY.load(schemas.single_values(request.args, lists=("label",)))
     upload, data = spooled_body()
     labels = dict(item.split("=", 1) for item in query.pop("label"))
     return csvjobs.submit_csv_job(
@@ -92,7 +92,7 @@ def _dump_job(view: jobs.JobView) -> dict:
 @bp.get("")
 def list_jobs():
     """The caller's jobs, newest first."""
-    query = JOB_LIST_QUERY.load(request.args.to_dict())
+    query = JOB_LIST_QUERY.load(schemas.single_values(request.args))
     label = query.pop("label")
     label = tuple(label.split("=", 1)) if label else None
     views, cursor = jobs.list_jobs(get_runtime(), current_principal(), label=label, **query)
@@ -102,7 +102,7 @@ def list_jobs():
 @bp.get("/<uuid:job_id>")
 def get_job(job_id: UUID):
     """A job's aggregate status; 304 while it is the If-None-Match version, up to wait_seconds."""
-    query = JOB_WAIT_QUERY.load(request.args.to_dict())
+    query = JOB_WAIT_QUERY.load(schemas.single_values(request.args))
     known = _known_version()
     view = jobs.get_job(
         get_runtime(),

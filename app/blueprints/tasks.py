@@ -42,7 +42,7 @@ def claim():
 @bp.get("/<uuid:task_id>/input")
 def read_input(task_id: UUID):
     """Stream a chunk's bytes to the worker holding its current lease."""
-    query = LEASE.load(request.args.to_dict())
+    query = LEASE.load(schemas.single_values(request.args))
     served = tasks.serve_input(get_runtime(), task_id, **query)
     return Response(
         served.blocks,

@@ -15,6 +15,7 @@ import secrets
 
 import pytest
 from marshmallow import ValidationError
+from werkzeug.datastructures import MultiDict
 
 from app import schemas
 from tests.integration.manifests import WORKER, manifest
@@ -448,6 +449,70 @@ def test_a_bad_query_parameter_is_422_naming_it(
 
     messages = assert_invalid_input(response, (name,))
     assert expect in json.dumps(messages)
+
+
+# (principal, path, parameter, two values) for every single-valued query parameter.
+REPEATED_QUERY_CASES = [
+    ("user", "/api/v1/jobs", "status", ["queued", "bogus"]),
+    ("user", "/api/v1/jobs", "label", ["team=red", "team=blue"]),
+    ("user", "/api/v1/jobs", "limit", ["1", "abc"]),
+    ("user", "/api/v1/jobs", "cursor", ["a", "b"]),
+    ("user", "/api/v1/jobs/{job}", "wait_seconds", ["0", "1"]),
+    ("user", "/api/v1/events", "after", ["0", "1"]),
+    ("user", "/api/v1/events", "limit", ["1", "2"]),
+    ("worker", "/api/v1/tasks/{task}/input", "worker_id", [WORKER, "other"]),
+    ("worker", "/api/v1/tasks/{task}/input", "attempt", ["1", "2"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("who", "path", "name", "values"),
+    REPEATED_QUERY_CASES,
+    ids=[f"{c[1]}?{c[2]}" for c in REPEATED_QUERY_CASES],
+)
+def test_a_single_valued_query_parameter_given_twice_is_422_naming_it(
+    who, path, name, values, client, headers, leased
+):
+    others = [("worker_id", WORKER), ("attempt", "1")] if "input" in path else []
+    url = path.format(job=leased["job_id"], task=leased["task_id"])
+    query = [(k, v) for k, v in others if k != name] + [(name, v) for v in values]
+
+    response = client.get(url, query_string=query, headers=headers[who])
+
+    assert assert_invalid_input(response, (name,)) == ["give this parameter once"]
+
+
+@pytest.mark.parametrize("field", ["column", "chunks", "delimiter"])
+def test_a_csv_form_field_given_twice_is_422_naming_it_and_writes_nothing(
+    field, client, headers, db
+):
+    value = {"column": "a", "chunks": "2", "delimiter": ","}[field]
+    form = [(field, value), (field, value)]
+    if field != "column":
+        form.append(("column", "a"))
+    form.append(("file", (io.BytesIO(b"a,b\n1,2\n"), "data.csv")))
+
+    response = client.post(
+        "/api/v1/jobs",
+        data=MultiDict(form),
+        content_type="multipart/form-data",
+        headers=headers["user"],
+    )
+
+    assert assert_invalid_input(response, (field,)) == ["give this parameter once"]
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
+def test_a_csv_query_parameter_given_twice_is_422_naming_it(client, headers):
+    response = client.post(
+        "/api/v1/jobs",
+        query_string=[("column", "a"), ("column", "b")],
+        data=b"a,b\n1,2\n",
+        content_type="text/csv",
+        headers=headers["user"],
+    )
+
+    assert assert_invalid_input(response, ("column",)) == ["give this parameter once"]
 
 
 def test_a_label_filter_on_a_legal_value_still_finds_the_job(submit, client, headers):
