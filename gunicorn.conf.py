@@ -51,6 +51,9 @@ threads = int(os.environ.get("CHUNKWISE_WEB_THREADS", "32"))
 timeout = 60
 graceful_timeout = 30
 keepalive = 5
+# A text/csv upload carries its column and labels in the query string: the largest request
+# line gunicorn takes (its default is 4,094 bytes); past it gunicorn answers 414 itself.
+limit_request_line = 8190
 # One pool per process: create_app runs in each worker, never before the fork.
 preload_app = False
 accesslog = None

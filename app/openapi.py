@@ -32,8 +32,13 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "health.healthz": (None, schemas.HealthSchema, ()),
     "health.readyz": (None, schemas.HealthSchema, (503,)),
     "openapi.document": (None, None, ()),
-    # 500 storage_unavailable and 507 insufficient_storage: a CSV upload that cannot be stored.
-    "jobs.create_job": (schemas.JobCreateSchema, schemas.JobSchema, (201, 409, 429, 500, 507)),
+    # 500 storage_unavailable and 507 insufficient_storage: a CSV upload that cannot be stored;
+    # 414: a text/csv upload's query string too long for gunicorn.
+    "jobs.create_job": (
+        schemas.JobCreateSchema,
+        schemas.JobSchema,
+        (201, 409, 414, 429, 500, 507),
+    ),
     "jobs.list_jobs": (schemas.JobListQuerySchema, schemas.JobListSchema, ()),
     "jobs.get_job": (schemas.JobWaitQuerySchema, schemas.JobSchema, (304, 404)),
     "jobs.list_results": (None, schemas.ResultListSchema, (404,)),
@@ -82,6 +87,12 @@ ERROR_DESCRIPTIONS = {
     503: "the database is unavailable or too slow; Retry-After says when to try again",
     507: "insufficient_storage: no space left for the upload; no Retry-After",
 }
+# Answered by gunicorn before the app sees the request: no trace id, no JSON.
+REQUEST_LINE_TOO_LONG = {
+    "description": "the path and query are over 8,190 bytes (gunicorn's limit_request_line); "
+    "send long columns and labels in a multipart form instead",
+    "content": {"text/html": {"schema": {"type": "string"}}},
+}
 TRACEPARENT_PARAMETER = {
     "in": "header",
     "name": "traceparent",
@@ -117,6 +128,8 @@ def _statuses(endpoint: str, path: str, has_body: bool) -> list[int]:
 
 
 def _response(endpoint: str, status: int, response_schema) -> dict:
+    if status == 414:
+        return REQUEST_LINE_TOO_LONG
     headers: dict = {"X-Trace-Id": "TraceId"}
     if status >= 400:
         if status in (429, 503):

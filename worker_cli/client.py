@@ -9,7 +9,7 @@ import secrets
 import time
 from collections.abc import Iterator
 from typing import BinaryIO
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 import requests
 
@@ -22,6 +22,9 @@ INPUT_BLOCK_SIZE = 1024 * 1024
 # The coordinator answers an upload only after hashing and splitting it (up to 50 MiB).
 UPLOAD_TIMEOUT = 300.0
 UPLOAD_BLOCK_SIZE = 256 * 1024
+# Query bytes a text/csv upload may use: gunicorn takes a request line of 8,190 bytes (see
+# gunicorn.conf.py), of which the method, path and protocol take a few dozen.
+QUERY_BUDGET = 8000
 # A raw CSV body goes out a mebibyte at a time: few sends, and the coordinator reads as much.
 RAW_UPLOAD_BLOCK_SIZE = 1024 * 1024
 
@@ -413,7 +416,8 @@ class CoordinatorClient:
         """Upload a CSV from an open binary file as a csv_stats job; return the job.
 
         The file is the whole text/csv body and the parameters go in the query string;
-        form=True sends a multipart form instead, as a browser or curl -F would.
+        form=True sends a multipart form instead, as a browser or curl -F would, and so does
+        a query too long for the coordinator's request line (long labels or column names).
         """
         fields = [
             ("column", column),
@@ -423,7 +427,7 @@ class CoordinatorClient:
         ]
         fields += [("label", f"{key}={value}") for key, value in (labels or {}).items()]
         params = None
-        if form:
+        if form or len(urlencode(fields)) > QUERY_BUDGET:
             name = filename or os.path.basename(getattr(file, "name", "") or "upload.csv")
             body = MultipartUpload(fields, "file", file, name)
             headers = {"Content-Type": body.content_type}
