@@ -42,8 +42,9 @@ def operators_only() -> None:
 
 
 def _authenticate() -> Principal:
-    header = request.headers.get("Authorization", "")
-    token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else None
+    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+    # The scheme is case-insensitive (RFC 9110 11.1): "bearer" is as good as "Bearer".
+    token = credentials.strip() if scheme.lower() == "bearer" else None
     rt = get_runtime()
     principal = auth.authenticate(rt.pool, token, rt.principals)
     g.principal = principal

@@ -129,7 +129,16 @@ def checked_text(name: str, value: str | None, max_length: int | None = None) ->
 
 IDEMPOTENCY_KEY_MAX = 200
 HEX64 = validate.Regexp(r"^[0-9a-f]{64}$", error="must be 64 lowercase hex digits")
-WORKER_ID = validate.Length(min=1, max=200)
+
+
+def _printable(value: str) -> None:
+    # It names the worker in /api/v1/workers, log lines and metric labels, as the worker's
+    # own --worker-id check requires.
+    if not value.isprintable() or value.isspace():
+        raise ValidationError("must be printable characters, not only spaces")
+
+
+WORKER_ID = [validate.Length(min=1, max=200), _printable]
 LABEL_FILTER = validate.Regexp(r"^[^=]{1,64}=.{0,256}$", error="must be key=value")
 LABELS = fields.Dict(
     keys=fields.Str(validate=validate.Length(min=1, max=64)),

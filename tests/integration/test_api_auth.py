@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from services import auth
 from tests.integration.csv_worker import settings
 from tests.integration.manifests import WORKER, manifest
@@ -47,6 +49,13 @@ def test_a_request_without_a_valid_token_is_401(client, tokens):
 
         assert response.status_code == 401, authorization
         assert response.get_json()["error"]["code"] == "unauthenticated", authorization
+
+
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "Bearer"])
+def test_the_bearer_scheme_is_case_insensitive(scheme, client, tokens):
+    response = client.get("/api/v1/events", headers={"Authorization": f"{scheme} {tokens['user']}"})
+
+    assert response.status_code == 200
 
 
 def test_a_revoked_token_is_401_as_soon_as_the_coordinator_hears_of_it(

@@ -268,6 +268,30 @@ def test_retryable_that_is_not_true_or_false_is_422_naming_it(value, client, hea
     assert_invalid_input(response, ("retryable",))
 
 
+WORKER_ID_PATHS = [
+    ("claim", ("worker_id",)),
+    ("heartbeat", ("worker_id",)),
+    ("result", ("worker_id",)),
+    ("failure", ("worker_id",)),
+    ("results", ("worker_id",)),
+    ("heartbeats", ("worker_id",)),
+]
+
+
+@pytest.mark.parametrize("value", [" ", "\u007f\u0001", "\u2028x", "a\nb"])
+@pytest.mark.parametrize(
+    ("endpoint", "path"), WORKER_ID_PATHS, ids=[label(*c) for c in WORKER_ID_PATHS]
+)
+def test_a_worker_id_that_is_not_printable_is_422_naming_it(
+    endpoint, path, value, client, headers, leased
+):
+    body = with_value(JSON_ENDPOINTS[endpoint][3], path, value)
+
+    response = post_json(client, headers, endpoint, leased["task_id"], body)
+
+    assert assert_invalid_input(response, path) == ["must be printable characters, not only spaces"]
+
+
 PEAK_RSS_PATHS = [
     ("result", ("metrics", "peak_rss_bytes")),
     ("results", ("results", 0, "metrics", "peak_rss_bytes")),
