@@ -354,7 +354,10 @@ def test_the_openapi_document_names_each_error_an_operation_can_answer(client, h
     assert {"204", "400", "413"} <= set(paths["/api/v1/tasks/claim"]["post"]["responses"])
     assert "304" in paths["/api/v1/jobs/{job_id}"]["get"]["responses"]
     assert "503" in paths["/readyz"]["get"]["responses"]
+    # gunicorn's own answer to a request line past its limit, before the app: no trace id.
+    assert set(create["414"]["content"]) == {"text/html"}
     for path, operations in paths.items():
         for method, operation in operations.items():
             for status, response in operation["responses"].items():
-                assert "X-Trace-Id" in response["headers"], (method, path, status)
+                if status != "414":
+                    assert "X-Trace-Id" in response["headers"], (method, path, status)
