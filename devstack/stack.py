@@ -183,9 +183,14 @@ def stop_on_sigterm() -> None:
     to this process reaches none of them; killed outright, it would leave them all running.
     """
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    # The first signal unwinds; the next ones (make forwards a group's SIGTERM a moment after
+    # it arrives, a person presses Ctrl-C twice) must not cut the clean-up short.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
