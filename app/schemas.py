@@ -313,6 +313,12 @@ class FailureSchema(LeaseSchema):
 # --- responses ----------------------------------------------------------------------------
 
 
+# What the OpenAPI document says of a Method field, which apispec cannot infer.
+NULLABLE_STRING = {"type": "string", "nullable": True}
+NULLABLE_INTEGER = {"type": "integer", "nullable": True}
+NULLABLE_OBJECT = {"type": "object", "nullable": True}
+
+
 class ResponseSchema(Schema):
     """Base of every JSON response body: app/tracing.py adds the request's trace id to it."""
 
@@ -383,7 +389,7 @@ class JobSchema(ResponseSchema):
     status = fields.Str(attribute="job.status")
     revision = fields.Int(attribute="job.revision")
     input_uri = fields.Str(attribute="job.input_uri")
-    input_digest = fields.Method("_input_digest")
+    input_digest = fields.Method("_input_digest", metadata=NULLABLE_STRING)
     parameters = fields.Dict(attribute="job.parameters")
     labels = fields.Dict(attribute="job.labels")
     priority = fields.Int(attribute="job.priority")
@@ -394,7 +400,7 @@ class JobSchema(ResponseSchema):
     chunks_by_state = fields.Nested(ChunksByStateSchema, attribute="counts")
     progress = fields.Float()
     result = fields.Dict(attribute="job.result", allow_none=True)
-    partial_result = fields.Method("_partial_result")
+    partial_result = fields.Method("_partial_result", metadata=NULLABLE_OBJECT)
     error = fields.Dict(attribute="job.error", allow_none=True)
     merge_seconds = fields.Float(attribute="job.merge_seconds", allow_none=True)
     created_at = fields.DateTime(attribute="job.created_at")
@@ -424,11 +430,11 @@ class AttemptSchema(Schema):
     attempt_id = fields.UUID(attribute="id")
     attempt = fields.Int()
     worker_id = fields.Str()
-    state = fields.Method("_state")
+    state = fields.Method("_state", metadata={"type": "string"})
     trace_id = fields.Str()
     started_at = fields.DateTime(attribute="leased_at")
     finished_at = fields.DateTime(allow_none=True)
-    error = fields.Method("_error")
+    error = fields.Method("_error", metadata=NULLABLE_OBJECT)
 
     def _state(self, attempt):
         return attempt.outcome or "running"
@@ -444,8 +450,8 @@ class ChunkSchema(ResponseSchema):
 
     id = fields.UUID(attribute="task.id")
     index = fields.Int(attribute="task.chunk_index")
-    record_start = fields.Method("_record_start")
-    record_end = fields.Method("_record_end")
+    record_start = fields.Method("_record_start", metadata=NULLABLE_INTEGER)
+    record_end = fields.Method("_record_end", metadata=NULLABLE_INTEGER)
     state = fields.Str(attribute="task.status")
     attempt = fields.Int(attribute="task.attempt")
     max_attempts = fields.Int(attribute="task.max_attempts")
@@ -458,7 +464,7 @@ class ChunkSchema(ResponseSchema):
     checkpoint = fields.Dict(attribute="task.checkpoint", allow_none=True)
     summary = fields.Dict(allow_none=True)
     attempts = fields.List(fields.Nested(AttemptSchema))
-    error = fields.Method("_error")
+    error = fields.Method("_error", metadata=NULLABLE_OBJECT)
 
     def _record_start(self, view):
         return _csv_parameter(view.task, "record_start")
@@ -514,7 +520,7 @@ class ClaimedTaskSchema(Schema):
     workload = fields.Str(attribute="task.workload")
     input_uri = fields.Str(attribute="task.input_uri")
     input_sha256 = fields.Str(attribute="task.input_sha256")
-    parameters = fields.Method("_parameters")
+    parameters = fields.Method("_parameters", metadata={"type": "object"})
     checkpoint = fields.Dict(attribute="task.checkpoint", allow_none=True)
     lease_expires_at = fields.DateTime(attribute="task.lease_expires_at")
     heartbeat_seconds = fields.Int()  # filled in by ClaimResponseSchema

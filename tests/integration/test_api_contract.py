@@ -344,6 +344,19 @@ def test_the_openapi_document_describes_bodies_and_bearer_auth(client, headers):
     } in paths["/api/v1/jobs/{job_id}"]["get"]["parameters"]
 
 
+def test_every_field_of_every_schema_in_the_openapi_document_has_a_type(client, headers):
+    document = client.get("/api/v1/openapi.json", headers=headers["user"]).get_json()
+
+    untyped = [
+        f"{name}.{field}"
+        for name, schema in document["components"]["schemas"].items()
+        for field, spec in schema.get("properties", {}).items()
+        if not {"type", "$ref", "allOf", "oneOf", "anyOf"} & set(spec)
+    ]
+
+    assert untyped == []
+
+
 def test_the_openapi_document_names_each_error_an_operation_can_answer(client, headers):
     paths = client.get("/api/v1/openapi.json", headers=headers["user"]).get_json()["paths"]
 
