@@ -81,6 +81,7 @@ ERROR_DESCRIPTIONS = {
     404: "no such resource, or not the caller's",
     409: "conflicts with the current state (the error code says which)",
     413: "the body or upload is larger than the limit",
+    415: "the body's Content-Type is not one the route reads",
     422: "invalid fields, named in details.fields",
     429: "the queue is full; Retry-After says when to try again",
     500: "storage_unavailable: the upload's directory is missing, read-only or refused",
@@ -123,7 +124,7 @@ def _statuses(endpoint: str, path: str, has_body: bool) -> list[int]:
     if path.startswith("/api/v1/"):
         statuses |= {401, 403, 503}  # the token is looked up in PostgreSQL
     if has_body:
-        statuses |= {400, 413}
+        statuses |= {400, 413, 415}
     return sorted(statuses)
 
 

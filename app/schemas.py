@@ -10,7 +10,7 @@ from itertools import accumulate
 from flask import request
 from marshmallow import Schema, ValidationError, fields, post_dump, pre_load, validate, validates
 from werkzeug.datastructures import MultiDict
-from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 
 from services.csvjobs import WORKLOAD as CSV_WORKLOAD
 
@@ -658,7 +658,7 @@ def load_json(schema: Schema) -> dict:
 def decode_json_body() -> object:
     """The request's JSON value: UTF-8, at most MAX_JSON_BYTES and MAX_JSON_DEPTH deep."""
     if not request.is_json:
-        raise BadRequest("the request body must be a JSON object (Content-Type: application/json)")
+        raise UnsupportedMediaType("the request body must be JSON (Content-Type: application/json)")
     try:
         text = _read_body(MAX_JSON_BYTES).decode("utf-8")
     except UnicodeDecodeError as exc:

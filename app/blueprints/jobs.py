@@ -5,6 +5,7 @@ from __future__ import annotations
 from uuid import UUID
 
 from flask import Blueprint, Response, request
+from werkzeug.exceptions import UnsupportedMediaType
 
 from app import auth, schemas
 from app.auth import current_principal
@@ -36,6 +37,10 @@ def create_job():
         view = _submit_csv_body(key)
     elif request.mimetype == "multipart/form-data":
         view = _submit_csv(key)
+    elif not request.is_json:
+        raise UnsupportedMediaType(
+            "a job is sent as application/json (a manifest), text/csv or multipart/form-data"
+        )
     else:
         body = schemas.load_json(JOB_CREATE)
         spec = jobs.JobSpec(**{**body, "tasks": [jobs.TaskSpec(**t) for t in body["tasks"]]})

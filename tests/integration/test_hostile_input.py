@@ -389,6 +389,22 @@ def test_a_json_number_postgresql_cannot_store_is_400(endpoint, client, headers,
         assert response.get_json()["error"]["code"] == "malformed_request"
 
 
+@pytest.mark.parametrize("content_type", ["text/plain", "application/xml", None])
+@pytest.mark.parametrize("endpoint", list(JSON_ENDPOINTS))
+def test_a_body_that_is_not_json_is_415(endpoint, content_type, client, headers, leased):
+    method, path, who, body = JSON_ENDPOINTS[endpoint]
+
+    response = client.open(
+        path.format(task=leased["task_id"]),
+        method=method.upper(),
+        data=json.dumps(body),
+        headers={**headers[who], **({"Content-Type": content_type} if content_type else {})},
+    )
+
+    assert response.status_code == 415
+    assert response.get_json()["error"]["code"] == "unsupported_media_type"
+
+
 @pytest.mark.parametrize("endpoint", list(JSON_ENDPOINTS))
 def test_a_json_body_that_is_not_utf8_is_400(endpoint, client, headers, leased):
     # \xed\xa0\x80 is a surrogate spelt in bytes: not UTF-8 at all.
