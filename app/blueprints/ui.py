@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 import uuid
 from datetime import UTC, datetime
+from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
 from flask import Blueprint, Response, g, redirect, render_template, request, url_for
@@ -50,6 +52,8 @@ PAGE_SIZE = 50
 WATCH_SECONDS = 20
 # A backslash, which some browsers read as a slash, or a control character.
 UNSAFE_IN_LOCATION = re.compile(r"[\\\x00-\x1f\x7f]")
+# A browser reads %2e in a path as a dot, so "/ui/%2e%2e/" climbs out of /ui/ like "/ui/../".
+ENCODED_DOT = re.compile("%2e", re.IGNORECASE)
 URLENCODED = "application/x-www-form-urlencoded"
 DELIMITERS = {"comma": ",", "semicolon": ";", "tab": "\t", "pipe": "|"}
 
@@ -124,11 +128,17 @@ def _wanted_page() -> str:
 
 
 def _local_page(target: str | None) -> str:
-    # Only a dashboard path: never a redirect to another site after sign-in, nor a Location
-    # header a control character would break.
-    if target and target.startswith("/ui/") and not UNSAFE_IN_LOCATION.search(target):
-        return target
-    return url_for("ui.jobs_page")
+    # Only a dashboard path, judged after its dot segments are resolved as the browser will:
+    # never a redirect to another site or out of /ui/ after sign-in, nor a Location header a
+    # control character would break.
+    if not target or UNSAFE_IN_LOCATION.search(target):
+        return url_for("ui.jobs_page")
+    parts = urlsplit(target)
+    path = ENCODED_DOT.sub(".", parts.path)
+    resolved = posixpath.normpath(path) + ("/" if path.endswith("/") else "")
+    if parts.scheme or parts.netloc or not resolved.startswith("/ui/"):
+        return url_for("ui.jobs_page")
+    return urlunsplit(("", "", resolved, parts.query, parts.fragment))
 
 
 # --- jobs -----------------------------------------------------------------------------------

@@ -153,8 +153,11 @@ def test_an_unknown_token_is_refused_at_sign_in(client):
         "/ui/\r\nX-Injected: 1",
         "/ui/\nX-Injected: 1",
         "/ui/\x7f",
+        "/ui/../metrics",
+        "/ui/./x/../../metrics",
+        "/ui/%2e%2E/metrics",
     ],
-    ids=["another site", "backslash", "CRLF", "LF", "DEL"],
+    ids=["another site", "backslash", "CRLF", "LF", "DEL", "dot-dot", "dots", "encoded dots"],
 )
 def test_sign_in_goes_only_to_a_dashboard_page_a_location_header_can_carry(client, tokens, wanted):
     form = client.get("/ui/sign-in")
@@ -166,6 +169,21 @@ def test_sign_in_goes_only_to_a_dashboard_page_a_location_header_can_carry(clien
 
     assert (answer.status_code, answer.headers["Location"]) == (303, "/ui/")
     assert "X-Injected" not in answer.headers
+
+
+def test_sign_in_resolves_dot_segments_in_next_before_going_there(client, tokens):
+    form = client.get("/ui/sign-in")
+
+    answer = client.post(
+        "/ui/sign-in",
+        data={
+            "csrf_token": csrf_of(form),
+            "token": tokens["user"],
+            "next": "/ui/x/./../submit?a=1",
+        },
+    )
+
+    assert (answer.status_code, answer.headers["Location"]) == (303, "/ui/submit?a=1")
 
 
 def test_signing_out_ends_the_session(sign_in):
