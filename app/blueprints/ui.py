@@ -122,9 +122,22 @@ def sign_out():
 
 
 def _wanted_page() -> str:
+    # A post's action URL takes no GET: after sign-in, go to the page its form was on.
+    if request.method == "POST":
+        return _form_page() or url_for("ui.jobs_page")
     # Raw bytes a proxy let through need not be UTF-8; they are only ever sent back.
     query = request.query_string.decode("utf-8", "replace")
     return f"{request.path}?{query}" if query else request.path
+
+
+def _form_page() -> str | None:
+    # The page a job's buttons or the submit form are on; None for the forms on every page.
+    job_id = (request.view_args or {}).get("job_id")
+    if job_id is not None:
+        return url_for("ui.job_page", job_id=job_id)
+    if request.endpoint == "ui.submit":
+        return url_for("ui.submit")
+    return None
 
 
 def _local_page(target: str | None) -> str:
@@ -357,7 +370,11 @@ def http_error(exc: HTTPException):
 
 def _error_page(status: int, message: str):
     job_id = (request.view_args or {}).get("job_id")
-    return render_template("ui/error.html", status=status, message=message, job_id=job_id), status
+    back = _form_page() if status != 404 else None
+    page = render_template(
+        "ui/error.html", status=status, message=message, job_id=job_id, back=back
+    )
+    return page, status
 
 
 @bp.app_template_filter("timestamp")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -57,6 +58,13 @@ def submit_through_form(browser, *, column: str = "value", labels: str = "", dat
         },
         content_type="multipart/form-data",
     )
+
+
+def next_of(answer) -> str:
+    """The page a redirect to sign-in will come back to."""
+    location = urlsplit(answer.headers["Location"])
+    assert location.path == "/ui/sign-in"
+    return parse_qs(location.query)["next"][0]
 
 
 def job_id_of(answer) -> str:
@@ -295,6 +303,36 @@ def test_a_strangers_form_post_is_sent_to_sign_in_before_its_body_is_read(client
 
     assert answer.status_code == 302 and "/ui/sign-in" in answer.headers["Location"]
     assert spooled == []
+
+
+def test_a_strangers_form_post_comes_back_after_sign_in_to_a_page_get_can_show(client, submit):
+    job = submit(manifest(1))
+    client.get("/ui/sign-in")
+
+    for action, page in [
+        (f"/ui/jobs/{job['id']}/cancel", f"/ui/jobs/{job['id']}"),
+        (f"/ui/jobs/{job['id']}/retry", f"/ui/jobs/{job['id']}"),
+        ("/ui/submit", "/ui/submit"),
+        ("/ui/sign-out", "/ui/"),
+    ]:
+        answer = client.post(action, data={"csrf_token": "whatever"})
+
+        assert answer.status_code == 302, action
+        assert next_of(answer) == page, action
+
+
+def test_a_stale_csrf_token_page_links_back_to_the_form_it_came_from(sign_in, submit):
+    job = submit(manifest(1))
+    browser = sign_in("user")
+
+    submitted = browser.post(
+        "/ui/submit", data={"csrf_token": "stale"}, content_type="multipart/form-data"
+    )
+    cancelled = browser.post(f"/ui/jobs/{job['id']}/cancel", data={"csrf_token": "stale"})
+
+    assert submitted.status_code == 403 and 'id="back" href="/ui/submit"' in submitted.text
+    assert cancelled.status_code == 403
+    assert f'id="back" href="/ui/jobs/{job["id"]}"' in cancelled.text
 
 
 def test_a_sign_in_sent_as_multipart_is_refused_unread(client, tokens):
