@@ -110,7 +110,12 @@ def sign_in():
     target = _local_page(request.values.get("next"))
     if request.method == "GET":
         return render_template("ui/sign_in.html", next=target)
-    ui_session.sign_in(get_runtime(), request.form.get("token", ""))
+    try:
+        ui_session.sign_in(get_runtime(), request.form.get("token", ""))
+    except (Unauthenticated, Forbidden) as exc:
+        # An unknown token and a worker's alike: the form again, still bound for `next`.
+        page = render_template("ui/sign_in.html", next=target, message=exc.message)
+        return page, errors.STATUS[type(exc)]
     return redirect(target, 303)
 
 
@@ -347,11 +352,6 @@ def workers_page():
 @bp.errorhandler(ChunkwiseError)
 def service_error(exc: ChunkwiseError):
     """A service's refusal as a page: 404 for another user's job, 403, 409, ..."""
-    if isinstance(exc, Unauthenticated):
-        page = render_template(
-            "ui/sign_in.html", next=_local_page(request.form.get("next")), message=exc.message
-        )
-        return page, 401
     status = next((errors.STATUS[c] for c in type(exc).__mro__ if c in errors.STATUS), 500)
     return _error_page(status, exc.message)
 

@@ -141,6 +141,19 @@ def test_a_worker_token_is_refused_at_sign_in(client, tokens):
     assert client.get("/ui/").status_code == 302
 
 
+def test_a_worker_token_sees_the_sign_in_form_again_still_bound_for_next(client, tokens):
+    form = client.get("/ui/sign-in?next=/ui/submit")
+
+    answer = client.post(
+        "/ui/sign-in",
+        data={"csrf_token": csrf_of(form), "token": tokens["worker"], "next": "/ui/submit"},
+    )
+
+    assert answer.status_code == 403
+    assert 'name="token"' in answer.text and 'name="next" value="/ui/submit"' in answer.text
+    assert 'role="alert">worker tokens cannot sign in to the dashboard<' in answer.text
+
+
 def test_an_unknown_token_is_refused_at_sign_in(client):
     form = client.get("/ui/sign-in")
 
