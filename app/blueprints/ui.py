@@ -10,7 +10,9 @@ from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
 from flask import Blueprint, Response, g, redirect, render_template, request, url_for
+from markupsafe import Markup
 from marshmallow import ValidationError
+from marshmallow.fields import Field
 from werkzeug.exceptions import HTTPException, UnsupportedMediaType
 
 from app import errors, schemas, ui_session
@@ -18,7 +20,7 @@ from app.attempt_timeline import build_timeline
 from app.runtime import get_runtime
 from app.tracing import current_trace_id
 from app.uploads import uploaded
-from services import chunks, csvjobs, jobs, logcontext, metrics, queue
+from services import chunks, csvjobs, csvstats, jobs, logcontext, metrics, queue
 from services.errors import (
     ChunkwiseError,
     Forbidden,
@@ -251,28 +253,69 @@ def retry_job(job_id: UUID):
 # --- submit ---------------------------------------------------------------------------------
 
 
+# The submit form's controls, in its order, under the names its labels give them.
+SUBMIT_FIELDS = {
+    "file": "CSV file",
+    "column": "Column",
+    "delimiter": "Delimiter",
+    "chunks": "Chunks",
+    "priority": "Priority",
+    "labels": "Labels",
+    "submission_key": "Submission key",
+}
+# Fields whose every refusal means one thing, said the way the form would say it.
+ONE_REASON = {
+    "chunks": f"must be a whole number from 1 to {csvjobs.MAX_CHUNKS}",
+    "priority": "must be a whole number from 0 to 255",
+}
+REQUIRED = Field.default_error_messages["required"]
+# A refused label line is quoted up to this many characters.
+QUOTED_LINE = 40
+
+
 @bp.route("/submit", methods=["GET", "POST"])
 def submit():
     """Show the CSV form, or submit the uploaded CSV as a job."""
     if request.method == "GET":
-        return _submit_form({}, [], 200)
+        return _submit_form({}, {}, [], 200)
+    problems: dict[str, list[str]] = {}
+    upload = _checked(problems, _uploaded_csv)
+    job_request = _checked(problems, _csv_job_request)
+    key = _checked(problems, _submission_key)
+    if problems:
+        # The service judges the file and its column only once the rest is valid: say it now.
+        if upload is not None:
+            for name, messages in _csv_problems(upload).items():
+                problems.setdefault(name, messages)
+        return _submit_form(request.form, problems, [], 422)
     try:
         view = csvjobs.submit_csv_job(
             get_runtime(),
             g.principal,
-            _uploaded_csv(),
-            _csv_job_request(),
+            upload,
+            job_request,
             trace_id=current_trace_id(),
-            idempotency_key=_submission_key(),
+            idempotency_key=key,
         )
-    except ValidationError as exc:
-        return _submit_form(request.form, _field_messages(exc.messages), 422)
     except (InvalidInput, PayloadTooLarge, QueueFull) as exc:
         if isinstance(exc, QueueFull):
             metrics.ADMISSION_REJECTIONS.inc()
-        messages = _field_messages(exc.details.get("fields")) or [exc.message]
-        return _submit_form(request.form, messages, errors.STATUS[type(exc)])
+        fields = exc.details.get("fields")
+        problems = _in_form_words(fields) if fields else {}
+        messages = [] if fields else [exc.message]
+        return _submit_form(request.form, problems, messages, errors.STATUS[type(exc)])
     return redirect(url_for("ui.job_page", job_id=view.job.id), 303)
+
+
+def _checked(problems: dict[str, list[str]], read):
+    # One part of the form, or None with what is wrong noted: every refusal is shown at once.
+    try:
+        return read()
+    except ValidationError as exc:
+        problems.update(_in_form_words(exc.messages))
+    except InvalidInput as exc:
+        problems.update(_in_form_words(exc.details["fields"]))
+    return None
 
 
 def _submission_key() -> str | None:
@@ -296,34 +339,76 @@ def _csv_job_request() -> csvjobs.CsvJobRequest:
         for name in ("column", "chunks", "priority")
         if form.get(name, "").strip()
     }
-    lines = [line.strip() for line in form.get("labels", "").splitlines() if line.strip()]
-    loaded = CSV_JOB_FORM.load(
-        {**fields, "delimiter": DELIMITERS.get(form.get("delimiter", ""), ","), "label": lines}
-    )
+    text = form.get("labels", "")
+    lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    delimiter = DELIMITERS.get(form.get("delimiter", ""), ",")
+    try:
+        loaded = CSV_JOB_FORM.load(
+            {**fields, "delimiter": delimiter, "label": [line for _, line in lines]}
+        )
+    except ValidationError as exc:
+        raise ValidationError(_labels_by_line(exc.messages, lines)) from exc
     labels = dict(item.split("=", 1) for item in loaded.pop("label"))
     return csvjobs.CsvJobRequest(**loaded, labels=labels)
 
 
-def _submit_form(values, messages: list[str], status: int):
+def _labels_by_line(messages: dict, lines: list[tuple[int, str]]) -> dict:
+    # The schema names a bad label by its place in a list; the user knows it by its line.
+    messages = dict(messages)
+    by_item = messages.pop("label", None)
+    if by_item is None:
+        return messages
+    return {
+        **messages,
+        "labels": [
+            _on_line(*lines[index], message)
+            for index, found in sorted(by_item.items())
+            for message in found
+        ],
+    }
+
+
+def _on_line(number: int, line: str, message: str) -> Markup:
+    quoted = line if len(line) <= QUOTED_LINE else line[: QUOTED_LINE - 1] + "…"
+    # Isolated: a bidi override in the line must not reorder the message around it.
+    return Markup("line {} (<bdi>{}</bdi>): {}").format(number, quoted, message)
+
+
+def _csv_problems(upload) -> dict[str, list[str]]:
+    # What the service would say of the file and its column (not in the header, say).
+    delimiter = DELIMITERS.get(request.form.get("delimiter", ""), ",")
+    try:
+        csvstats.split(upload.path.read_bytes(), request.form.get("column", "").strip(), delimiter)
+    except csvstats.CsvFormatError as exc:
+        return {exc.field: [exc.message]}
+    return {}
+
+
+def _in_form_words(fields: dict) -> dict[str, list[str]]:
+    """Each refused field's messages in the words its form uses."""
+    return {
+        name: [ONE_REASON[name]]
+        if name in ONE_REASON
+        else ["required" if message == REQUIRED else message for message in messages]
+        for name, messages in fields.items()
+    }
+
+
+def _submit_form(values, problems: dict[str, list[str]], messages: list[str], status: int):
+    in_form_order = dict.fromkeys([*SUBMIT_FIELDS, *problems])
     return (
         render_template(
             "ui/submit.html",
             values=values,
+            problems={name: problems[name] for name in in_form_order if name in problems},
             messages=messages,
+            field_names=SUBMIT_FIELDS,
             delimiters=DELIMITERS,
             submission_key=uuid.uuid4().hex,
             max_chunks=csvjobs.MAX_CHUNKS,
         ),
         status,
     )
-
-
-def _field_messages(fields: dict | list | None) -> list[str]:
-    if not fields:
-        return []
-    if isinstance(fields, list):
-        return [str(m) for m in fields]
-    return [f"{name}: {'; '.join(map(str, msgs))}" for name, msgs in sorted(fields.items())]
 
 
 # --- operators ------------------------------------------------------------------------------
@@ -359,7 +444,8 @@ def service_error(exc: ChunkwiseError):
 @bp.errorhandler(ValidationError)
 def invalid_query(exc: ValidationError):
     """A filter the list cannot use."""
-    return _error_page(422, "; ".join(_field_messages(exc.messages)))
+    problems = _in_form_words(exc.messages)
+    return _error_page(422, "; ".join(f"{n}: {'; '.join(m)}" for n, m in problems.items()))
 
 
 @bp.errorhandler(HTTPException)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable
+from html import unescape
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -42,8 +43,10 @@ def sign_in(app, tokens) -> Callable[[str], object]:
     return signed_in
 
 
-def submit_through_form(browser, *, column: str = "value", labels: str = "", data=DATA):
-    """POST the dashboard's submit form as a browser would."""
+def submit_through_form(
+    browser, *, column: str = "value", labels: str = "", data=DATA, **fields: str
+):
+    """POST the dashboard's submit form as a browser would; `fields` override its values."""
     form = browser.get("/ui/submit")
     return browser.post(
         "/ui/submit",
@@ -55,9 +58,26 @@ def submit_through_form(browser, *, column: str = "value", labels: str = "", dat
             "chunks": "2",
             "priority": "3",
             "labels": labels,
+            **fields,
         },
         content_type="multipart/form-data",
     )
+
+
+def shown_text(html: str) -> str:
+    """What a page says, without its markup."""
+    return unescape(re.sub(r"<[^>]+>", "", html))
+
+
+def control(html: str, name: str) -> str:
+    """The opening tag of the form control with this name."""
+    return re.search(rf'<(?:input|select|textarea)\b[^>]*\bname="{name}"[^>]*>', html).group()
+
+
+def field_error(html: str, name: str) -> str:
+    """The message shown at a form control, as text."""
+    found = re.search(rf'<span class="field-error" id="{name}-error">(.*?)</span>', html, re.S)
+    return shown_text(found.group(1)) if found else ""
 
 
 def next_of(answer) -> str:
@@ -510,6 +530,56 @@ def test_a_job_the_full_queue_refuses_is_shown_on_the_form_as_429(sign_in, db):
     assert answer.status_code == 429
     assert "exceed the limit of 3" in answer.text
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 1
+
+
+def test_a_bad_label_is_named_by_its_line_and_its_reason(sign_in):
+    browser = sign_in("user")
+
+    blank_line_before = submit_through_form(browser, labels="team=a\n\nnokey")
+    too_long = submit_through_form(browser, labels="k=" + "v" * 300)
+
+    assert blank_line_before.status_code == 422
+    assert field_error(blank_line_before.text, "labels") == "line 3 (nokey): must be key=value"
+    assert field_error(too_long.text, "labels").startswith("line 1 (k=vvv")
+    assert field_error(too_long.text, "labels").endswith("…): must be key=value")
+    for page in (blank_line_before, too_long):
+        assert "label: " not in shown_text(page.text)
+
+
+def test_every_refused_field_is_marked_and_described_at_its_control_in_the_forms_words(sign_in, db):
+    browser = sign_in("user")
+
+    answer = submit_through_form(browser, column="nope", chunks="99", priority="999", labels="bad")
+
+    assert answer.status_code == 422
+    for name in ("column", "chunks", "priority", "labels"):
+        tag = control(answer.text, name)
+        assert 'aria-invalid="true"' in tag and f'aria-describedby="{name}-error"' in tag
+    assert "'nope' is not in the header" in field_error(answer.text, "column")
+    assert field_error(answer.text, "chunks") == "must be a whole number from 1 to 64"
+    assert field_error(answer.text, "priority") == "must be a whole number from 0 to 255"
+    summary = shown_text(answer.text)
+    assert "Chunks: must be a whole number from 1 to 64" in summary
+    assert "Labels: line 1 (bad): must be key=value" in summary
+    assert "Must be greater than" not in summary
+    assert "aria-invalid" not in control(answer.text, "delimiter")
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
+def test_a_missing_file_and_a_missing_column_are_both_shown_at_their_fields(sign_in):
+    browser = sign_in("user")
+    form = browser.get("/ui/submit")
+
+    answer = browser.post(
+        "/ui/submit",
+        data={"csrf_token": csrf_of(form), "column": "", "chunks": "0"},
+        content_type="multipart/form-data",
+    )
+
+    assert answer.status_code == 422
+    assert field_error(answer.text, "file") == "choose a CSV file to upload"
+    assert field_error(answer.text, "column") == "required"
+    assert field_error(answer.text, "chunks") == "must be a whole number from 1 to 64"
 
 
 def test_a_form_without_a_file_is_refused(sign_in):
