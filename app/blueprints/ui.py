@@ -50,6 +50,8 @@ CONTENT_SECURITY_POLICY = (
 JOB_STATUSES = ("queued", "running", "merging", "succeeded", "failed", "cancelled")
 CANCELLABLE = frozenset({"queued", "running", "merging"})
 PAGE_SIZE = 50
+# The job list's filters, under the names its form gives them.
+FILTER_FIELDS = {"status": "Status", "label": "Label", "cursor": "Page"}
 # A job page's script waits this long on the job watch before asking again.
 WATCH_SECONDS = 20
 # A backslash, which some browsers read as a slash, or a control character.
@@ -168,10 +170,18 @@ def _local_page(target: str | None) -> str:
 def jobs_page():
     """The signed-in user's jobs, newest first, filtered by status and label."""
     filters = _list_filters()
-    views, cursor = _list_jobs(filters)
-    return render_template(
-        "ui/jobs.html", jobs=views, next_cursor=cursor, filters=filters, statuses=JOB_STATUSES
+    problems: dict[str, list[str]] = {}
+    views, cursor = _checked(problems, lambda: _list_jobs(filters)) or ([], None)
+    page = render_template(
+        "ui/jobs.html",
+        jobs=views,
+        next_cursor=cursor,
+        filters=filters,
+        statuses=JOB_STATUSES,
+        problems=problems,
+        field_names=FILTER_FIELDS,
     )
+    return page, 422 if problems else 200
 
 
 @bp.get("/jobs.json")
@@ -267,6 +277,8 @@ SUBMIT_FIELDS = {
 ONE_REASON = {
     "chunks": f"must be a whole number from 1 to {csvjobs.MAX_CHUNKS}",
     "priority": "must be a whole number from 0 to 255",
+    "status": "not a job status: choose one from the list",
+    "cursor": "not a page of this list: start again from the first page",
 }
 REQUIRED = Field.default_error_messages["required"]
 # A refused label line is quoted up to this many characters.
@@ -443,7 +455,7 @@ def service_error(exc: ChunkwiseError):
 
 @bp.errorhandler(ValidationError)
 def invalid_query(exc: ValidationError):
-    """A filter the list cannot use."""
+    """A filter the polled list cannot use (the list page shows it at its field)."""
     problems = _in_form_words(exc.messages)
     return _error_page(422, "; ".join(f"{n}: {'; '.join(m)}" for n, m in problems.items()))
 

@@ -717,3 +717,34 @@ def test_the_list_page_filters_by_status_and_label(sign_in, submit, client, head
     assert cancelled["id"] in by_status and kept["id"] not in by_status
     assert kept["id"] in by_label and cancelled["id"] not in by_label
     assert unusable.status_code == 422 and "must be key=value" in unusable.text
+
+
+def test_a_filter_the_list_cannot_use_is_shown_at_its_field_on_the_list_page(sign_in):
+    browser = sign_in("user")
+
+    bad_status = browser.get("/ui/?status=bogus&label=team%3Da")
+    bad_label = browser.get("/ui/?label=nokey")
+    bad_cursor = browser.get("/ui/?cursor=garbage")
+
+    for page in (bad_status, bad_label, bad_cursor):
+        assert page.status_code == 422
+        assert '<form class="filters"' in page.text
+    assert 'aria-invalid="true"' in control(bad_status.text, "status")
+    assert field_error(bad_status.text, "status") == "not a job status: choose one from the list"
+    assert '<option value="bogus" selected>' in bad_status.text
+    assert 'value="team=a"' in control(bad_status.text, "label")
+    assert 'value="nokey"' in control(bad_label.text, "label")
+    assert 'aria-invalid="true"' in control(bad_label.text, "label")
+    assert field_error(bad_label.text, "label") == "must be key=value"
+    assert "start again from the first page" in shown_text(bad_cursor.text)
+
+
+def test_a_later_page_of_the_whole_list_offers_no_clear_link(sign_in, submit, client, headers):
+    submit(manifest(1))
+    submit(manifest(1))
+    listed = client.get("/api/v1/jobs?limit=1", headers=headers["user"]).get_json()
+
+    page = sign_in("user").get("/ui/", query_string={"cursor": listed["next_cursor"]})
+
+    assert page.status_code == 200
+    assert ">clear</a>" not in page.text
