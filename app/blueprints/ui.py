@@ -13,7 +13,7 @@ from flask import Blueprint, Response, g, redirect, render_template, request, ur
 from markupsafe import Markup
 from marshmallow import ValidationError
 from marshmallow.fields import Field
-from werkzeug.exceptions import HTTPException, UnsupportedMediaType
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, UnsupportedMediaType
 
 from app import errors, schemas, ui_session
 from app.attempt_timeline import build_timeline
@@ -309,7 +309,9 @@ def submit():
             trace_id=current_trace_id(),
             idempotency_key=key,
         )
-    except (InvalidInput, PayloadTooLarge, QueueFull) as exc:
+    except PayloadTooLarge:
+        return _submit_form(request.form, _too_large(), [], 413)
+    except (InvalidInput, QueueFull) as exc:
         if isinstance(exc, QueueFull):
             metrics.ADMISSION_REJECTIONS.inc()
         fields = exc.details.get("fields")
@@ -406,6 +408,14 @@ def _in_form_words(fields: dict) -> dict[str, list[str]]:
     }
 
 
+def _too_large() -> dict[str, list[str]]:
+    return {"file": [f"larger than the {_upload_limit()} limit"]}
+
+
+def _upload_limit() -> str:
+    return f"{get_runtime().limits.max_upload_bytes / 2**20:g} MiB"
+
+
 def _submit_form(values, problems: dict[str, list[str]], messages: list[str], status: int):
     in_form_order = dict.fromkeys([*SUBMIT_FIELDS, *problems])
     return (
@@ -418,6 +428,7 @@ def _submit_form(values, problems: dict[str, list[str]], messages: list[str], st
             delimiters=DELIMITERS,
             submission_key=uuid.uuid4().hex,
             max_chunks=csvjobs.MAX_CHUNKS,
+            upload_limit=_upload_limit(),
         ),
         status,
     )
@@ -463,6 +474,9 @@ def invalid_query(exc: ValidationError):
 @bp.errorhandler(HTTPException)
 def http_error(exc: HTTPException):
     """Werkzeug's refusals (a body too large, a malformed form) as a page."""
+    if isinstance(exc, RequestEntityTooLarge) and request.endpoint == "ui.submit":
+        # Refused unread, so none of the form's values can be kept; the form says why.
+        return _submit_form({}, _too_large(), [], 413)
     return _error_page(exc.code or 500, exc.description or exc.name)
 
 

@@ -582,6 +582,34 @@ def test_a_missing_file_and_a_missing_column_are_both_shown_at_their_fields(sign
     assert field_error(answer.text, "chunks") == "must be a whole number from 1 to 64"
 
 
+@settings(CHUNKWISE_MAX_UPLOAD_BYTES=str(2**20))
+def test_a_body_too_large_to_read_shows_the_form_with_the_limit_at_the_file_field(
+    sign_in, db, temp_dir
+):
+    browser = sign_in("user")
+
+    answer = submit_through_form(browser, data=b"value\n" + b"1\n" * 3 * 2**19)
+
+    assert answer.status_code == 413
+    assert 'aria-invalid="true"' in control(answer.text, "file")
+    assert field_error(answer.text, "file") == "larger than the 1 MiB limit"
+    assert "CSV file: larger than the 1 MiB limit" in shown_text(answer.text)
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+    assert list(temp_dir.glob("upload-*")) == []
+
+
+@settings(CHUNKWISE_MAX_UPLOAD_BYTES=str(2**20))
+def test_a_file_over_the_limit_shows_the_form_again_with_its_other_values(sign_in, db):
+    browser = sign_in("user")
+
+    answer = submit_through_form(browser, data=b"value\n" + b"1\n" * 3 * 2**18, labels="team=big")
+
+    assert answer.status_code == 413
+    assert field_error(answer.text, "file") == "larger than the 1 MiB limit"
+    assert ">team=big</textarea>" in answer.text and 'value="value"' in answer.text
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
 def test_a_form_without_a_file_is_refused(sign_in):
     browser = sign_in("user")
     form = browser.get("/ui/submit")
