@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 import uuid
@@ -493,6 +494,12 @@ def _error_page(status: int, message: str):
 def timestamp(value: datetime | None) -> str:
     """A moment in UTC, to the second."""
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"
+
+
+@bp.app_template_filter("as_json")
+def as_json(value: object) -> str:
+    """A value as the API's JSON spells it (null, true, double quotes), not Python's repr."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 @bp.app_template_filter("duration")

@@ -637,6 +637,20 @@ def test_user_controlled_text_is_shown_escaped(sign_in):
         assert "&lt;script&gt;document.title=" in page.text
 
 
+def test_parameters_are_shown_as_the_apis_json_and_none_as_a_dash(sign_in, submit):
+    job = submit(manifest(1, parameters={"a": [1, None, True], "s": "x"}))
+    bare = submit(manifest(1))
+    browser = sign_in("user")
+
+    page = browser.get(f"/ui/jobs/{job['id']}").text
+    bare_page = browser.get(f"/ui/jobs/{bare['id']}").text
+
+    parameters = shown_text(re.search(r'id="parameters">(.*?)</table>', page, re.S).group(1))
+    assert "[1, null, true]" in parameters and '"x"' in parameters
+    assert "None" not in parameters and "True" not in parameters and "'x'" not in parameters
+    assert re.search(r'id="parameters">\s*—\s*<', bare_page)
+
+
 def test_an_attempts_worker_id_and_trace_id_are_on_the_job_page(sign_in, submit, claim, complete):
     job = submit(manifest(2))
     claimed = claim()[0]
