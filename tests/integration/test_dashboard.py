@@ -651,6 +651,23 @@ def test_parameters_are_shown_as_the_apis_json_and_none_as_a_dash(sign_in, submi
     assert re.search(r'id="parameters">\s*—\s*<', bare_page)
 
 
+def test_every_progress_bar_is_named_and_a_jobs_live_figures_are_announced(sign_in, submit, claim):
+    job = submit(manifest(1))
+    claim()
+    browser = sign_in("operator")
+
+    for path in ["/ui/", f"/ui/jobs/{job['id']}", "/ui/queue", "/ui/workers"]:
+        bars = re.findall(r"<progress\b[^>]*>", browser.get(path).text)
+
+        assert bars, path
+        assert all(re.search(r'aria-label="[^"]+"', bar) for bar in bars), path
+    page = browser.get(f"/ui/jobs/{job['id']}").text
+    live = re.search(r'<div class="live" role="status" aria-live="polite">(.*?)</div>', page, re.S)
+    assert live is not None
+    for field in ("status", "progress", "percent", "chunks"):
+        assert f'data-field="{field}"' in live.group(1)
+
+
 def test_an_attempts_worker_id_and_trace_id_are_on_the_job_page(sign_in, submit, claim, complete):
     job = submit(manifest(2))
     claimed = claim()[0]
