@@ -19,6 +19,7 @@ from tests.integration.manifests import WORKER, manifest
 
 DATA = generate_csv(40, seed=3)
 HOSTILE = "<script>document.title='owned'</script>"
+RLO = "\u202e"
 CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
@@ -666,6 +667,33 @@ def test_every_progress_bar_is_named_and_a_jobs_live_figures_are_announced(sign_
     assert live is not None
     for field in ("status", "progress", "percent", "chunks"):
         assert f'data-field="{field}"' in live.group(1)
+
+
+def overrides_outside_isolation(html: str) -> list[str]:
+    """Text holding a right-to-left override that no <bdi> keeps to itself (SVG aside)."""
+    html = re.sub(r"<svg\b.*?</svg>|<bdi>.*?</bdi>", "", html, flags=re.S)
+    return [text for text in re.split(r"<[^>]*>", html) if RLO in text]
+
+
+def test_user_supplied_text_is_isolated_so_a_bidi_override_cannot_reorder_its_neighbours(
+    sign_in, submit, claim, task_call
+):
+    job = submit(manifest(1, labels={f"k{RLO}ey": f"x{RLO}abc"}, parameters={"p": f"{RLO}exe"}))
+    worker = f"worker-{RLO}evil"
+    claimed = claim(worker_id=worker)[0]
+    failure = {"worker_id": worker, "attempt": claimed["attempt"], "error_code": f"e{RLO}rr"}
+    task_call(
+        claimed["task_id"],
+        "failure",
+        {**failure, "error_message": f"{RLO}oops", "retryable": False},
+    )
+    browser = sign_in("operator")
+
+    for path in ["/ui/", f"/ui/jobs/{job['id']}", "/ui/workers"]:
+        page = browser.get(path).text
+
+        assert RLO in page, path
+        assert overrides_outside_isolation(page) == [], path
 
 
 def test_an_attempts_worker_id_and_trace_id_are_on_the_job_page(sign_in, submit, claim, complete):
