@@ -66,6 +66,7 @@ class Timeline:
 
     width: int
     height: int
+    label_width: int
     lanes: list[Lane]
     bars: list[Bar]
     ticks: list[Tick]
@@ -132,6 +133,7 @@ def build_timeline(started: datetime, chunks: Sequence[ChunkView], now: datetime
     return Timeline(
         width=WIDTH,
         height=int(axis_y + AXIS_HEIGHT),
+        label_width=LABEL_WIDTH,
         lanes=lanes,
         bars=sorted(bars, key=lambda b: (b.started_at, b.chunk_index)),
         ticks=ticks,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Response, expect, sync_playwright
 
-from devstack.observe import SHORT_POLL, events, totals_of, wait_for
+from devstack.observe import FAST, SHORT_POLL, events, totals_of, wait_for
 from devstack.sample_csv import generate_csv
 from devstack.stack import BIN, REPO, LocalStack
 
@@ -34,6 +34,9 @@ CHROMIUM_ARGS = [
 JOB_URL = re.compile(r"/ui/jobs/([0-9a-f-]{36})$")
 LOAD_FAILED = "Failed to load resource: the server responded with a status of"
 HOSTILE_LABEL = "<script>alert('label')</script><img src=x onerror=alert('img')>"
+VIEWPORT = {"width": 1280, "height": 860}
+# Manifest jobs of the `echo` workload are admitted; no worker here serves them.
+ECHO_ALLOWED = {**FAST, "CHUNKWISE_ALLOWED_WORKLOADS": "echo"}
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +70,7 @@ class Dashboard:
 
     def page(self) -> Page:
         """A new browser session (its own cookies) on a blank page."""
-        context = self.browser.new_context(viewport={"width": 1280, "height": 860})
+        context = self.browser.new_context(viewport=VIEWPORT)
         page = context.new_page()
         page.on("console", self._console)
         page.on("pageerror", lambda error: self.console_errors.append(str(error)))
@@ -224,6 +227,39 @@ def test_cancelling_a_running_job_from_its_page(stack, jobs, dashboard):
     expect(page.locator("#cancel")).to_have_count(0)
     assert jobs.get(job["id"])["status"] == "cancelled"
     stack.kill("holder")
+
+
+@pytest.mark.parametrize("stack_env", [ECHO_ALLOWED], ids=["echo jobs allowed"])
+def test_long_unbroken_text_does_not_widen_the_job_page_or_the_list(stack, dashboard):
+    user, worker = stack.api(stack.tokens.user), stack.api(stack.tokens.worker)
+    task = {"input_uri": "s3://in/0", "input_sha256": "0" * 64, "parameters": {}}
+    body = {
+        "workload": "echo",
+        "input_uri": "s3://in/",
+        "parameters": {"blob": "x" * 10_000},
+        "labels": {"note": "y" * 256},
+        "tasks": [task],
+    }
+    job = user.post(f"{stack.url}/api/v1/jobs", json=body, timeout=10).json()
+    worker_id = "w" * 200
+    claim = {"worker_id": worker_id, "workloads": ["echo"], "capacity": 1}
+    claimed = worker.post(f"{stack.url}/api/v1/tasks/claim", json=claim, timeout=10).json()
+    lease = claimed["tasks"][0]
+    failure = {"worker_id": worker_id, "attempt": lease["attempt"], "error_code": "boom"}
+    answer = worker.post(
+        f"{stack.url}/api/v1/tasks/{lease['task_id']}/failure",
+        json={**failure, "error_message": "z" * 3_900, "retryable": True},
+        timeout=10,
+    )
+    assert answer.status_code == 200, answer.text
+    page = dashboard.sign_in(stack.tokens.user)
+
+    for path in (f"/ui/jobs/{job['id']}", "/ui/"):
+        page.goto(f"{stack.url}{path}")
+        width = page.evaluate("document.documentElement.scrollWidth")
+
+        # A scrollbar's width of slack, no more.
+        assert width <= VIEWPORT["width"] + 20, (path, width)
 
 
 def test_a_killed_workers_attempt_shows_as_expired_on_the_timeline(stack, jobs, dashboard):

@@ -710,6 +710,21 @@ def test_an_attempts_worker_id_and_trace_id_are_on_the_job_page(sign_in, submit,
     assert "<b>worker</b>" not in page
 
 
+def test_a_long_worker_id_is_cut_to_the_timelines_label_column_with_the_whole_id_in_a_title(
+    sign_in, submit, claim
+):
+    job = submit(manifest(1))
+    worker = "w" * 200
+    claim(worker_id=worker)
+
+    page = sign_in("user").get(f"/ui/jobs/{job['id']}").text
+
+    clipped = re.search(r'<g clip-path="url\(#lane-labels\)">(.*?)</g>', page, re.S)
+    label = re.search(r'<text class="lane-label"[^>]*>(.*?)</text>', clipped.group(1)).group(1)
+    assert f"<title>{worker}</title>" in label
+    assert label.endswith("…") and len(re.sub(r"<title>.*?</title>", "", label)) <= 26
+
+
 def test_every_dashboard_response_has_a_strict_csp_and_refuses_framing(sign_in, client):
     browser = sign_in("user")
 
