@@ -67,6 +67,9 @@ class Dashboard:
         self.shots = shots
         self.console_errors: list[str] = []
         self.dialogs: list[str] = []
+        # How to answer a confirm() a test expects (True: OK, False: Cancel), and what it asked.
+        self.confirm_answer: bool | None = None
+        self.confirmations: list[str] = []
 
     def page(self) -> Page:
         """A new browser session (its own cookies) on a blank page."""
@@ -88,6 +91,13 @@ class Dashboard:
             self.console_errors.append(f"{response.status} for {response.url}")
 
     def _dialog(self, dialog) -> None:
+        if dialog.type == "confirm" and self.confirm_answer is not None:
+            self.confirmations.append(dialog.message)
+            if self.confirm_answer:
+                dialog.accept()
+            else:
+                dialog.dismiss()
+            return
         self.dialogs.append(dialog.message)
         dialog.dismiss()
 
@@ -210,7 +220,7 @@ def test_the_jobs_list_follows_a_running_job_without_reloading(stack, jobs, dash
     assert page.evaluate("window.sameDocument") is True
 
 
-def test_cancelling_a_running_job_from_its_page(stack, jobs, dashboard):
+def test_cancelling_a_running_job_from_its_page_asks_first(stack, jobs, dashboard):
     job = jobs.submit(generate_csv(20_000, seed=23), 2)
     # The worker holds its lease, computing nothing more, until the cancel reaches it.
     stack.start_worker(
@@ -221,6 +231,15 @@ def test_cancelling_a_running_job_from_its_page(stack, jobs, dashboard):
     page.goto(f"{stack.url}/ui/jobs/{job['id']}")
     expect(page.locator("#live [data-field=status]")).to_have_text("running")
 
+    dashboard.confirm_answer = False
+    page.click("#cancel")
+    page.wait_for_timeout(500)
+
+    assert len(dashboard.confirmations) == 1 and "cannot be undone" in dashboard.confirmations[0]
+    assert jobs.get(job["id"])["status"] == "running"
+    expect(page.locator("#cancel")).to_be_visible()
+
+    dashboard.confirm_answer = True
     page.click("#cancel")
 
     expect(page.locator("#live [data-field=status]")).to_have_text("cancelled")

@@ -1,6 +1,7 @@
 // Live updates for the dashboard, without a build step: the jobs list polls the same list
 // as JSON every two seconds; a job's page waits on the job watch (an answer as soon as the
-// job changes) and reloads itself to redraw its chunks, timeline and result.
+// job changes) and reloads itself to redraw its chunks, timeline and result. Forms marked
+// data-confirm (Cancel job) ask before they are sent.
 "use strict";
 
 (function () {
@@ -87,7 +88,16 @@
     }
   }
 
+  // A cancel cannot be undone, so its form asks first. Here, because the CSP allows no inline
+  // handler; without JavaScript the form posts at once, as before.
+  function confirmBeforeSending(form) {
+    form.addEventListener("submit", (event) => {
+      if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
+    document.querySelectorAll("form[data-confirm]").forEach(confirmBeforeSending);
     const table = document.getElementById("jobs");
     if (table && table.dataset.poll) pollJobList(table);
     const live = document.getElementById("live");
