@@ -282,6 +282,8 @@ ONE_REASON = {
     "cursor": "not a page of this list: start again from the first page",
 }
 REQUIRED = Field.default_error_messages["required"]
+# Text PostgreSQL cannot store (a NUL, say) is already named plainly: that reason stands.
+UNSTORABLE = frozenset({schemas.text_problem("\x00"), schemas.text_problem("\ud800")})
 # A refused label line is quoted up to this many characters.
 QUOTED_LINE = 40
 
@@ -402,11 +404,17 @@ def _csv_problems(upload) -> dict[str, list[str]]:
 def _in_form_words(fields: dict) -> dict[str, list[str]]:
     """Each refused field's messages in the words its form uses."""
     return {
-        name: [ONE_REASON[name]]
-        if name in ONE_REASON
-        else ["required" if message == REQUIRED else message for message in messages]
+        name: list(dict.fromkeys(_in_words(name, message) for message in messages))
         for name, messages in fields.items()
     }
+
+
+def _in_words(name: str, message: str) -> str:
+    if message in UNSTORABLE:
+        return message
+    if name in ONE_REASON:
+        return ONE_REASON[name]
+    return "required" if message == REQUIRED else message
 
 
 def _too_large() -> dict[str, list[str]]:
