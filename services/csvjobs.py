@@ -123,6 +123,20 @@ def submit_csv_job(
         upload.path.unlink(missing_ok=True)
 
 
+def csv_problems(
+    rt: Runtime, upload: archive.Upload, column: str, delimiter: str
+) -> dict[str, list[str]]:
+    """What submit_csv_job would refuse in the file itself (its size, its header, the column),
+    by field, for a form that shows every refusal at once."""
+    if upload.size > rt.limits.max_upload_bytes:
+        return {"file": [f"the file is larger than {rt.limits.max_upload_bytes} bytes"]}
+    try:
+        csvstats.split(upload.path.read_bytes(), column, delimiter)
+    except csvstats.CsvFormatError as exc:
+        return {exc.field: [exc.message]}
+    return {}
+
+
 def _chunk_task(
     job_id: UUID,
     plan: csvstats.ChunkPlan,

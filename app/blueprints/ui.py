@@ -21,7 +21,7 @@ from app.attempt_timeline import build_timeline
 from app.runtime import get_runtime
 from app.tracing import current_trace_id
 from app.uploads import uploaded
-from services import chunks, csvjobs, csvstats, jobs, logcontext, metrics, queue
+from services import chunks, csvjobs, jobs, logcontext, metrics, queue
 from services.errors import (
     ChunkwiseError,
     Forbidden,
@@ -394,11 +394,8 @@ def _on_line(number: int, line: str, message: str) -> Markup:
 def _csv_problems(upload) -> dict[str, list[str]]:
     # What the service would say of the file and its column (not in the header, say).
     delimiter = DELIMITERS.get(request.form.get("delimiter", ""), ",")
-    try:
-        csvstats.split(upload.path.read_bytes(), request.form.get("column", "").strip(), delimiter)
-    except csvstats.CsvFormatError as exc:
-        return {exc.field: [exc.message]}
-    return {}
+    column = request.form.get("column", "").strip()
+    return csvjobs.csv_problems(get_runtime(), upload, column, delimiter)
 
 
 def _in_form_words(fields: dict) -> dict[str, list[str]]:

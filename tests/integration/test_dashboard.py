@@ -676,17 +676,22 @@ def overrides_outside_isolation(html: str) -> list[str]:
 
 
 def test_user_supplied_text_is_isolated_so_a_bidi_override_cannot_reorder_its_neighbours(
-    sign_in, submit, claim, task_call
+    sign_in, submit, claim, task_call, db
 ):
     job = submit(manifest(1, labels={f"k{RLO}ey": f"x{RLO}abc"}, parameters={"p": f"{RLO}exe"}))
-    worker = f"worker-{RLO}evil"
-    claimed = claim(worker_id=worker)[0]
-    failure = {"worker_id": worker, "attempt": claimed["attempt"], "error_code": f"e{RLO}rr"}
+    claimed = claim(worker_id="worker")[0]
+    failure = {"worker_id": "worker", "attempt": claimed["attempt"], "error_code": f"e{RLO}rr"}
     task_call(
         claimed["task_id"],
         "failure",
         {**failure, "error_message": f"{RLO}oops", "retryable": False},
     )
+    # The API refuses such a worker id now; one stored before it did is still shown.
+    for table, column in [("workers", "id"), ("task_attempts", "worker_id")]:
+        db.execute(
+            f"UPDATE {table} SET {column} = %s WHERE {column} = 'worker'",  # noqa: S608
+            (f"worker-{RLO}evil",),
+        )
     browser = sign_in("operator")
 
     for path in ["/ui/", f"/ui/jobs/{job['id']}", "/ui/workers"]:
