@@ -11,12 +11,10 @@ from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
 from flask import Blueprint, Response, g, redirect, render_template, request, url_for
-from markupsafe import Markup
 from marshmallow import ValidationError
-from marshmallow.fields import Field
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, UnsupportedMediaType
 
-from app import errors, schemas, ui_session
+from app import errors, schemas, ui_forms, ui_session
 from app.attempt_timeline import build_timeline
 from app.runtime import get_runtime
 from app.tracing import current_trace_id
@@ -274,18 +272,6 @@ SUBMIT_FIELDS = {
     "labels": "Labels",
     "submission_key": "Submission key",
 }
-# Fields whose every refusal means one thing, said the way the form would say it.
-ONE_REASON = {
-    "chunks": f"must be a whole number from 1 to {csvjobs.MAX_CHUNKS}",
-    "priority": "must be a whole number from 0 to 255",
-    "status": "not a job status: choose one from the list",
-    "cursor": "not a page of this list: start again from the first page",
-}
-REQUIRED = Field.default_error_messages["required"]
-# Text PostgreSQL cannot store (a NUL, say) is already named plainly: that reason stands.
-UNSTORABLE = frozenset({schemas.text_problem("\x00"), schemas.text_problem("\ud800")})
-# A refused label line is quoted up to this many characters.
-QUOTED_LINE = 40
 
 
 @bp.route("/submit", methods=["GET", "POST"])
@@ -318,7 +304,7 @@ def submit():
         if isinstance(exc, QueueFull):
             metrics.ADMISSION_REJECTIONS.inc()
         fields = exc.details.get("fields")
-        problems = _in_form_words(fields) if fields else {}
+        problems = ui_forms.in_form_words(fields) if fields else {}
         messages = [] if fields else [exc.message]
         return _submit_form(request.form, problems, messages, errors.STATUS[type(exc)])
     return redirect(url_for("ui.job_page", job_id=view.job.id), 303)
@@ -329,9 +315,9 @@ def _checked(problems: dict[str, list[str]], read):
     try:
         return read()
     except ValidationError as exc:
-        problems.update(_in_form_words(exc.messages))
+        problems.update(ui_forms.in_form_words(exc.messages))
     except InvalidInput as exc:
-        problems.update(_in_form_words(exc.details["fields"]))
+        problems.update(ui_forms.in_form_words(exc.details["fields"]))
     return None
 
 
@@ -364,31 +350,9 @@ def _csv_job_request() -> csvjobs.CsvJobRequest:
             {**fields, "delimiter": delimiter, "label": [line for _, line in lines]}
         )
     except ValidationError as exc:
-        raise ValidationError(_labels_by_line(exc.messages, lines)) from exc
+        raise ValidationError(ui_forms.labels_by_line(exc.messages, lines)) from exc
     labels = dict(item.split("=", 1) for item in loaded.pop("label"))
     return csvjobs.CsvJobRequest(**loaded, labels=labels)
-
-
-def _labels_by_line(messages: dict, lines: list[tuple[int, str]]) -> dict:
-    # The schema names a bad label by its place in a list; the user knows it by its line.
-    messages = dict(messages)
-    by_item = messages.pop("label", None)
-    if by_item is None:
-        return messages
-    return {
-        **messages,
-        "labels": [
-            _on_line(*lines[index], message)
-            for index, found in sorted(by_item.items())
-            for message in found
-        ],
-    }
-
-
-def _on_line(number: int, line: str, message: str) -> Markup:
-    quoted = line if len(line) <= QUOTED_LINE else line[: QUOTED_LINE - 1] + "…"
-    # Isolated: a bidi override in the line must not reorder the message around it.
-    return Markup("line {} (<bdi>{}</bdi>): {}").format(number, quoted, message)
 
 
 def _csv_problems(upload) -> dict[str, list[str]]:
@@ -396,22 +360,6 @@ def _csv_problems(upload) -> dict[str, list[str]]:
     delimiter = DELIMITERS.get(request.form.get("delimiter", ""), ",")
     column = request.form.get("column", "").strip()
     return csvjobs.csv_problems(get_runtime(), upload, column, delimiter)
-
-
-def _in_form_words(fields: dict) -> dict[str, list[str]]:
-    """Each refused field's messages in the words its form uses."""
-    return {
-        name: list(dict.fromkeys(_in_words(name, message) for message in messages))
-        for name, messages in fields.items()
-    }
-
-
-def _in_words(name: str, message: str) -> str:
-    if message in UNSTORABLE:
-        return message
-    if name in ONE_REASON:
-        return ONE_REASON[name]
-    return "required" if message == REQUIRED else message
 
 
 def _too_large() -> dict[str, list[str]]:
@@ -473,7 +421,7 @@ def service_error(exc: ChunkwiseError):
 @bp.errorhandler(ValidationError)
 def invalid_query(exc: ValidationError):
     """A filter the polled list cannot use (the list page shows it at its field)."""
-    problems = _in_form_words(exc.messages)
+    problems = ui_forms.in_form_words(exc.messages)
     return _error_page(422, "; ".join(f"{n}: {'; '.join(m)}" for n, m in problems.items()))
 
 
