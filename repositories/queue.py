@@ -90,19 +90,26 @@ def figures(conn: Connection) -> QueueFigures:
     )
 
 
-def fold_tallies(conn: Connection) -> None:
-    """Fold the tallies into one row per figure and label.
+def fold_tallies(conn: Connection, limit: int = 200_000) -> None:
+    """Fold up to `limit` tally rows into one row per figure and label.
 
     A fold never changes a sum: rows inserted while it runs are not in its snapshot and stay,
-    and a concurrent fold skips the rows this one deleted.
+    and a concurrent fold skips the rows this one deleted. The limit keeps one fold within the
+    statement timeout however far behind the folding is (a bulk load, say); the next pass goes
+    on from there.
     """
     conn.execute(
         """
-        WITH folded AS (DELETE FROM tallies RETURNING *)
+        WITH folded AS (
+            DELETE FROM tallies
+            WHERE ctid = ANY (ARRAY(SELECT ctid FROM tallies LIMIT %(limit)s))
+            RETURNING *
+        )
         INSERT INTO tallies (figure, workload, status, error_code, n)
         SELECT figure, workload, status, error_code, sum(n) FROM folded
         GROUP BY figure, workload, status, error_code HAVING sum(n) <> 0
-        """
+        """,
+        {"limit": limit},
     )
 
 

@@ -121,6 +121,23 @@ def test_a_maintenance_pass_folds_the_tallies_into_one_row_per_label(rt, submit,
     assert db.execute("SELECT count(*) AS n FROM tallies").fetchone()["n"] == 2
 
 
+def test_a_fold_takes_a_bounded_number_of_rows_and_the_next_one_goes_on(submit, claim, db):
+    for _ in range(4):
+        submit(manifest(2))
+        claim(WORKER, capacity=2)
+    before = tallied(db)
+    rows = db.execute("SELECT count(*) AS n FROM tallies").fetchone()["n"]
+
+    queue_rows.fold_tallies(db, limit=6)
+
+    assert tallied(db) == before
+    assert db.execute("SELECT count(*) AS n FROM tallies").fetchone()["n"] > rows - 6
+    for _ in range(50):
+        queue_rows.fold_tallies(db, limit=6)
+    assert tallied(db) == before
+    assert db.execute("SELECT count(*) AS n FROM tallies").fetchone()["n"] == 2
+
+
 def test_truncating_the_tables_by_hand_empties_their_figures(submit, claim, db):
     submit(manifest(2))
     claim(WORKER)
