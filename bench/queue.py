@@ -578,6 +578,9 @@ def add_job_history(url: str, jobs: int) -> None:
             folded, rows = rows, tally_rows(conn)
             if rows >= folded:
                 break
+        # And compacted: a heap a million rows long would stay that long, read by every
+        # figure (8 ms a read with the dead rows, 1 ms vacuumed, 0.2 ms compacted).
+        conn.execute("VACUUM FULL tallies")
         conn.execute("VACUUM ANALYZE jobs, outbox, tallies")
 
 
