@@ -634,11 +634,14 @@ class WorkerListSchema(ResponseSchema):
     workers = fields.List(fields.Nested(WorkerSchema))
 
 
+GIVEN_TWICE = "give this parameter once"
+
+
 def single_values(values: MultiDict, lists: tuple[str, ...] = ()) -> dict:
     """A query's or form's fields as a dict, each of `lists` as a list; any other field given
     more than once is refused, since which of its values counts would be a guess."""
     repeated = {
-        name: ["give this parameter once"]
+        name: [GIVEN_TWICE]
         for name in values
         if name not in lists and len(values.getlist(name)) > 1
     }

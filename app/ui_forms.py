@@ -16,8 +16,11 @@ ONE_REASON = {
     "cursor": "not a page of this list: start again from the first page",
 }
 REQUIRED = Field.default_error_messages["required"]
-# Text PostgreSQL cannot store (a NUL, say) is already named plainly: that reason stands.
-UNSTORABLE = frozenset({schemas.text_problem("\x00"), schemas.text_problem("\ud800")})
+# Reasons already said plainly stand: text PostgreSQL cannot store (a NUL, say), a filter
+# given twice.
+STANDING = frozenset(
+    {schemas.text_problem("\x00"), schemas.text_problem("\ud800"), schemas.GIVEN_TWICE}
+)
 # A refused label line is quoted up to this many characters.
 QUOTED_LINE = 40
 
@@ -54,7 +57,7 @@ def in_form_words(fields: dict) -> dict[str, list[str]]:
 
 
 def _in_words(name: str, message: str) -> str:
-    if message in UNSTORABLE:
+    if message in STANDING:
         return message
     if name in ONE_REASON:
         return ONE_REASON[name]

@@ -200,6 +200,7 @@ def _list_filters() -> dict[str, str]:
 
 
 def _list_jobs(filters: dict[str, str]) -> tuple[list[jobs.JobView], str | None]:
+    schemas.single_values(request.args)  # a filter given twice is refused, as by the API
     query = JOB_LIST_QUERY.load({**filters, "limit": PAGE_SIZE})
     label = query.pop("label")
     return jobs.list_jobs(

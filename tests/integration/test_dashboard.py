@@ -846,6 +846,13 @@ def test_a_filter_the_list_cannot_use_is_shown_at_its_field_on_the_list_page(sig
     assert "start again from the first page" in shown_text(bad_cursor.text)
 
 
+def test_a_filter_given_twice_is_refused_at_its_field_as_the_api_refuses_it(sign_in):
+    page = sign_in("user").get("/ui/?status=queued&status=failed")
+
+    assert page.status_code == 422
+    assert field_error(page.text, "status") == "give this parameter once"
+
+
 def test_a_later_page_of_the_whole_list_offers_no_clear_link(sign_in, submit, client, headers):
     submit(manifest(1))
     submit(manifest(1))
