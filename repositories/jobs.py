@@ -74,14 +74,15 @@ class ChunkCounts:
 
 
 def admit_job(
-    conn: Connection, job: NewJob, tasks: Sequence[NewTask], *, queue_limit: int
+    conn: Connection, job: NewJob, tasks: Sequence[NewTask], *, queue_limit: int, actor: str
 ) -> tuple[bool, Job | None]:
-    """Insert a queued job and its pending tasks (a job may have 10,000) in one statement,
-    if its workload's queue bound leaves room for them.
+    """Insert a queued job, its pending tasks (a job may have 10,000), its `job.created` event
+    and its audit row in one statement, if its workload's queue bound leaves room for them.
 
-    Returns (fits, job): fits is False when the bound leaves no room (or the workload has none
-    yet), and nothing is written; job is None when the owner's idempotency key is taken, by a
-    request that committed while this one was being admitted.
+    One statement, so an admission with nothing else to do commits on its own in one round
+    trip. Returns (fits, job): fits is False when the bound leaves no room (or the workload
+    has none yet), and nothing is written; job is None when the owner's idempotency key is
+    taken, by a request that committed while this one was being admitted.
     """
     row = conn.execute(
         """
@@ -108,6 +109,16 @@ def admit_job(
                              %(shas)s::text[], %(task_parameters)s::jsonb[],
                              %(task_max_attempts)s::int[])
                  AS t(id, chunk_index, input_uri, input_sha256, parameters, max_attempts)
+        ), announced AS (
+            INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
+            SELECT job.id, job.owner_id, 'job.created',
+                   jsonb_build_object('chunks_total', job.chunks_total,
+                                      'workload', job.workload),
+                   job.trace_id
+            FROM job
+        ), audited AS (
+            INSERT INTO audit_log (actor, action, target, trace_id)
+            SELECT %(actor)s, 'job.create', job.id::text, job.trace_id FROM job
         )
         SELECT EXISTS (SELECT FROM room) AS fits, job.*
         FROM (VALUES (1)) AS one LEFT JOIN job ON true
@@ -118,6 +129,7 @@ def admit_job(
             "labels": Jsonb(job.labels),
             "n": len(tasks),
             "limit": queue_limit,
+            "actor": actor,
             "task_ids": [t.id for t in tasks],
             "indexes": [t.chunk_index for t in tasks],
             "uris": [t.input_uri for t in tasks],

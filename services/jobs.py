@@ -190,43 +190,70 @@ def admit(
     if len(new_tasks) > most:
         raise InvalidInput.field("tasks", f"a job may have at most {most} tasks")
     limit = caps.max_queued_tasks
-    with rt.pool.connection() as conn, conn.transaction():
-        replayed = _replay(conn, new_job)
-        if replayed is not None:
-            return replayed
-        fits, job = job_rows.admit_job(conn, new_job, new_tasks, queue_limit=limit)
-        if not fits:
-            # The bound counts finished tasks until a count corrects it (see sql/0008).
-            queued = task_rows.recount_unfinished(conn, new_job.workload)
-            # A request with the same key may have filled the queue since the first look.
-            replayed = _replay(conn, new_job)
-            if replayed is not None:
-                return replayed
-            if queued + len(new_tasks) > limit:
-                raise _queue_full(rt, new_job.workload, queued, len(new_tasks), limit)
-            # It fits now: the count holds the bound's row until this transaction ends.
-            _, job = job_rows.admit_job(conn, new_job, new_tasks, queue_limit=limit)
-        if job is None:
-            # A request with the same key committed after this one looked for it.
-            return _replay(conn, new_job)
-        if on_admitted is not None:
-            on_admitted()
-        event_rows.record(
-            conn,
-            job=job,
-            event="job.created",
-            payload={"chunks_total": job.chunks_total, "workload": job.workload},
-            actor=principal.name,
-            action="job.create",
-            trace_id=job.trace_id,
+    with rt.pool.connection() as conn:
+        # With nothing to run before the commit, a job that fits is one statement committing
+        # on its own: most admissions are a single round trip.
+        view = _try_admit(conn, principal, new_job, new_tasks, limit) if not on_admitted else None
+        if view is None:
+            with conn.transaction():
+                view = _try_admit(conn, principal, new_job, new_tasks, limit)
+                if view is None:
+                    view = _admit_after_recount(conn, rt, principal, new_job, new_tasks, limit)
+                if view.created and on_admitted is not None:
+                    on_admitted()
+    if view.created:
+        logger.info(
+            "job created",
+            extra={
+                "event": "job_created",
+                "job_id": str(view.job.id),
+                "chunks_total": len(new_tasks),
+            },
         )
-        # Every task was just inserted pending: no need to count them back.
-        counts = ChunkCounts(pending=len(new_tasks))
-        view = JobView(job, counts, progress(job, counts), created=True)
-    logger.info(
-        "job created",
-        extra={"event": "job_created", "job_id": str(job.id), "chunks_total": job.chunks_total},
+    return view
+
+
+def _try_admit(
+    conn: Connection, principal: Principal, new_job: NewJob, new_tasks: list[NewTask], limit: int
+) -> JobView | None:
+    """The job admitted, or the original its Idempotency-Key replays; None if it did not fit."""
+    replayed = _replay(conn, new_job)
+    if replayed is not None:
+        return replayed
+    fits, job = job_rows.admit_job(
+        conn, new_job, new_tasks, queue_limit=limit, actor=principal.name
     )
+    if not fits:
+        return None
+    if job is None:
+        # A request with the same key committed after this one looked for it.
+        return _replay(conn, new_job)
+    # Every task was just inserted pending: no need to count them back.
+    counts = ChunkCounts(pending=len(new_tasks))
+    return JobView(job, counts, progress(job, counts), created=True)
+
+
+def _admit_after_recount(
+    conn: Connection,
+    rt: Runtime,
+    principal: Principal,
+    new_job: NewJob,
+    new_tasks: list[NewTask],
+    limit: int,
+) -> JobView:
+    """Admit a job the queue bound refused if a count of the unfinished tasks makes room."""
+    # The bound counts finished tasks until a count corrects it (see sql/0008).
+    queued = task_rows.recount_unfinished(conn, new_job.workload)
+    # A request with the same key may have filled the queue since the first look.
+    replayed = _replay(conn, new_job)
+    if replayed is not None:
+        return replayed
+    if queued + len(new_tasks) > limit:
+        raise _queue_full(rt, new_job.workload, queued, len(new_tasks), limit)
+    # It fits now: the count holds the bound's row until this transaction ends.
+    view = _try_admit(conn, principal, new_job, new_tasks, limit)
+    if view is None:
+        raise _queue_full(rt, new_job.workload, queued, len(new_tasks), limit)
     return view
 
 

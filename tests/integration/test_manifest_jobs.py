@@ -97,6 +97,36 @@ def test_the_queue_still_admits_jobs_after_a_failed_admission(rt, user, db, subm
     assert created["chunks_total"] == 2
 
 
+def test_an_admission_writes_the_job_its_tasks_its_event_and_its_audit_row_together(
+    rt, user, db
+):
+    spec = jobs.JobSpec(
+        workload="echo",
+        input_uri="s3://in/",
+        parameters={},
+        tasks=[jobs.TaskSpec("s3://in/0", sha256_of("0"), {})] * 2,
+    )
+
+    view = jobs.create_job(rt, user, spec, trace_id="ab" * 16)
+
+    event = db.execute("SELECT job_id, owner_id, event, payload, trace_id FROM outbox").fetchone()
+    assert event == {
+        "job_id": view.job.id,
+        "owner_id": user.user_id,
+        "event": "job.created",
+        "payload": {"chunks_total": 2, "workload": "echo"},
+        "trace_id": "ab" * 16,
+    }
+    audit = db.execute("SELECT actor, action, target, trace_id FROM audit_log").fetchone()
+    assert audit == {
+        "actor": user.name,
+        "action": "job.create",
+        "target": str(view.job.id),
+        "trace_id": "ab" * 16,
+    }
+    assert row_counts(db) == {"jobs": 1, "tasks": 2, "outbox": 1, "audit_log": 1}
+
+
 def test_a_manifest_with_repeated_chunk_indexes_is_422_and_stores_nothing(client, headers, db):
     response = client.post("/api/v1/jobs", json=manifest([0, 1, 1]), headers=headers["user"])
 
