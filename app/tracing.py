@@ -11,14 +11,19 @@ from flask.json.provider import DefaultJSONProvider
 from app.schemas import check_header
 from services import logcontext
 
-TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
+# W3C Trace Context: lowercase hex; a version after 00 may carry fields this one does not read.
+TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?")
 
 
 def trace_id_from(traceparent: str | None) -> str:
     """Return the trace id of a valid traceparent, else a new one."""
-    match = TRACEPARENT.match((traceparent or "").strip().lower())
-    if match and match.group(1) != "0" * 32:
-        return match.group(1)
+    match = TRACEPARENT.fullmatch((traceparent or "").strip())
+    if match:
+        version, trace_id, parent_id, more = match.groups()
+        # Version ff and all-zero ids are invalid, and version 00 has exactly four fields.
+        valid = version != "ff" and not (version == "00" and more)
+        if valid and trace_id != "0" * 32 and parent_id != "0" * 16:
+            return trace_id
     return uuid.uuid4().hex
 
 

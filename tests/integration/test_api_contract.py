@@ -190,6 +190,10 @@ def test_a_job_created_under_a_traceparent_keeps_its_trace_id(client, headers, d
 def test_an_invalid_traceparent_gets_a_fresh_trace_id(client):
     for traceparent in [
         "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        f"00-{TRACE_ID}-0000000000000000-01",
+        f"ff-{TRACE_ID}-00f067aa0ba902b7-01",
+        f"00-{TRACE_ID}-00f067aa0ba902b7-01-more",
+        f"00-{TRACE_ID.upper()}-00f067aa0ba902b7-01",
         "garbage",
         f"00-{TRACE_ID}-short-01",
     ]:
@@ -198,6 +202,14 @@ def test_an_invalid_traceparent_gets_a_fresh_trace_id(client):
         trace_id = response.headers["X-Trace-Id"]
         assert HEX32.match(trace_id), traceparent
         assert trace_id not in (TRACE_ID, "0" * 32), traceparent
+
+
+def test_a_later_traceparent_version_is_honoured_and_its_extra_fields_ignored(client):
+    header = f"01-{TRACE_ID}-00f067aa0ba902b7-01-what-comes-later"
+
+    response = client.get("/healthz", headers={"traceparent": header})
+
+    assert response.headers["X-Trace-Id"] == TRACE_ID
 
 
 def test_each_request_gets_its_own_trace_id(client):
