@@ -7,7 +7,18 @@ from collections.abc import Mapping
 
 from flask import Flask
 
-from app import cli, errors, logs, metrics, openapi, runtime, tracing, ui_session, uploads
+from app import (
+    cli,
+    errors,
+    logs,
+    metrics,
+    openapi,
+    path_ids,
+    runtime,
+    tracing,
+    ui_session,
+    uploads,
+)
 from app.blueprints import chunks, events, health, jobs, queue, tasks, ui
 from app.config import load_settings
 from app.migrations import migration_ids
@@ -33,6 +44,7 @@ def create_app(
     errors.init_app(app)
     cli.init_app(app)
     ui_session.init_app(app, settings)
+    path_ids.init_app(app)  # before the blueprints: their routes use its converter
     blueprints = (health.bp, jobs.bp, chunks.bp, tasks.bp, events.bp, queue.bp, openapi.bp, ui.bp)
     for blueprint in blueprints:
         app.register_blueprint(blueprint)

@@ -139,7 +139,8 @@ def _printable(value: str) -> None:
 
 
 WORKER_ID = [validate.Length(min=1, max=200), _printable]
-LABEL_FILTER = validate.Regexp(r"^[^=]{1,64}=.{0,256}$", error="must be key=value")
+# One line, so "\Z" rather than "$", which lets a trailing newline through.
+LABEL_FILTER = validate.Regexp(r"^[^=\r\n]{1,64}=[^\r\n]{0,256}\Z", error="must be key=value")
 LABELS = fields.Dict(
     keys=fields.Str(validate=validate.Length(min=1, max=64)),
     values=fields.Str(validate=validate.Length(max=256)),

@@ -141,7 +141,7 @@ def _wanted_page() -> str:
 def _form_page() -> str | None:
     # The page a job's buttons or the submit form are on; None for the forms on every page.
     job_id = (request.view_args or {}).get("job_id")
-    if job_id is not None:
+    if isinstance(job_id, UUID):  # not one app.path_ids refused
         return url_for("ui.job_page", job_id=job_id)
     if request.endpoint == "ui.submit":
         return url_for("ui.submit")

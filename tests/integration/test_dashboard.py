@@ -749,12 +749,20 @@ def test_every_dashboard_response_has_a_strict_csp_and_refuses_framing(sign_in, 
         assert answer.headers["X-Content-Type-Options"] == "nosniff"
 
 
+def test_a_job_page_whose_id_is_not_a_uuid_names_it_and_links_nowhere_back(sign_in):
+    answer = sign_in("user").get("/ui/jobs/not-a-uuid")
+
+    assert answer.status_code == 422
+    assert "job_id: must be a UUID" in answer.text
+    assert "Back to the job" not in answer.text
+
+
 def test_dashboard_paths_no_route_matches_carry_the_same_security_headers(sign_in, client):
     browser = sign_in("user")
 
     for answer, status in [
         (client.get("/ui/no-such-page"), 404),
-        (browser.get("/ui/jobs/not-a-uuid"), 404),
+        (browser.get("/ui/jobs/not-a-uuid"), 422),
         (browser.put("/ui/"), 405),
         (browser.get("/ui/jobs/6f1c1a1e-0000-4000-8000-000000000000/cancel"), 405),
     ]:

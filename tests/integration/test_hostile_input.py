@@ -12,6 +12,7 @@ import io
 import json
 import re
 import secrets
+import uuid
 
 import pytest
 from marshmallow import ValidationError
@@ -430,6 +431,8 @@ def csv_form(**fields: object) -> dict:
         ("delimiter", "\x00", "NUL"),
         ("label", f"team={NUL}", "NUL"),
         ("label", "t\x00m=x", "NUL"),
+        ("label", "team=x\n", "key=value"),
+        ("label", "te\ram=x", "key=value"),
         ("chunks", str(2**40), "less than"),
         ("priority", str(2**15), "less than"),
     ],
@@ -456,6 +459,34 @@ def test_the_form_schema_refuses_a_surrogate_the_http_parser_would_have_replaced
     assert refused.value.messages == {"column": ["must not contain an unpaired surrogate"]}
 
 
+# --- path parameters --------------------------------------------------------------------------
+
+
+def test_a_path_id_that_is_not_a_uuid_is_422_naming_it_on_every_route(app, client, headers):
+    checked, wrong = [], {}
+    for rule in app.url_map.iter_rules():
+        for name in re.findall(r"<uuid:(\w+)>", rule.rule):
+            path = re.sub(
+                r"<uuid:(\w+)>",
+                lambda m, n=name: "not-a-uuid" if m[1] == n else str(uuid.uuid4()),
+                rule.rule,
+            )
+            method = sorted(rule.methods - {"HEAD", "OPTIONS"})[0]
+            who = "worker" if rule.rule.startswith("/api/v1/tasks") else "user"
+            answer = client.open(path, method=method, json={}, headers=headers[who])
+            checked.append(path)
+            if rule.rule.startswith("/ui/"):  # the dashboard's page for a 422
+                named = f"{name}: must be a UUID" in answer.get_data(as_text=True)
+            else:
+                error = (answer.get_json(silent=True) or {}).get("error") or {}
+                named = error.get("details") == {"fields": {name: ["must be a UUID"]}}
+            if answer.status_code != 422 or not named:
+                wrong[f"{method} {path}"] = (answer.status_code, answer.data[:200])
+
+    assert wrong == {}
+    assert len(checked) >= 15  # every id of the API's and the dashboard's routes
+
+
 # --- query parameters -------------------------------------------------------------------------
 
 # (principal, path, parameter, value, expected message fragment); {job}/{task}: real ids.
@@ -464,6 +495,9 @@ QUERY_CASES = [
     ("user", "/api/v1/jobs", "cursor", NUL, "NUL"),
     ("user", "/api/v1/jobs", "label", f"team={NUL}", "NUL"),
     ("user", "/api/v1/jobs", "label", "t\x00m=x", "NUL"),
+    # One line: a trailing newline once slipped past the pattern's "$".
+    ("user", "/api/v1/jobs", "label", "team=x\n", "key=value"),
+    ("user", "/api/v1/jobs", "label", "team=x\r\ny", "key=value"),
     ("user", "/api/v1/jobs", "limit", str(2**40), "less than"),
     ("user", "/api/v1/jobs/{job}", "wait_seconds", NUL, "NUL"),
     ("user", "/api/v1/events", "after", str(2**63), "less than"),
