@@ -484,8 +484,10 @@ def _lease_error(conn: Connection, task_id: UUID, worker_id: str, attempt: int) 
     if task.status == "cancelled":
         return LeaseLost("the task's job was cancelled", code="task_cancelled", details=details)
     if task.attempt != attempt:
+        # One code for both, so a worker has one thing to handle: this attempt is not the lease.
+        said = "is stale" if attempt < task.attempt else "was never leased"
         return LeaseLost(
-            f"attempt {attempt} is stale; the task is at attempt {task.attempt}",
+            f"attempt {attempt} {said}; the task is at attempt {task.attempt}",
             code="stale_attempt",
             details=details,
         )

@@ -86,9 +86,27 @@ def test_a_worker_cannot_touch_its_task_under_an_old_attempt(
     assert response.status_code == 409
     body = response.get_json()["error"]
     assert body["code"] == "stale_attempt"
+    assert body["message"] == "attempt 1 is stale; the task is at attempt 2"
     assert body["details"]["current_attempt"] == 2
     assert task_row(first["task_id"]) == before
     assert history(first["task_id"]) == attempts_before
+
+
+@pytest.mark.parametrize("action", ["heartbeat", "result", "failure"])
+def test_an_attempt_after_the_current_one_is_refused_as_never_leased(
+    action, submit, claim, task_call, task_row
+):
+    submit(manifest(1))
+    [leased] = claim(WORKER)
+    before = task_row(leased["task_id"])
+
+    response = task_call(leased["task_id"], action, lease_call(action, leased, WORKER, 2))
+
+    assert response.status_code == 409
+    body = response.get_json()["error"]
+    assert body["code"] == "stale_attempt"
+    assert body["message"] == "attempt 2 was never leased; the task is at attempt 1"
+    assert task_row(leased["task_id"]) == before
 
 
 def test_the_lease_holder_renews_its_lease_and_stores_the_checkpoint(
