@@ -151,7 +151,7 @@ def init_app(app: Flask) -> None:
     @app.errorhandler(psycopg.errors.ProgramLimitExceeded)
     @app.errorhandler(UnicodeEncodeError)
     def unstorable_value(exc: Exception):
-        # A backstop: app/schemas.py should refuse such input first. DataError is SQLSTATE
+        # A backstop: app/input_rules.py should refuse such input first. DataError is SQLSTATE
         # class 22 (out of range, NUL in text, bad JSON text); ProgramLimitExceeded, class 54,
         # an OperationalError that is no outage (a value too large for an index row); a
         # UnicodeEncodeError is a lone surrogate the driver could not send.

@@ -8,7 +8,7 @@ import uuid
 from flask import Flask, Response, g, request
 from flask.json.provider import DefaultJSONProvider
 
-from app.schemas import check_header
+from app.input_rules import check_header
 from services import logcontext
 
 # W3C Trace Context: lowercase hex; a version after 00 may carry fields this one does not read.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from markupsafe import Markup
 from marshmallow.fields import Field
 
-from app import schemas
+from app import input_rules
 from services import csvjobs
 
 # Fields whose every refusal means one thing, said the way the form would say it.
@@ -19,7 +19,7 @@ REQUIRED = Field.default_error_messages["required"]
 # Reasons already said plainly stand: text PostgreSQL cannot store (a NUL, say), a filter
 # given twice.
 STANDING = frozenset(
-    {schemas.text_problem("\x00"), schemas.text_problem("\ud800"), schemas.GIVEN_TWICE}
+    {input_rules.text_problem("\x00"), input_rules.text_problem("\ud800"), input_rules.GIVEN_TWICE}
 )
 # A refused label line is quoted up to this many characters.
 QUOTED_LINE = 40

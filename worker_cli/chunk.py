@@ -37,7 +37,7 @@ from worker_cli.worker_config import WorkerConfig
 
 HEARTBEAT_RETRY_SECONDS = 2.0
 MAX_ERROR_MESSAGE = 4000
-# What the coordinator refuses in any string (NUL, an unpaired surrogate; app/schemas.py).
+# What the coordinator refuses in any string (NUL, an unpaired surrogate; app/input_rules.py).
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, request
 
-from app import auth, schemas
+from app import auth, input_rules, schemas
 from app.auth import current_principal
 from app.runtime import get_runtime
 from services import jobs
@@ -20,7 +20,7 @@ EVENT_LIST = schemas.EventListSchema()
 @bp.get("")
 def list_events():
     """Events after `after`, oldest first."""
-    query = EVENT_QUERY.load(schemas.single_values(request.args))
+    query = EVENT_QUERY.load(input_rules.single_values(request.args))
     events = jobs.list_events(get_runtime(), current_principal(), **query)
     next_after = events[-1].id if events else query["after"]
     return EVENT_LIST.dump({"events": events, "next_after": next_after})

@@ -7,7 +7,7 @@ from uuid import UUID
 from flask import Blueprint, Response, request
 from werkzeug.exceptions import UnsupportedMediaType
 
-from app import auth, schemas
+from app import auth, input_rules, schemas
 from app.auth import current_principal
 from app.runtime import get_runtime
 from app.tracing import current_trace_id
@@ -42,7 +42,7 @@ def create_job():
             "a job is sent as application/json (a manifest), text/csv or multipart/form-data"
         )
     else:
-        body = schemas.load_json(JOB_CREATE)
+        body = input_rules.load_json(JOB_CREATE)
         spec = jobs.JobSpec(**{**body, "tasks": [jobs.TaskSpec(**t) for t in body["tasks"]]})
         view = jobs.create_job(
             get_runtime(),
@@ -55,7 +55,7 @@ def create_job():
 
 
 def _submit_csv(key: str | None) -> jobs.JobView:
-    form = CSV_JOB_FORM.load(schemas.single_values(request.form, lists=("label",)))
+    form = CSV_JOB_FORM.load(input_rules.single_values(request.form, lists=("label",)))
     upload = uploaded("file")
     if upload is None:
         raise InvalidInput.field("file", "a CSV file part named 'file' is required")
@@ -72,7 +72,7 @@ def _submit_csv(key: str | None) -> jobs.JobView:
 
 def _submit_csv_body(key: str | None) -> jobs.JobView:
     # The parameters travel in the query string, so they are checked before the body is read.
-    query = CSV_JOB_QUERY.load(schemas.single_values(request.args, lists=("label",)))
+    query = CSV_JOB_QUERY.load(input_rules.single_values(request.args, lists=("label",)))
     upload, data = spooled_body()
     labels = dict(item.split("=", 1) for item in query.pop("label"))
     return csvjobs.submit_csv_job(
@@ -87,7 +87,7 @@ def _submit_csv_body(key: str | None) -> jobs.JobView:
 
 
 def _idempotency_key() -> str | None:
-    return schemas.check_header("Idempotency-Key", max_length=schemas.IDEMPOTENCY_KEY_MAX)
+    return input_rules.check_header("Idempotency-Key", max_length=input_rules.IDEMPOTENCY_KEY_MAX)
 
 
 def _dump_job(view: jobs.JobView) -> dict:
@@ -97,7 +97,7 @@ def _dump_job(view: jobs.JobView) -> dict:
 @bp.get("")
 def list_jobs():
     """The caller's jobs, newest first."""
-    query = JOB_LIST_QUERY.load(schemas.single_values(request.args))
+    query = JOB_LIST_QUERY.load(input_rules.single_values(request.args))
     label = query.pop("label")
     label = tuple(label.split("=", 1)) if label else None
     views, cursor = jobs.list_jobs(get_runtime(), current_principal(), label=label, **query)
@@ -107,7 +107,7 @@ def list_jobs():
 @bp.get("/<uuid:job_id>")
 def get_job(job_id: UUID):
     """A job's aggregate status; 304 while it is the If-None-Match version, up to wait_seconds."""
-    query = JOB_WAIT_QUERY.load(schemas.single_values(request.args))
+    query = JOB_WAIT_QUERY.load(input_rules.single_values(request.args))
     known = _known_version()
     view = jobs.get_job(
         get_runtime(),

@@ -6,7 +6,7 @@ from uuid import UUID
 
 from flask import Blueprint, Response, request
 
-from app import auth, errors, schemas
+from app import auth, errors, input_rules, schemas
 from app.runtime import get_runtime
 from services import tasks
 
@@ -31,7 +31,7 @@ FAILURE = schemas.FailureSchema()
 @bp.post("/claim")
 def claim():
     """Lease up to `capacity` tasks, long-polling up to `wait_seconds`; 204 when none."""
-    body = schemas.load_json(CLAIM)
+    body = input_rules.load_json(CLAIM)
     rt = get_runtime()
     claimed = tasks.claim_tasks(rt, **body)
     if not claimed:
@@ -42,7 +42,7 @@ def claim():
 @bp.get("/<uuid:task_id>/input")
 def read_input(task_id: UUID):
     """Stream a chunk's bytes to the worker holding its current lease."""
-    query = LEASE.load(schemas.single_values(request.args))
+    query = LEASE.load(input_rules.single_values(request.args))
     served = tasks.serve_input(get_runtime(), task_id, **query)
     return Response(
         served.blocks,
@@ -54,7 +54,7 @@ def read_input(task_id: UUID):
 @bp.post("/<uuid:task_id>/heartbeat")
 def heartbeat(task_id: UUID):
     """Extend the lease; 409 when it is no longer this worker's."""
-    body = schemas.load_json(HEARTBEAT)
+    body = input_rules.load_json(HEARTBEAT)
     expires = tasks.renew_lease(get_runtime(), task_id, **body)
     return LEASE_RENEWED.dump({"lease_expires_at": expires})
 
@@ -62,7 +62,7 @@ def heartbeat(task_id: UUID):
 @bp.post("/heartbeats")
 def heartbeats():
     """Extend many leases in one transaction; each heartbeat is answered on its own."""
-    body = schemas.load_json(HEARTBEAT_BATCH)
+    body = input_rules.load_json(HEARTBEAT_BATCH)
     renewals = [tasks.Renewal(**item) for item in body["heartbeats"]]
     outcomes = tasks.renew_leases(get_runtime(), body["worker_id"], renewals)
     return HEARTBEAT_BATCH_RESPONSE.dump({"results": [errors.renewal_of(o) for o in outcomes]})
@@ -71,7 +71,7 @@ def heartbeats():
 @bp.post("/<uuid:task_id>/result")
 def result(task_id: UUID):
     """Complete the task under the caller's attempt (idempotent for the same result)."""
-    body = schemas.load_json(RESULT)
+    body = input_rules.load_json(RESULT)
     worker_id, attempt = body.pop("worker_id"), body.pop("attempt")
     task = tasks.complete_task(get_runtime(), task_id, worker_id, attempt, tasks.TaskResult(**body))
     return TASK.dump(task)
@@ -80,7 +80,7 @@ def result(task_id: UUID):
 @bp.post("/results")
 def results():
     """Complete many tasks in one transaction; each result is answered on its own."""
-    body = schemas.load_json(RESULT_BATCH)
+    body = input_rules.load_json(RESULT_BATCH)
     completions = [
         tasks.Completion(item.pop("task_id"), item.pop("attempt"), tasks.TaskResult(**item))
         for item in body["results"]
@@ -92,7 +92,7 @@ def results():
 @bp.post("/<uuid:task_id>/failure")
 def failure(task_id: UUID):
     """Report a failure; retryable ones go back to the queue while budgets remain."""
-    body = schemas.load_json(FAILURE)
+    body = input_rules.load_json(FAILURE)
     worker_id, attempt = body.pop("worker_id"), body.pop("attempt")
     task = tasks.fail_task(get_runtime(), task_id, worker_id, attempt, tasks.TaskFailure(**body))
     return TASK.dump(task)

@@ -14,7 +14,7 @@ from flask import Blueprint, Response, g, redirect, render_template, request, ur
 from marshmallow import ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, UnsupportedMediaType
 
-from app import errors, schemas, ui_forms, ui_session
+from app import errors, input_rules, schemas, ui_forms, ui_session
 from app.attempt_timeline import build_timeline
 from app.runtime import get_runtime
 from app.tracing import current_trace_id
@@ -200,7 +200,7 @@ def _list_filters() -> dict[str, str]:
 
 
 def _list_jobs(filters: dict[str, str]) -> tuple[list[jobs.JobView], str | None]:
-    schemas.single_values(request.args)  # a filter given twice is refused, as by the API
+    input_rules.single_values(request.args)  # a filter given twice is refused, as by the API
     query = JOB_LIST_QUERY.load({**filters, "limit": PAGE_SIZE})
     label = query.pop("label")
     return jobs.list_jobs(
@@ -325,7 +325,7 @@ def _checked(problems: dict[str, list[str]], read):
 def _submission_key() -> str | None:
     # The form's Idempotency-Key, under the header's rules.
     key = request.form.get("submission_key") or None
-    return schemas.checked_text("submission_key", key, schemas.IDEMPOTENCY_KEY_MAX)
+    return input_rules.checked_text("submission_key", key, input_rules.IDEMPOTENCY_KEY_MAX)
 
 
 def _uploaded_csv():

@@ -18,7 +18,7 @@ import pytest
 from marshmallow import ValidationError
 from werkzeug.datastructures import MultiDict
 
-from app import schemas
+from app import input_rules, schemas
 from tests.integration.manifests import WORKER, manifest
 
 NUL = "a\x00b"
@@ -333,7 +333,7 @@ def nested(depth: int) -> str:
 
 @pytest.mark.parametrize("endpoint", list(JSON_ENDPOINTS))
 def test_json_nested_past_the_limit_is_400_before_decoding(endpoint, client, headers, leased):
-    for depth in (schemas.MAX_JSON_DEPTH + 1, 100_000):
+    for depth in (input_rules.MAX_JSON_DEPTH + 1, 100_000):
         body = '{"parameters": ' + nested(depth - 1) + "}"
 
         response = post_json(client, headers, endpoint, leased["task_id"], body)
@@ -341,12 +341,12 @@ def test_json_nested_past_the_limit_is_400_before_decoding(endpoint, client, hea
         assert response.status_code == 400, depth
         error = response.get_json()["error"]
         assert error["code"] == "malformed_request"
-        assert str(schemas.MAX_JSON_DEPTH) in error["message"]
+        assert str(input_rules.MAX_JSON_DEPTH) in error["message"]
 
 
 def test_json_nested_to_the_limit_is_accepted(client, headers):
     body = manifest(1)
-    body["parameters"] = {"deep": json.loads(nested(schemas.MAX_JSON_DEPTH - 2))}
+    body["parameters"] = {"deep": json.loads(nested(input_rules.MAX_JSON_DEPTH - 2))}
     # brackets inside strings do not count
     body["tasks"][0]["parameters"] = {"text": "[[[[" * 100 + '\\"{'}
 
@@ -357,7 +357,7 @@ def test_json_nested_to_the_limit_is_accepted(client, headers):
 
 @pytest.mark.parametrize("endpoint", list(JSON_ENDPOINTS))
 def test_a_json_body_past_the_size_limit_is_413(endpoint, client, headers, leased):
-    body = with_value(JSON_ENDPOINTS[endpoint][3], ("padding",), "x" * schemas.MAX_JSON_BYTES)
+    body = with_value(JSON_ENDPOINTS[endpoint][3], ("padding",), "x" * input_rules.MAX_JSON_BYTES)
 
     response = post_json(client, headers, endpoint, leased["task_id"], body)
 
@@ -366,7 +366,7 @@ def test_a_json_body_past_the_size_limit_is_413(endpoint, client, headers, lease
 
 
 def test_a_chunked_json_body_past_the_size_limit_is_413(client, headers):
-    body = json.dumps(with_value(manifest(1), ("padding",), "x" * schemas.MAX_JSON_BYTES))
+    body = json.dumps(with_value(manifest(1), ("padding",), "x" * input_rules.MAX_JSON_BYTES))
 
     response = client.post(
         "/api/v1/jobs",

@@ -97,9 +97,7 @@ def test_the_queue_still_admits_jobs_after_a_failed_admission(rt, user, db, subm
     assert created["chunks_total"] == 2
 
 
-def test_an_admission_writes_the_job_its_tasks_its_event_and_its_audit_row_together(
-    rt, user, db
-):
+def test_an_admission_writes_the_job_its_tasks_its_event_and_its_audit_row_together(rt, user, db):
     spec = jobs.JobSpec(
         workload="echo",
         input_uri="s3://in/",

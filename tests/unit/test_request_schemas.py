@@ -7,7 +7,7 @@ import time
 import pytest
 from marshmallow import Schema, ValidationError, fields
 
-from app import openapi, schemas
+from app import input_rules, openapi, schemas
 
 
 def all_fields(field: fields.Field):
@@ -49,7 +49,7 @@ def root_request_schemas() -> list[type[Schema]]:
 @pytest.mark.parametrize("schema", root_request_schemas(), ids=lambda cls: cls.__name__)
 def test_every_request_schema_refuses_text_postgresql_cannot_store(schema):
     # Its walk covers the raw body at every depth, nested schemas' fields included.
-    assert issubclass(schema, schemas.RequestSchema)
+    assert issubclass(schema, input_rules.RequestSchema)
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,7 @@ def test_every_integer_of_a_request_is_bounded_by_its_column(schema):
     for name, field in schema().fields.items():
         for part in all_fields(field):
             if isinstance(part, fields.Integer):
-                assert isinstance(part, schemas.Int), f"{schema.__name__}.{name}"
+                assert isinstance(part, input_rules.Int), f"{schema.__name__}.{name}"
 
 
 @pytest.mark.parametrize(
@@ -98,8 +98,8 @@ def test_every_integer_of_a_request_is_bounded_by_its_column(schema):
     [("smallint", -(2**15), 2**15 - 1), ("integer", -(2**31), 2**31 - 1)],
 )
 def test_an_int_field_refuses_one_past_its_column(column, low, high):
-    class Probe(schemas.RequestSchema):
-        n = schemas.Int(column=column)
+    class Probe(input_rules.RequestSchema):
+        n = input_rules.Int(column=column)
 
     assert Probe().load({"n": high}) == {"n": high}
     assert Probe().load({"n": low}) == {"n": low}
@@ -108,7 +108,7 @@ def test_an_int_field_refuses_one_past_its_column(column, low, high):
 
 
 def test_an_int_field_keeps_the_narrower_of_its_own_bounds_and_its_column():
-    field = schemas.Int(minimum=-(2**40), maximum=5)
+    field = input_rules.Int(minimum=-(2**40), maximum=5)
 
     [bound] = field.validators
     assert (bound.min, bound.max) == (-(2**31), 5)
@@ -128,7 +128,7 @@ def test_an_int_field_keeps_the_narrower_of_its_own_bounds_and_its_column():
     ],
 )
 def test_json_depth_counts_nesting_outside_strings(text, depth):
-    assert schemas.json_depth(text) == depth
+    assert input_rules.json_depth(text) == depth
 
 
 @pytest.mark.parametrize(
@@ -141,13 +141,13 @@ def test_json_depth_counts_nesting_outside_strings(text, depth):
     ],
 )
 def test_unstorable_text_names_each_place_in_marshmallows_shape(value, errors):
-    assert schemas.unstorable_text(value) == errors
+    assert input_rules.unstorable_text(value) == errors
 
 
 def test_json_depth_stays_linear_on_strings_that_never_close():
     # Each escaped quote could restart a failing string match: quadratic, minutes for 4 MiB.
-    text = '"' + '\\"' * (schemas.MAX_JSON_BYTES // 2)
+    text = '"' + '\\"' * (input_rules.MAX_JSON_BYTES // 2)
 
     started = time.perf_counter()
-    assert schemas.json_depth(text) == 0
+    assert input_rules.json_depth(text) == 0
     assert time.perf_counter() - started < 2
