@@ -379,21 +379,36 @@ def fail(
     return from_row(Task, row) if row else None
 
 
-def expire(
-    conn: Connection, *, now: datetime | None, lost_budget: int, limit: int = 500
-) -> list[ExpiredLease]:
-    """Take back leases that ran out: pending while budgets remain, else failed (lease_expired).
+def jobs_with_expired_leases(
+    conn: Connection, *, now: datetime | None, limit: int = 500
+) -> list[UUID]:
+    """The jobs holding a lease that ran out, the longest expired first, up to `limit`."""
+    rows = conn.execute(
+        """
+        SELECT job_id FROM tasks
+        WHERE status = 'leased' AND lease_expires_at < COALESCE(%(now)s, now())
+        GROUP BY job_id
+        ORDER BY min(lease_expires_at)
+        LIMIT %(limit)s
+        """,
+        {"now": now, "limit": limit},
+    ).fetchall()
+    return [r["job_id"] for r in rows]
 
-    The jobs are locked before their tasks, the order completions and cancels lock them in, and
+
+def expire(
+    conn: Connection, job_id: UUID, *, now: datetime | None, lost_budget: int, limit: int = 500
+) -> list[ExpiredLease]:
+    """Take back a job's leases that ran out: pending while budgets remain, else failed
+    (lease_expired).
+
+    The job is locked before its tasks, the order completions and cancels lock them in, and
     both with SKIP LOCKED: a sweep never waits, and a busy job's leases wait for the next pass.
     """
     rows = conn.execute(
         """
         WITH due AS MATERIALIZED (
-            SELECT id FROM jobs
-            WHERE id IN (SELECT job_id FROM tasks
-                         WHERE status = 'leased' AND lease_expires_at < COALESCE(%(now)s, now()))
-            FOR UPDATE SKIP LOCKED
+            SELECT id FROM jobs WHERE id = %(job)s FOR UPDATE SKIP LOCKED
         ), expired AS (
             SELECT id, lease_owner,
                    (attempt < max_attempts AND lost_retries < %(budget)s) AS retry
@@ -415,7 +430,7 @@ def expire(
         FROM expired e WHERE t.id = e.id
         RETURNING t.*, e.lease_owner AS expired_owner
         """,
-        {"now": now, "budget": lost_budget, "limit": limit},
+        {"job": job_id, "now": now, "budget": lost_budget, "limit": limit},
     ).fetchall()
     return [ExpiredLease(from_row(Task, r), r["expired_owner"]) for r in rows]
 

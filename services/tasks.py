@@ -414,9 +414,32 @@ def _input_unreadable(
 
 
 def expire_leases(rt: Runtime, now: datetime | None = None) -> list[ExpiredLease]:
-    """Take back every lease that has run out (the maintenance loop calls this)."""
-    with rt.pool.connection() as conn, conn.transaction():
-        return _expire(conn, now, rt.workloads)
+    """Take back every lease that has run out, a job at a time (the maintenance loop calls this).
+
+    Each job's expiries commit with the settling they cause, apart from every other job's: a
+    job that cannot be settled holds back its own leases, not everyone's. The first failure
+    is raised once every job has had its turn.
+    """
+    expired: list[ExpiredLease] = []
+    failures: list[Exception] = []
+    with rt.pool.connection() as conn:
+        for job_id in task_rows.jobs_with_expired_leases(conn, now=now):
+            try:
+                with conn.transaction():
+                    expired += _expire(conn, job_id, now, rt.workloads)
+            except Exception as exc:
+                if conn.broken:  # the database is gone: no other job would fare better
+                    raise
+                if failures:  # the first is the pass's to log, when it is raised
+                    logger.error(
+                        "could not take back a job's expired leases",
+                        exc_info=exc,
+                        extra={"event": "lease_expiry_error", "job_id": str(job_id)},
+                    )
+                failures.append(exc)
+    if failures:
+        raise failures[0]
+    return expired
 
 
 def cancel_strays(rt: Runtime) -> int:
@@ -430,8 +453,10 @@ def cancel_strays(rt: Runtime) -> int:
     return cancelled
 
 
-def _expire(conn: Connection, now: datetime | None, workloads: Workloads) -> list[ExpiredLease]:
-    expired = task_rows.expire(conn, now=now, lost_budget=LOST_RETRY_BUDGET)
+def _expire(
+    conn: Connection, job_id: UUID, now: datetime | None, workloads: Workloads
+) -> list[ExpiredLease]:
+    expired = task_rows.expire(conn, job_id, now=now, lost_budget=LOST_RETRY_BUDGET)
     for lease in expired:
         t = lease.task
         closed = task_rows.finish_attempt(
@@ -446,7 +471,7 @@ def _expire(conn: Connection, now: datetime | None, workloads: Workloads) -> lis
             logger.warning(
                 "lease expired", extra={"event": "lease_expired", "next_status": t.status}
             )
-    for job_id in sorted({lease.task.job_id for lease in expired if lease.task.status == "failed"}):
+    if any(lease.task.status == "failed" for lease in expired):
         job = job_rows.get(conn, job_id, for_update=True)
         settlement.settle(conn, job, workloads.of(job.workload))
     return expired

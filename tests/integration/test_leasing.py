@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from services import jobs, tasks
+from services import jobs, settlement, tasks
 from services.jobs import JobSpec, TaskSpec
 from services.wakeups import Wakeups
 from tests.integration.manifests import OTHER_WORKER, WORKER, manifest, sha256_of
@@ -257,6 +257,34 @@ def test_a_lease_lost_on_the_last_attempt_fails_the_task_at_once(rt, submit, cla
 
     assert expired.task.status == "failed"
     assert task_row(leased["task_id"])["error_code"] == "lease_expired"
+
+
+def test_a_job_that_cannot_be_settled_holds_back_only_its_own_expired_leases(
+    rt, submit, claim, task_row, job_row, monkeypatch
+):
+    stuck = submit(manifest(1, max_attempts=1))
+    other = submit(manifest(1, max_attempts=1))
+    [stuck_lease] = claim(WORKER)  # leased first, so its lease runs out first and is swept first
+    [other_lease] = claim(WORKER)
+    settle = settlement.settle
+
+    def settle_all_but_stuck(conn, job, rules):
+        if str(job.id) == stuck["id"]:
+            raise RuntimeError("this job cannot be settled")
+        return settle(conn, job, rules)
+
+    monkeypatch.setattr(settlement, "settle", settle_all_but_stuck)
+    with pytest.raises(RuntimeError, match="cannot be settled"):
+        tasks.expire_leases(rt, now=later())
+
+    assert task_row(other_lease["task_id"])["status"] == "failed"
+    assert job_row(other["id"])["status"] == "failed"
+    # Nothing of the stuck job's expiry is half written: its lease waits for the next pass.
+    assert task_row(stuck_lease["task_id"])["status"] == "leased"
+    assert job_row(stuck["id"])["status"] == "running"
+    monkeypatch.setattr(settlement, "settle", settle)
+    [expired] = tasks.expire_leases(rt, now=later())
+    assert (str(expired.task.job_id), job_row(stuck["id"])["status"]) == (stuck["id"], "failed")
 
 
 def test_a_sweep_leaves_a_job_locked_by_a_completion_alone_instead_of_deadlocking_with_it(
