@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from flask import Flask, Request, current_app, g, request
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from services.archive import TEMP, Upload, storage_failure, sync_to_disk
 from services.errors import StorageFull, StorageUnavailable
@@ -85,6 +86,20 @@ class SpoolingRequest(Request):
         spool = HashingSpool(current_app.config["CHUNKWISE_TEMP_DIR"])
         g.setdefault("spools", []).append(spool)
         return spool
+
+    def _load_form_data(self) -> None:
+        # werkzeug refuses an oversized form without saying which of its limits it is over.
+        try:
+            super()._load_form_data()
+        except RequestEntityTooLarge as exc:
+            limit = self.max_content_length
+            said = f"a request may be at most {limit} bytes"
+            if limit is None or self.content_length is None or self.content_length <= limit:
+                said = (
+                    f"a form may be at most {limit} bytes, with at most {self.max_form_parts} "
+                    f"parts, each field but the file at most {self.max_form_memory_size} bytes"
+                )
+            raise RequestEntityTooLarge(said) from exc
 
 
 # A raw body is read a mebibyte at a time: gunicorn then receives it in as few recv() calls.

@@ -450,6 +450,26 @@ def test_a_bad_csv_form_field_is_422_naming_it(field, value, expect, client, hea
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
 
 
+@pytest.mark.parametrize(
+    "form",
+    [
+        MultiDict([*csv_form().items(), *(("label", f"k{i}=v") for i in range(1000))]),
+        csv_form(column="c" * 600_000),
+    ],
+    ids=["1,002 parts", "a 600 kB field"],
+)
+def test_a_form_over_werkzeugs_limits_is_413_saying_what_they_are(form, client, headers, db):
+    response = client.post(
+        "/api/v1/jobs", data=form, content_type="multipart/form-data", headers=headers["user"]
+    )
+
+    assert response.status_code == 413
+    error = response.get_json()["error"]
+    assert error["code"] == "payload_too_large"
+    assert "at most 1000 parts, each field but the file at most 500000 bytes" in error["message"]
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
 def test_the_form_schema_refuses_a_surrogate_the_http_parser_would_have_replaced():
     # werkzeug decodes form fields with errors="replace", so no surrogate arrives over HTTP
     # today; the rule lives in the schema all the same.
