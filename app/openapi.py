@@ -44,7 +44,7 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "jobs.list_results": (None, schemas.ResultListSchema, (404,)),
     "jobs.cancel_job": (None, schemas.JobSchema, (404, 409)),
     "jobs.retry_job": (None, schemas.JobSchema, (404, 409, 429)),
-    "chunks.list_chunks": (None, schemas.ChunkListSchema, (404,)),
+    "chunks.list_chunks": (schemas.ChunkListQuerySchema, schemas.ChunkListSchema, (404,)),
     "chunks.get_chunk": (None, schemas.ChunkSchema, (404,)),
     "events.list_events": (schemas.EventQuerySchema, schemas.EventListSchema, ()),
     "queue.queue_status": (None, schemas.QueueSchema, ()),

@@ -82,6 +82,17 @@ class JobWaitQuerySchema(RequestSchema):
     wait_seconds = fields.Float(load_default=0, validate=validate.Range(min=0, max=30))
 
 
+class ChunkListQuerySchema(RequestSchema):
+    """Query parameters of a job's chunk list: a page in chunk order."""
+
+    after = Int(
+        minimum=-1,
+        load_default=-1,
+        metadata={"description": "the chunk_index the previous page ended at (-1: the first)"},
+    )
+    limit = Int(minimum=1, maximum=1000, load_default=1000)
+
+
 class EventQuerySchema(RequestSchema):
     """Query parameters of the event feed."""
 
@@ -365,9 +376,10 @@ def _csv_parameter(task, name: str) -> int | None:
 
 
 class ChunkListSchema(ResponseSchema):
-    """A job's chunks."""
+    """A page of a job's chunks, and where the next page starts."""
 
     chunks = fields.List(fields.Nested(ChunkSchema))
+    next_after = fields.Int()
 
 
 class ResultManifestSchema(Schema):

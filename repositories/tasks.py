@@ -510,6 +510,20 @@ def list_for_job(conn: Connection, job_id: UUID, *, status: str | None = None) -
     return [from_row(Task, r) for r in rows]
 
 
+def page_for_job(conn: Connection, job_id: UUID, *, after_index: int, limit: int) -> list[Task]:
+    """Up to `limit` of a job's tasks in chunk order, from the first past `after_index`."""
+    rows = conn.execute(
+        """
+        SELECT * FROM tasks
+        WHERE job_id = %(job)s AND chunk_index > %(after)s
+        ORDER BY chunk_index
+        LIMIT %(limit)s
+        """,
+        {"job": job_id, "after": after_index, "limit": limit},
+    ).fetchall()
+    return [from_row(Task, r) for r in rows]
+
+
 _CANCEL_UNFINISHED = sql.SQL("""
     WITH cancelled AS (
         UPDATE tasks SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from uuid import UUID
 
+from psycopg import Connection
+
 from repositories import tasks as task_rows
 from repositories.tasks import Attempt, Task
 from services.auth import Principal
@@ -22,22 +24,33 @@ class ChunkView:
     summary: dict | None
 
 
-def list_chunks(rt: Runtime, principal: Principal, job_id: UUID) -> list[ChunkView]:
-    """Every chunk of a visible job, in order."""
+def list_chunks(
+    rt: Runtime, principal: Principal, job_id: UUID, *, after_index: int = -1, limit: int = 1000
+) -> list[ChunkView]:
+    """Up to `limit` chunks of a visible job in order, from the first past `after_index`."""
     with rt.pool.connection() as conn:
         job = visible_job(conn, principal, job_id)
-        tasks = task_rows.list_for_job(conn, job_id)
-        attempts = task_rows.attempts(conn, [t.id for t in tasks])
-        summaries = rt.workloads.of(job.workload).accepted_summaries(conn, job_id)
-    by_task: dict[UUID, list[Attempt]] = {}
-    for a in attempts:
-        by_task.setdefault(a.task_id, []).append(a)
-    return [ChunkView(t, by_task.get(t.id, []), summaries.get(t.id)) for t in tasks]
+        tasks = task_rows.page_for_job(conn, job_id, after_index=after_index, limit=limit)
+        return _views(conn, rt, job.workload, job_id, tasks)
 
 
 def get_chunk(rt: Runtime, principal: Principal, job_id: UUID, chunk_id: UUID) -> ChunkView:
     """One chunk of a visible job."""
-    for view in list_chunks(rt, principal, job_id):
-        if view.task.id == chunk_id:
-            return view
-    raise NotFound(f"chunk {chunk_id} does not exist in job {job_id}")
+    with rt.pool.connection() as conn:
+        job = visible_job(conn, principal, job_id)
+        task = task_rows.get(conn, chunk_id)
+        if task is None or task.job_id != job_id:
+            raise NotFound(f"chunk {chunk_id} does not exist in job {job_id}")
+        [view] = _views(conn, rt, job.workload, job_id, [task])
+    return view
+
+
+def _views(
+    conn: Connection, rt: Runtime, workload: str, job_id: UUID, tasks: list[Task]
+) -> list[ChunkView]:
+    attempts = task_rows.attempts(conn, [t.id for t in tasks])
+    summaries = rt.workloads.of(workload).accepted_summaries(conn, job_id)
+    by_task: dict[UUID, list[Attempt]] = {}
+    for a in attempts:
+        by_task.setdefault(a.task_id, []).append(a)
+    return [ChunkView(t, by_task.get(t.id, []), summaries.get(t.id)) for t in tasks]

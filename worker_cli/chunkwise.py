@@ -286,15 +286,15 @@ def show_chunk(cli: Invocation, args: argparse.Namespace) -> int:
     """Show one chunk, named by id or index, with its attempts."""
     chunk_id = args.chunk
     if chunk_id.isdigit():
-        chunks = cli.call(cli.client.list_chunks, args.job)["chunks"]
-        by_index = {str(c["index"]): c["id"] for c in chunks}
-        if chunk_id not in by_index:
+        index = int(chunk_id)
+        page = cli.call(cli.client.chunk_page, args.job, after=index - 1, limit=1)["chunks"]
+        if not page or page[0]["index"] != index:
             cli.warn(
-                f"chunkwise: not_found: job {args.job} has no chunk {chunk_id} "
-                f"(it has {len(chunks)}) (trace id {cli.trace_id})"
+                f"chunkwise: not_found: job {args.job} has no chunk {index} "
+                f"(trace id {cli.trace_id})"
             )
             return EXIT_HTTP_ERROR
-        chunk_id = by_index[chunk_id]
+        chunk_id = page[0]["id"]
     else:
         chunk_id = uuid_text(chunk_id)
     chunk = cli.call(cli.client.get_chunk, args.job, chunk_id)

@@ -69,6 +69,8 @@ def _normalise_trace_id(trace_id: str | None) -> str:
 # The most items the coordinator takes in one batch of results or heartbeats
 # (app/schemas.py, MAX_BATCH_RESULTS).
 MAX_BATCH = 1000
+# The coordinator's largest page of a job's chunks (app/schemas.py, ChunkListQuerySchema).
+CHUNK_PAGE = 1000
 
 
 class CoordinatorError(Exception):
@@ -492,8 +494,31 @@ class CoordinatorClient:
         return self._request("GET", f"/api/v1/jobs/{_segment(job_id)}/results", trace_id=trace_id)
 
     def list_chunks(self, job_id: str, *, trace_id: str | None = None) -> dict:
-        """Every chunk of a job with its attempts: {chunks}."""
-        return self._request("GET", f"/api/v1/jobs/{_segment(job_id)}/chunks", trace_id=trace_id)
+        """Every chunk of a job with its attempts, a page at a time: {chunks}."""
+        chunks: list[dict] = []
+        while True:
+            after = chunks[-1]["index"] if chunks else -1
+            page = self.chunk_page(job_id, after=after, trace_id=trace_id)["chunks"]
+            chunks += page
+            if len(page) < CHUNK_PAGE:
+                return {"chunks": chunks}
+
+    def chunk_page(
+        self,
+        job_id: str,
+        *,
+        after: int = -1,
+        limit: int = CHUNK_PAGE,
+        trace_id: str | None = None,
+    ) -> dict:
+        """Up to `limit` chunks of a job in order, from the first past index `after`:
+        {chunks, next_after}."""
+        return self._request(
+            "GET",
+            f"/api/v1/jobs/{_segment(job_id)}/chunks",
+            params={"after": after, "limit": limit},
+            trace_id=trace_id,
+        )
 
     def get_chunk(self, job_id: str, chunk_id: str, *, trace_id: str | None = None) -> dict:
         """One chunk with each attempt's worker, outcome and trace id."""

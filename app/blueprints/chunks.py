@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from flask import Blueprint
+from flask import Blueprint, request
 
-from app import auth, schemas
+from app import auth, input_rules, schemas
 from app.auth import current_principal
 from app.runtime import get_runtime
 from services import chunks
@@ -15,15 +15,24 @@ bp = Blueprint("chunks", __name__, url_prefix="/api/v1/jobs/<uuid:job_id>/chunks
 bp.before_request(auth.users_only)
 
 # Built once: building a schema deep-copies every field it declares.
+CHUNK_LIST_QUERY = schemas.ChunkListQuerySchema()
 CHUNK_LIST = schemas.ChunkListSchema()
 CHUNK = schemas.ChunkSchema()
 
 
 @bp.get("")
 def list_chunks(job_id: UUID):
-    """Every chunk of a job, in order."""
-    views = chunks.list_chunks(get_runtime(), current_principal(), job_id)
-    return CHUNK_LIST.dump({"chunks": views})
+    """A page of a job's chunks in order, from the first past `after`."""
+    query = CHUNK_LIST_QUERY.load(input_rules.single_values(request.args))
+    views = chunks.list_chunks(
+        get_runtime(),
+        current_principal(),
+        job_id,
+        after_index=query["after"],
+        limit=query["limit"],
+    )
+    next_after = views[-1].task.chunk_index if views else query["after"]
+    return CHUNK_LIST.dump({"chunks": views, "next_after": next_after})
 
 
 @bp.get("/<uuid:chunk_id>")

@@ -233,6 +233,56 @@ def test_a_tasks_parameters_reach_the_worker_whole_whatever_their_names(
     assert (chunk["record_start"], chunk["record_end"]) == (None, None)
 
 
+def test_a_jobs_chunks_come_a_page_at_a_time_in_chunk_order(submit, client, headers):
+    job = submit(manifest(5))
+    url = f"/api/v1/jobs/{job['id']}/chunks"
+
+    pages, after = [], -1
+    while True:
+        page = client.get(url, query_string={"after": after, "limit": 2}, headers=headers["user"])
+        body = page.get_json()
+        pages.append([c["index"] for c in body["chunks"]])
+        if not body["chunks"]:
+            break
+        after = body["next_after"]
+
+    assert pages == [[0, 1], [2, 3], [4], []]
+    assert body["next_after"] == 4
+    whole = client.get(url, headers=headers["user"]).get_json()["chunks"]
+    assert [c["index"] for c in whole] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("after", "-2"), ("limit", "0"), ("limit", "1001"), ("after", "x")]
+)
+def test_a_chunk_page_out_of_bounds_is_422_naming_the_parameter(
+    name, value, submit, client, headers
+):
+    job = submit(manifest(1))
+
+    response = client.get(
+        f"/api/v1/jobs/{job['id']}/chunks", query_string={name: value}, headers=headers["user"]
+    )
+
+    assert response.status_code == 422
+    assert list(response.get_json()["error"]["details"]["fields"]) == [name]
+
+
+def test_a_chunk_of_another_job_is_404_under_this_jobs_path(submit, client, headers):
+    job, other = submit(manifest(1)), submit(manifest(1))
+    [theirs] = client.get(f"/api/v1/jobs/{other['id']}/chunks", headers=headers["user"]).get_json()[
+        "chunks"
+    ]
+
+    response = client.get(
+        f"/api/v1/jobs/{job['id']}/chunks/{theirs['id']}", headers=headers["user"]
+    )
+
+    assert response.status_code == 404
+    mine = client.get(f"/api/v1/jobs/{other['id']}/chunks/{theirs['id']}", headers=headers["user"])
+    assert mine.get_json()["index"] == 0
+
+
 def test_the_job_list_shows_the_callers_jobs_newest_first(submit, client, headers):
     older = submit(manifest(1))
     newer = submit(manifest(1))

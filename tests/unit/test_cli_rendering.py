@@ -308,6 +308,9 @@ class CannedClient:
     def list_chunks(self, job_id, *, trace_id):
         return {"chunks": [chunk(0), chunk(1)]}
 
+    def chunk_page(self, job_id, *, after, limit, trace_id):
+        return {"chunks": [chunk(0), chunk(1)][after + 1 : after + 1 + limit], "next_after": 1}
+
     def get_chunk(self, job_id, chunk_id, *, trace_id):
         return chunk(0)
 

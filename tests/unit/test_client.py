@@ -116,6 +116,18 @@ def test_every_call_sends_bearer_token_and_the_attempts_traceparent(client, coor
     assert len(spans) == 2, "each call gets a fresh span id"
 
 
+def test_every_chunk_of_a_job_is_listed_by_following_its_pages(client, coordinator):
+    chunks = [{"index": i, "id": str(i)} for i in range(1500)]
+    coordinator.reply(200, {"chunks": chunks[:1000], "next_after": 999})
+    coordinator.reply(200, {"chunks": chunks[1000:], "next_after": 1499})
+
+    listed = client.list_chunks("6f1c1a1e-0000-4000-8000-000000000000")
+
+    assert listed == {"chunks": chunks}
+    queries = [r["path"].partition("?")[2] for r in coordinator.requests]
+    assert queries == ["after=-1&limit=1000", "after=999&limit=1000"]
+
+
 def test_claims_without_a_trace_id_get_a_fresh_one_per_poll(client, coordinator):
     coordinator.reply(204)
     coordinator.reply(204)
