@@ -37,6 +37,7 @@ bp = Blueprint(
 JOB_LIST = schemas.JobListSchema()
 JOB_LIST_QUERY = schemas.JobListQuerySchema()
 JOB = schemas.JobSchema()
+CHUNK_LIST_QUERY = schemas.ChunkListQuerySchema()
 CSV_JOB_FORM = schemas.CsvJobFormSchema()
 
 OPEN_ENDPOINTS = frozenset({"ui.sign_in", "ui.static"})
@@ -49,6 +50,9 @@ CONTENT_SECURITY_POLICY = (
 JOB_STATUSES = ("queued", "running", "merging", "succeeded", "failed", "cancelled")
 CANCELLABLE = frozenset({"queued", "running", "merging"})
 PAGE_SIZE = 50
+# A job's page shows this many chunks at a time: it is redrawn every few seconds while the
+# job runs, and a manifest job may have 10,000.
+CHUNKS_SHOWN = 100
 # The job list's filters, under the names its form gives them.
 FILTER_FIELDS = {"status": "Status", "label": "Label", "cursor": "Page"}
 # A job page's script waits this long on the job watch before asking again.
@@ -213,10 +217,11 @@ def _list_jobs(filters: dict[str, str]) -> tuple[list[jobs.JobView], str | None]
 
 @bp.get("/jobs/<uuid:job_id>")
 def job_page(job_id: UUID):
-    """One job: parameters, outcome, chunks and the timeline of their attempts."""
+    """One job: parameters, outcome, a page of its chunks and the timeline of their attempts."""
     rt = get_runtime()
+    after = CHUNK_LIST_QUERY.load(input_rules.single_values(request.args))["after"]
     view = jobs.get_job(rt, g.principal, job_id)
-    chunk_views = chunks.list_chunks(rt, g.principal, job_id)
+    chunk_views = chunks.list_chunks(rt, g.principal, job_id, after_index=after, limit=CHUNKS_SHOWN)
     shown = JOB.dump(view)
     # Only a hint for which buttons to draw: the service decides whether a retry may happen.
     unrecoverable = (view.job.error or {}).get("code") in jobs.UNRECOVERABLE_ERRORS
@@ -225,6 +230,8 @@ def job_page(job_id: UUID):
         view=view,
         chunks=chunk_views,
         timeline=build_timeline(view.job.created_at, chunk_views, datetime.now(UTC)),
+        chunks_after=after,
+        more_chunks=len(chunk_views) == CHUNKS_SHOWN,
         can_cancel=view.job.status in CANCELLABLE,
         can_retry=view.job.status == "failed" and not unrecoverable,
         partial_result=shown["partial_result"],

@@ -749,6 +749,29 @@ def test_every_dashboard_response_has_a_strict_csp_and_refuses_framing(sign_in, 
         assert answer.headers["X-Content-Type-Options"] == "nosniff"
 
 
+def test_a_large_jobs_page_shows_its_chunks_a_hundred_at_a_time(sign_in, submit):
+    job = submit(manifest(150))
+    browser = sign_in("user")
+
+    first = browser.get(f"/ui/jobs/{job['id']}").text
+    following = re.search(r'id="next-chunks" href="([^"]+)"', first)
+    second = browser.get(unescape(following[1])).text
+
+    assert first.count("<tr data-chunk=") == 100 and "0–99 of 150" in first
+    assert 'id="first-chunks"' not in first
+    assert second.count("<tr data-chunk=") == 50 and "100–149 of 150" in second
+    assert 'id="next-chunks"' not in second and 'id="first-chunks"' in second
+
+
+def test_a_small_jobs_page_shows_every_chunk_without_paging(sign_in, submit):
+    job = submit(manifest(3))
+
+    page = sign_in("user").get(f"/ui/jobs/{job['id']}").text
+
+    assert page.count("<tr data-chunk=") == 3
+    assert "of 3" not in page and "next-chunks" not in page and "first-chunks" not in page
+
+
 def test_a_job_page_whose_id_is_not_a_uuid_names_it_and_links_nowhere_back(sign_in):
     answer = sign_in("user").get("/ui/jobs/not-a-uuid")
 
