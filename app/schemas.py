@@ -82,8 +82,8 @@ class JobWaitQuerySchema(RequestSchema):
     wait_seconds = fields.Float(load_default=0, validate=validate.Range(min=0, max=30))
 
 
-class ChunkListQuerySchema(RequestSchema):
-    """Query parameters of a job's chunk list: a page in chunk order."""
+class ChunkPageQuerySchema(RequestSchema):
+    """Query parameters of a page of a job's chunks, or of its results, in chunk order."""
 
     after = Int(
         minimum=-1,
@@ -395,9 +395,10 @@ class ResultManifestSchema(Schema):
 
 
 class ResultListSchema(ResponseSchema):
-    """Completed result manifests in chunk order."""
+    """A page of completed result manifests in chunk order, and where the next page starts."""
 
     results = fields.List(fields.Nested(ResultManifestSchema))
+    next_after = fields.Int()
 
 
 class ClaimedTaskSchema(Schema):

@@ -497,29 +497,28 @@ def find_attempt(conn: Connection, task_id: UUID, attempt: int) -> Attempt | Non
     return from_row(Attempt, row) if row else None
 
 
-def list_for_job(conn: Connection, job_id: UUID, *, status: str | None = None) -> list[Task]:
-    """A job's tasks in chunk order, optionally only those in one state."""
+def list_for_job(conn: Connection, job_id: UUID) -> list[Task]:
+    """A job's tasks in chunk order."""
     rows = conn.execute(
-        """
-        SELECT * FROM tasks
-        WHERE job_id = %(job)s AND (%(status)s::text IS NULL OR status = %(status)s)
-        ORDER BY chunk_index
-        """,
-        {"job": job_id, "status": status},
+        "SELECT * FROM tasks WHERE job_id = %(job)s ORDER BY chunk_index", {"job": job_id}
     ).fetchall()
     return [from_row(Task, r) for r in rows]
 
 
-def page_for_job(conn: Connection, job_id: UUID, *, after_index: int, limit: int) -> list[Task]:
-    """Up to `limit` of a job's tasks in chunk order, from the first past `after_index`."""
+def page_for_job(
+    conn: Connection, job_id: UUID, *, after_index: int, limit: int, status: str | None = None
+) -> list[Task]:
+    """Up to `limit` of a job's tasks in chunk order, from the first past `after_index`,
+    optionally only those in one state."""
     rows = conn.execute(
         """
         SELECT * FROM tasks
         WHERE job_id = %(job)s AND chunk_index > %(after)s
+          AND (%(status)s::text IS NULL OR status = %(status)s)
         ORDER BY chunk_index
         LIMIT %(limit)s
         """,
-        {"job": job_id, "after": after_index, "limit": limit},
+        {"job": job_id, "after": after_index, "limit": limit, "status": status},
     ).fetchall()
     return [from_row(Task, r) for r in rows]
 

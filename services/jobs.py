@@ -339,11 +339,16 @@ def list_jobs(
     return views, next_cursor
 
 
-def list_completed_results(rt: Runtime, principal: Principal, job_id: UUID) -> list[Task]:
-    """Completed tasks of a job in chunk order, for the stitcher."""
+def list_completed_results(
+    rt: Runtime, principal: Principal, job_id: UUID, *, after_index: int = -1, limit: int = 1000
+) -> list[Task]:
+    """Up to `limit` completed tasks of a job in chunk order, from the first past
+    `after_index`, for the stitcher."""
     with rt.pool.connection() as conn:
         visible_job(conn, principal, job_id)
-        return task_rows.list_for_job(conn, job_id, status="completed")
+        return task_rows.page_for_job(
+            conn, job_id, after_index=after_index, limit=limit, status="completed"
+        )
 
 
 def cancel_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str) -> JobView:

@@ -69,7 +69,8 @@ def _normalise_trace_id(trace_id: str | None) -> str:
 # The most items the coordinator takes in one batch of results or heartbeats
 # (app/schemas.py, MAX_BATCH_RESULTS).
 MAX_BATCH = 1000
-# The coordinator's largest page of a job's chunks (app/schemas.py, ChunkListQuerySchema).
+# The coordinator's largest page of a job's chunks or results (app/schemas.py,
+# ChunkPageQuerySchema).
 CHUNK_PAGE = 1000
 
 
@@ -490,18 +491,26 @@ class CoordinatorClient:
         )
 
     def list_results(self, job_id: str, *, trace_id: str | None = None) -> dict:
-        """A job's completed result manifests in chunk order: {results}."""
-        return self._request("GET", f"/api/v1/jobs/{_segment(job_id)}/results", trace_id=trace_id)
+        """A job's completed result manifests in chunk order, a page at a time: {results}."""
+        path = f"/api/v1/jobs/{_segment(job_id)}/results"
+        return {"results": self._every_page(path, "results", trace_id)}
 
     def list_chunks(self, job_id: str, *, trace_id: str | None = None) -> dict:
         """Every chunk of a job with its attempts, a page at a time: {chunks}."""
-        chunks: list[dict] = []
+        path = f"/api/v1/jobs/{_segment(job_id)}/chunks"
+        return {"chunks": self._every_page(path, "chunks", trace_id)}
+
+    def _every_page(self, path: str, key: str, trace_id: str | None) -> list[dict]:
+        """Every item of a list paged in chunk order (?after=&limit=), following next_after."""
+        items: list[dict] = []
+        after = -1
         while True:
-            after = chunks[-1]["index"] if chunks else -1
-            page = self.chunk_page(job_id, after=after, trace_id=trace_id)["chunks"]
-            chunks += page
-            if len(page) < CHUNK_PAGE:
-                return {"chunks": chunks}
+            params = {"after": after, "limit": CHUNK_PAGE}
+            page = self._request("GET", path, params=params, trace_id=trace_id)
+            items += page[key]
+            if len(page[key]) < CHUNK_PAGE:
+                return items
+            after = page["next_after"]
 
     def chunk_page(
         self,

@@ -15,7 +15,7 @@ bp = Blueprint("chunks", __name__, url_prefix="/api/v1/jobs/<uuid:job_id>/chunks
 bp.before_request(auth.users_only)
 
 # Built once: building a schema deep-copies every field it declares.
-CHUNK_LIST_QUERY = schemas.ChunkListQuerySchema()
+CHUNK_LIST_QUERY = schemas.ChunkPageQuerySchema()
 CHUNK_LIST = schemas.ChunkListSchema()
 CHUNK = schemas.ChunkSchema()
 

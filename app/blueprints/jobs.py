@@ -26,6 +26,7 @@ JOB = schemas.JobSchema()
 JOB_LIST_QUERY = schemas.JobListQuerySchema()
 JOB_LIST = schemas.JobListSchema()
 JOB_WAIT_QUERY = schemas.JobWaitQuerySchema()
+CHUNK_PAGE_QUERY = schemas.ChunkPageQuerySchema()
 RESULT_LIST = schemas.ResultListSchema()
 
 
@@ -133,9 +134,17 @@ def _etag(view: jobs.JobView) -> dict[str, str]:
 
 @bp.get("/<uuid:job_id>/results")
 def list_results(job_id: UUID):
-    """Completed result manifests in chunk order."""
-    results = jobs.list_completed_results(get_runtime(), current_principal(), job_id)
-    return RESULT_LIST.dump({"results": results})
+    """A page of completed result manifests in chunk order, from the first past `after`."""
+    query = CHUNK_PAGE_QUERY.load(input_rules.single_values(request.args))
+    results = jobs.list_completed_results(
+        get_runtime(),
+        current_principal(),
+        job_id,
+        after_index=query["after"],
+        limit=query["limit"],
+    )
+    next_after = results[-1].chunk_index if results else query["after"]
+    return RESULT_LIST.dump({"results": results, "next_after": next_after})
 
 
 @bp.post("/<uuid:job_id>/cancel")

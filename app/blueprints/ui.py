@@ -37,7 +37,7 @@ bp = Blueprint(
 JOB_LIST = schemas.JobListSchema()
 JOB_LIST_QUERY = schemas.JobListQuerySchema()
 JOB = schemas.JobSchema()
-CHUNK_LIST_QUERY = schemas.ChunkListQuerySchema()
+CHUNK_LIST_QUERY = schemas.ChunkPageQuerySchema()
 CSV_JOB_FORM = schemas.CsvJobFormSchema()
 
 OPEN_ENDPOINTS = frozenset({"ui.sign_in", "ui.static"})

@@ -346,6 +346,26 @@ def test_results_list_only_the_completed_chunks(submit, claim, complete, client,
     assert [r["chunk_index"] for r in results] == [1]
 
 
+def test_results_come_a_page_at_a_time_skipping_unfinished_chunks(
+    submit, claim, complete, client, headers
+):
+    job = submit(manifest(5))
+    leased = claim(WORKER, capacity=5)
+    for task in leased:
+        if task["chunk_index"] != 1:
+            complete(task)
+    url = f"/api/v1/jobs/{job['id']}/results"
+
+    first = client.get(url, query_string={"limit": 2}, headers=headers["user"]).get_json()
+    after = first["next_after"]
+    second = client.get(url, query_string={"after": after, "limit": 2}, headers=headers["user"])
+    last = client.get(url, query_string={"after": 4}, headers=headers["user"]).get_json()
+
+    assert [r["chunk_index"] for r in first["results"]] == [0, 2]
+    assert [r["chunk_index"] for r in second.get_json()["results"]] == [3, 4]
+    assert (last["results"], last["next_after"]) == ([], 4)
+
+
 # --- cancel and retry -------------------------------------------------------------------------
 
 
