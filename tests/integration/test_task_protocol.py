@@ -171,6 +171,20 @@ def test_resubmitting_the_same_result_for_the_same_attempt_completes_the_task_on
     )
 
 
+def test_the_same_bytes_under_another_uri_are_a_replay_that_keeps_the_first_uri(
+    submit, claim, task_call, task_row
+):
+    submit(manifest(1))
+    [leased] = claim(WORKER)
+    body = result_body(leased)
+    assert task_call(leased["task_id"], "result", body).status_code == 200
+
+    again = task_call(leased["task_id"], "result", {**body, "result_uri": "s3://elsewhere/copy"})
+
+    assert again.status_code == 200
+    assert task_row(leased["task_id"])["result_uri"] == body["result_uri"]
+
+
 def test_a_different_result_for_an_accepted_attempt_is_a_result_conflict(
     submit, claim, task_call, task_row
 ):
