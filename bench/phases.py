@@ -28,7 +28,8 @@ from bench.csv_core import SAMPLES, reference_totals
 from devstack.stack import REPO, LocalStack, database_url, stop_on_sigterm
 from services import csvstats
 from services.csvstats.planning import scan_file
-from worker_cli.client import CoordinatorClient, FileBody, MultipartUpload
+from worker_cli.client import CoordinatorClient
+from worker_cli.uploads import FileBody, MultipartUpload
 
 COLUMN = "value"
 CHUNKS = 8

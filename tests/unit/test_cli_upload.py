@@ -8,7 +8,8 @@ from urllib.parse import parse_qsl, urlsplit
 import requests
 from werkzeug.formparser import parse_form_data
 
-from worker_cli.client import CoordinatorClient, FileBody, MultipartUpload
+from worker_cli.client import CoordinatorClient
+from worker_cli.uploads import FileBody, MultipartUpload
 
 FIELDS = [("column", "value"), ("label", "team=a"), ("label", 'quote="x"')]
 
