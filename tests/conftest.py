@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -23,13 +26,18 @@ def pytest_configure(config) -> None:
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory) -> dict:
+def pg_server() -> dict:
     """Connection parameters of the server: TEST_DATABASE_URL's, else an embedded one."""
     url = os.environ.get("TEST_DATABASE_URL")
     if not url:
         from devstack import embedded_pg
 
-        url = embedded_pg.start(tmp_path_factory.mktemp("pg") / "data", keep=False)
+        # Not under pytest's basetemp: every pytest session that starts makes that 0700,
+        # which locks the server's own user out of its data mid-run (PANIC on pg_control).
+        home = Path(tempfile.mkdtemp(prefix="chunkwise-test-pg-"))
+        # Registered first, so it runs after the server's own exit handler has stopped it.
+        atexit.register(shutil.rmtree, home, ignore_errors=True)
+        url = embedded_pg.start(home / "data", keep=False)
     params = conninfo_to_dict(url)
     return {
         "host": params.get("host", "127.0.0.1"),
