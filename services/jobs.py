@@ -193,7 +193,9 @@ def admit(
     with rt.pool.connection() as conn:
         # With nothing to run before the commit, a job that fits is one statement committing
         # on its own: most admissions are a single round trip.
-        view = _try_admit(conn, principal, new_job, new_tasks, limit) if not on_admitted else None
+        view = None
+        if on_admitted is None:
+            view = _try_admit(conn, principal, new_job, new_tasks, limit)
         if view is None:
             with conn.transaction():
                 view = _try_admit(conn, principal, new_job, new_tasks, limit)

@@ -15,7 +15,7 @@ bp = Blueprint("chunks", __name__, url_prefix="/api/v1/jobs/<uuid:job_id>/chunks
 bp.before_request(auth.users_only)
 
 # Built once: building a schema deep-copies every field it declares.
-CHUNK_LIST_QUERY = schemas.ChunkPageQuerySchema()
+CHUNK_PAGE_QUERY = schemas.ChunkPageQuerySchema()
 CHUNK_LIST = schemas.ChunkListSchema()
 CHUNK = schemas.ChunkSchema()
 
@@ -23,7 +23,7 @@ CHUNK = schemas.ChunkSchema()
 @bp.get("")
 def list_chunks(job_id: UUID):
     """A page of a job's chunks in order, from the first past `after`."""
-    query = CHUNK_LIST_QUERY.load(input_rules.single_values(request.args))
+    query = CHUNK_PAGE_QUERY.load(input_rules.single_values(request.args))
     views = chunks.list_chunks(
         get_runtime(),
         current_principal(),

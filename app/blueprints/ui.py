@@ -37,7 +37,7 @@ bp = Blueprint(
 JOB_LIST = schemas.JobListSchema()
 JOB_LIST_QUERY = schemas.JobListQuerySchema()
 JOB = schemas.JobSchema()
-CHUNK_LIST_QUERY = schemas.ChunkPageQuerySchema()
+CHUNK_PAGE_QUERY = schemas.ChunkPageQuerySchema()
 CSV_JOB_FORM = schemas.CsvJobFormSchema()
 
 OPEN_ENDPOINTS = frozenset({"ui.sign_in", "ui.static"})
@@ -219,7 +219,7 @@ def _list_jobs(filters: dict[str, str]) -> tuple[list[jobs.JobView], str | None]
 def job_page(job_id: UUID):
     """One job: parameters, outcome, a page of its chunks and the timeline of their attempts."""
     rt = get_runtime()
-    after = CHUNK_LIST_QUERY.load(input_rules.single_values(request.args))["after"]
+    after = CHUNK_PAGE_QUERY.load(input_rules.single_values(request.args))["after"]
     view = jobs.get_job(rt, g.principal, job_id)
     chunk_views = chunks.list_chunks(rt, g.principal, job_id, after_index=after, limit=CHUNKS_SHOWN)
     shown = JOB.dump(view)
