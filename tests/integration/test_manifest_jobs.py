@@ -283,6 +283,37 @@ def test_a_chunk_of_another_job_is_404_under_this_jobs_path(submit, client, head
     assert mine.get_json()["index"] == 0
 
 
+def test_every_listed_jobs_chunks_by_state_equal_a_count_of_its_tasks(
+    submit, claim, complete, task_call, client, headers, db
+):
+    succeeded = submit(manifest(2))
+    for task in claim(WORKER, capacity=2):
+        complete(task)
+    failed = submit(manifest(3, max_attempts=1))
+    [broken, _] = claim(WORKER, capacity=2)
+    body = {"worker_id": WORKER, "attempt": 1, "error_code": "boom", "error_message": "no"}
+    task_call(broken["task_id"], "failure", {**body, "retryable": False, "details": {}})
+    cancelled = submit(manifest(2))
+    client.post(f"/api/v1/jobs/{cancelled['id']}/cancel", headers=headers["user"])
+    running = submit(manifest(2))
+    claim(WORKER)
+
+    listed = client.get("/api/v1/jobs", headers=headers["user"]).get_json()["jobs"]
+
+    shown = {job["id"]: (job["status"], job["chunks_by_state"]) for job in listed}
+    for job in (succeeded, failed, cancelled, running):
+        counted = dict.fromkeys(("pending", "leased", "completed", "failed", "cancelled"), 0)
+        for row in db.execute("SELECT status FROM tasks WHERE job_id = %s", (job["id"],)):
+            counted[row["status"]] += 1
+        assert shown[job["id"]][1] == counted, shown[job["id"]][0]
+    assert {status for status, _ in shown.values()} == {
+        "succeeded",
+        "failed",
+        "cancelled",
+        "running",
+    }
+
+
 def test_the_job_list_shows_the_callers_jobs_newest_first(submit, client, headers):
     older = submit(manifest(1))
     newer = submit(manifest(1))
