@@ -1,10 +1,12 @@
 """Gunicorn settings for the coordinator: threaded workers with room for long polls."""
 
+import json
 import os
 import select
 import tempfile
 from pathlib import Path
 
+from gunicorn import util
 from gunicorn.workers.gthread import ThreadWorker
 
 # Counters must be summed over every worker process: prometheus_client's multiprocess mode
@@ -40,6 +42,28 @@ class OrphanAwareThreadWorker(ThreadWorker):
         self.log.info("Master gone: listeners closed, draining %s connections", self.nr_conns)
         return False
 
+
+def write_json_error(sock, status_int: int, reason: str, mesg: str) -> None:
+    """Answer gunicorn's own refusals in the API's error body, where it writes an HTML page.
+
+    gunicorn refuses some requests before the app sees them: a malformed request line or
+    header (400), a request line past limit_request_line (414), too many or too long headers
+    (431). Its workers call util.write_error by module attribute, so this replaces it.
+    """
+    code = {400: "malformed_request", 500: "internal_error"}.get(
+        status_int, reason.lower().replace(" ", "_")
+    )
+    body = json.dumps(
+        {"error": {"code": code, "message": mesg or reason, "details": {}}}
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
+util.write_error = write_json_error
 
 wsgi_app = "app:create_app(storage_fatal=False)"
 bind = os.environ.get("CHUNKWISE_BIND", "127.0.0.1:8000")

@@ -1,7 +1,12 @@
-"""The request line gunicorn takes: a text/csv upload's column and labels travel in it."""
+"""The requests gunicorn takes, and its JSON refusals of the ones it does not."""
 
 from __future__ import annotations
 
+import json
+import socket
+from urllib.parse import urlsplit
+
+import pytest
 import requests
 
 COLUMN = "é" * 1000  # the longest column name allowed: 6,000 bytes percent-encoded
@@ -32,6 +37,7 @@ def test_a_request_line_past_8190_bytes_is_gunicorns_414_before_the_app(stack):
 
     assert response.status_code == 414
     assert "X-Trace-Id" not in response.headers
+    assert response.json()["error"]["code"] == "uri_too_long"
 
 
 def test_the_client_sends_a_form_when_the_query_would_not_fit(stack, tmp_path):
@@ -43,3 +49,50 @@ def test_the_client_sends_a_form_when_the_query_would_not_fit(stack, tmp_path):
         job = stack.client().submit_csv_job(file, column=COLUMN, labels=labels)
 
     assert job["labels"] == labels
+
+
+def raw_request(stack, head: bytes) -> tuple[int, dict, dict]:
+    """Send bytes gunicorn must refuse; the status, the headers and the JSON body it answers."""
+    address = urlsplit(stack.url)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
+        sock.sendall(head)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head_part, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *header_lines = head_part.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in header_lines)
+    return int(status_line.split()[1]), headers, json.loads(body)
+
+
+@pytest.mark.parametrize(
+    ("head", "status", "code"),
+    [
+        (b"NOT A REQUEST\r\n\r\n", 400, "malformed_request"),
+        (b"GET /healthz HTTP/1.1\r\nBad Header\r\n\r\n", 400, "malformed_request"),
+        (b"GET /healthz HTTP/9.9\r\n\r\n", 400, "malformed_request"),
+        (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n", 414, "uri_too_long"),
+        (
+            b"GET /healthz HTTP/1.1\r\nX-Big: " + b"v" * 9000 + b"\r\n\r\n",
+            431,
+            "request_header_fields_too_large",
+        ),
+        (
+            b"GET /healthz HTTP/1.1\r\n"
+            + b"".join(b"X-H%d: v\r\n" % n for n in range(101))
+            + b"\r\n",
+            431,
+            "request_header_fields_too_large",
+        ),
+    ],
+    ids=["request-line", "header-line", "http-version", "long-uri", "long-header", "many-headers"],
+)
+def test_a_request_gunicorn_refuses_is_answered_in_the_apis_json_error_body(
+    stack, head, status, code
+):
+    got_status, headers, body = raw_request(stack, head)
+
+    assert got_status == status
+    assert headers["Content-Type"] == "application/json"
+    assert body["error"]["code"] == code
+    assert body["error"]["message"]
