@@ -75,7 +75,7 @@ RETRY_AFTER_HEADER = {
     "schema": {"type": "integer"},
 }
 ERROR_DESCRIPTIONS = {
-    400: "malformed: not a JSON object, not UTF-8, or nested too deep",
+    400: "malformed: not a JSON object, not UTF-8, nested too deep, or a form cut short",
     401: "no valid bearer token",
     403: "this kind of token may not call this route",
     404: "no such resource, or not the caller's",
@@ -88,11 +88,11 @@ ERROR_DESCRIPTIONS = {
     503: "the database is unavailable or too slow; Retry-After says when to try again",
     507: "insufficient_storage: no space left for the upload; no Retry-After",
 }
-# Answered by gunicorn before the app sees the request: no trace id, no JSON.
+# Answered by gunicorn before the app sees the request (gunicorn.conf.py): no trace id.
 REQUEST_LINE_TOO_LONG = {
     "description": "the path and query are over 8,190 bytes (gunicorn's limit_request_line); "
     "send long columns and labels in a multipart form instead",
-    "content": {"text/html": {"schema": {"type": "string"}}},
+    "content": {"application/json": {"schema": "Error"}},
 }
 TRACEPARENT_PARAMETER = {
     "in": "header",

@@ -380,7 +380,9 @@ def test_the_openapi_document_names_each_error_an_operation_can_answer(client, h
     assert "304" in paths["/api/v1/jobs/{job_id}"]["get"]["responses"]
     assert "503" in paths["/readyz"]["get"]["responses"]
     # gunicorn's own answer to a request line past its limit, before the app: no trace id.
-    assert set(create["414"]["content"]) == {"text/html"}
+    assert create["414"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Error"
+    }
     for path, operations in paths.items():
         for method, operation in operations.items():
             for status, response in operation["responses"].items():
