@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from flask import Flask, Request, current_app, g, request
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
+from werkzeug.formparser import FormDataParser
 
 from services.archive import TEMP, Upload, storage_failure, sync_to_disk
 from services.errors import StorageFull, StorageUnavailable
@@ -87,10 +88,19 @@ class SpoolingRequest(Request):
         g.setdefault("spools", []).append(spool)
         return spool
 
+    def make_form_data_parser(self) -> FormDataParser:
+        # werkzeug's parser turns a malformed form (cut short, no boundary) into an empty one
+        # by default, which the schema then reports as missing fields.
+        parser = super().make_form_data_parser()
+        parser.silent = False
+        return parser
+
     def _load_form_data(self) -> None:
         # werkzeug refuses an oversized form without saying which of its limits it is over.
         try:
             super()._load_form_data()
+        except ValueError as exc:
+            raise BadRequest(f"the form is cut short or malformed: {exc}") from exc
         except RequestEntityTooLarge as exc:
             limit = self.max_content_length
             said = f"a request may be at most {limit} bytes"
