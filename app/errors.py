@@ -88,6 +88,19 @@ def _rejected(task_id: UUID, exc: ChunkwiseError) -> dict:
     return {"task_id": task_id, "outcome": "rejected", "status": _status_of(exc), "error": error}
 
 
+def http_error(exc: HTTPException):
+    """Werkzeug's refusals (404, 405, 413, a malformed body) in the error body."""
+    code = {400: "malformed_request", 413: "payload_too_large"}.get(
+        exc.code, (exc.name or "error").lower().replace(" ", "_")
+    )
+    response = error_response(exc.code or 500, code, exc.description or exc.name)
+    # Keep what the exception says beyond the body, such as Allow on a 405.
+    for name, value in exc.get_headers():
+        if name.lower() != "content-type":
+            response.headers[name] = value
+    return response
+
+
 def log_storage_failure(exc: StorageFull | StorageUnavailable) -> None:
     """Log a storage failure with the path the answer leaves out."""
     cause = exc.__cause__
@@ -126,17 +139,7 @@ def init_app(app: Flask) -> None:
         names = ", ".join(sorted(str(k) for k in fields))
         return error_response(422, "invalid_input", f"invalid fields: {names}", {"fields": fields})
 
-    @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException):
-        code = {400: "malformed_request", 413: "payload_too_large"}.get(
-            exc.code, (exc.name or "error").lower().replace(" ", "_")
-        )
-        response = error_response(exc.code or 500, code, exc.description or exc.name)
-        # Keep what the exception says beyond the body, such as Allow on a 405.
-        for name, value in exc.get_headers():
-            if name.lower() != "content-type":
-                response.headers[name] = value
-        return response
+    app.register_error_handler(HTTPException, http_error)
 
     @app.errorhandler(psycopg_pool.PoolTimeout)
     @app.errorhandler(psycopg.OperationalError)

@@ -12,7 +12,13 @@ from uuid import UUID
 
 from flask import Blueprint, Response, g, redirect, render_template, request, url_for
 from marshmallow import ValidationError
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, UnsupportedMediaType
+from werkzeug.exceptions import (
+    HTTPException,
+    MethodNotAllowed,
+    NotFound,
+    RequestEntityTooLarge,
+    UnsupportedMediaType,
+)
 
 from app import errors, input_rules, schemas, ui_forms, ui_session
 from app.attempt_timeline import build_timeline
@@ -91,7 +97,7 @@ def require_signed_in_user() -> Response | None:
 def protect_page(response: Response) -> Response:
     """Every dashboard response: strict CSP, never framed, never sniffed, never cached."""
     # App-wide, so a path no dashboard route matched (its 404 or 405) is covered as well.
-    if request.path != bp.url_prefix and not request.path.startswith(f"{bp.url_prefix}/"):
+    if not _under_dashboard(request.path):
         return response
     response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
     response.headers["X-Frame-Options"] = "DENY"
@@ -439,7 +445,24 @@ def http_error(exc: HTTPException):
     if isinstance(exc, RequestEntityTooLarge) and request.endpoint == "ui.submit":
         # Refused unread, so none of the form's values can be kept; the form says why.
         return _submit_form({}, _too_large(), [], 413)
-    return _error_page(exc.code or 500, exc.description or exc.name)
+    page, status = _error_page(exc.code or 500, exc.description or exc.name)
+    # Keep what the exception says beyond the body, such as Allow on a 405.
+    headers = [(k, v) for k, v in exc.get_headers() if k.lower() != "content-type"]
+    return page, status, headers
+
+
+@bp.app_errorhandler(NotFound)
+@bp.app_errorhandler(MethodNotAllowed)
+def unrouted(exc: HTTPException):
+    """A dashboard path no route takes is a page too; any other path, the API's error body."""
+    # Flask gives a request that matched no route to the app's handlers, never a blueprint's.
+    if _under_dashboard(request.path):
+        return http_error(exc)
+    return errors.http_error(exc)
+
+
+def _under_dashboard(path: str) -> bool:
+    return path == bp.url_prefix or path.startswith(f"{bp.url_prefix}/")
 
 
 def _error_page(status: int, message: str):

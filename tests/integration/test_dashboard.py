@@ -797,6 +797,23 @@ def test_dashboard_paths_no_route_matches_carry_the_same_security_headers(sign_i
     assert "Content-Security-Policy" not in client.get("/api/v1/no-such-thing").headers
 
 
+def test_a_dashboard_path_no_route_matches_is_a_page_and_an_api_path_json(sign_in, client):
+    browser = sign_in("user")
+
+    for answer, status in [
+        (client.get("/ui/no-such-page"), 404),
+        (browser.get("/ui/jobs/6f1c1a1e-0000-4000-8000-000000000000/nothing"), 404),
+        (browser.put("/ui/"), 405),
+    ]:
+        assert answer.status_code == status
+        assert answer.mimetype == "text/html"
+        assert f'<h1 class="error-status">{status}</h1>' in answer.text
+    assert "GET" in browser.put("/ui/").headers["Allow"]
+    api = client.get("/api/v1/no-such-thing")
+    assert (api.status_code, api.get_json()["error"]["code"]) == (404, "not_found")
+    assert client.put("/api/v1/queue").get_json()["error"]["code"] == "method_not_allowed"
+
+
 def test_pages_hold_no_inline_script_or_style_for_the_csp_to_block(sign_in, submit, claim):
     job = submit(manifest(1))
     claim()
