@@ -112,7 +112,8 @@ IF_NONE_MATCH_PARAMETER = {
     "in": "header",
     "name": "If-None-Match",
     "required": False,
-    "description": "the ETag already known: 304 while it is current, up to wait_seconds",
+    "description": "the ETags already known: 304 while one is current, up to wait_seconds; "
+    "* is 304 at once",
     "schema": {"type": "string"},
 }
 

@@ -281,14 +281,14 @@ def get_job(
     principal: Principal,
     job_id: UUID,
     *,
-    unless_version: str | None = None,
+    unless_versions: frozenset[str] = frozenset(),
     wait_seconds: float = 0,
 ) -> JobView:
-    """The job's aggregate status, waiting up to wait_seconds while it is at unless_version.
+    """The job's aggregate status, waiting up to wait_seconds while it is at unless_versions.
 
     Another user's job is NotFound, exactly like a missing one.
     """
-    if unless_version is None or wait_seconds <= 0:
+    if not unless_versions or wait_seconds <= 0:
         return _read_view(rt, principal, job_id)
     deadline = time.monotonic() + wait_seconds
     with rt.wakeups.watching(job_id):
@@ -297,7 +297,7 @@ def get_job(
             seen = rt.wakeups.job_changes(job_id)
             view = _read_view(rt, principal, job_id)
             remaining = deadline - time.monotonic()
-            if view.version != unless_version or remaining <= 0:
+            if view.version not in unless_versions or remaining <= 0:
                 return view
             # Re-check at least every second: a lost notification costs at most that.
             rt.wakeups.wait_for_job(job_id, seen, timeout=min(1.0, remaining))

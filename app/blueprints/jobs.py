@@ -107,25 +107,21 @@ def list_jobs():
 
 @bp.get("/<uuid:job_id>")
 def get_job(job_id: UUID):
-    """A job's aggregate status; 304 while it is the If-None-Match version, up to wait_seconds."""
+    """A job's aggregate status; 304 while it is an If-None-Match version, up to wait_seconds."""
     query = JOB_WAIT_QUERY.load(input_rules.single_values(request.args))
-    known = _known_version()
+    # If-None-Match compares weakly (RFC 9110): a proxy that compresses may weaken the tag.
+    known = frozenset(request.if_none_match.as_set(include_weak=True))
     view = jobs.get_job(
         get_runtime(),
         current_principal(),
         job_id,
-        unless_version=known,
+        unless_versions=known,
         wait_seconds=query["wait_seconds"],
     )
-    if view.version == known:
+    # "*" matches whichever version the job is at: there is nothing to wait for.
+    if view.version in known or request.if_none_match.star_tag:
         return Response(status=304, headers=_etag(view))
     return _dump_job(view), 200, _etag(view)
-
-
-def _known_version() -> str | None:
-    # If-None-Match compares weakly (RFC 9110): a proxy that compresses may weaken the tag.
-    tags = request.if_none_match.as_set(include_weak=True)
-    return next(iter(tags)) if len(tags) == 1 else None
 
 
 def _etag(view: jobs.JobView) -> dict[str, str]:

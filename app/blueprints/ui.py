@@ -253,7 +253,7 @@ def watch_job(job_id: UUID):
         get_runtime(),
         g.principal,
         job_id,
-        unless_version=known,
+        unless_versions=frozenset([known] if known else []),
         wait_seconds=WATCH_SECONDS if known else 0,
     )
     return {"version": view.version, "job": JOB.dump(view)}

@@ -47,6 +47,31 @@ def test_a_weakened_etag_names_the_same_version(submit, client, headers):
     assert response.status_code == 304
 
 
+def test_a_list_of_etags_holding_the_current_version_is_304_and_one_without_it_200(
+    submit, client, headers
+):
+    job = submit(manifest(1))
+    etag = version_of(client, headers, job["id"])
+
+    holding = watch(client, headers, job["id"], f'"older", {etag}', 0)
+    without = watch(client, headers, job["id"], '"older", "other"', 0)
+
+    assert holding.status_code == 304
+    assert without.status_code == 200
+
+
+def test_if_none_match_star_is_304_at_once_and_a_missing_job_still_404(submit, client, headers):
+    job = submit(manifest(1))
+    started = time.monotonic()
+
+    response = watch(client, headers, job["id"], "*", 5)
+
+    assert response.status_code == 304
+    assert time.monotonic() - started < 2
+    assert response.headers["ETag"] == version_of(client, headers, job["id"])
+    assert watch(client, headers, str(uuid.uuid4()), "*", 0).status_code == 404
+
+
 def test_the_version_changes_when_a_chunk_is_leased_and_again_when_it_completes(
     submit, claim, complete, client, headers
 ):
