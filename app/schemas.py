@@ -20,6 +20,28 @@ def _printable(value: str) -> None:
 WORKER_ID = [validate.Length(min=1, max=200), _printable]
 # One line, so "\Z" rather than "$", which lets a trailing newline through.
 LABEL_FILTER = validate.Regexp(r"^[^=\r\n]{1,64}=[^\r\n]{0,256}\Z", error="must be key=value")
+
+
+class LabelPairs(fields.List):
+    """Repeated `key=value` texts (a CSV job's query or form), loaded as a dict of labels."""
+
+    def __init__(self, **kwargs):
+        super().__init__(fields.Str(validate=LABEL_FILTER), load_default=dict, **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs) -> dict[str, str]:
+        pairs = [item.split("=", 1) for item in super()._deserialize(value, attr, data, **kwargs)]
+        labels: dict[str, str] = {}
+        twice: dict[int, list[str]] = {}
+        for index, (key, text) in enumerate(pairs):
+            if key in labels:
+                # Named by its place in the list, as the rules of each item name theirs.
+                twice[index] = [f"the key {key!r} is given twice"]
+            labels.setdefault(key, text)
+        if twice:
+            raise ValidationError(twice)
+        return labels
+
+
 LABELS = fields.Dict(
     keys=fields.Str(validate=validate.Length(min=1, max=64)),
     values=fields.Str(validate=validate.Length(max=256)),
@@ -59,7 +81,7 @@ class CsvJobFormSchema(RequestSchema):
     delimiter = fields.Str(load_default=",")
     chunks = Int(minimum=1, maximum=64, load_default=1)
     priority = Int(minimum=0, maximum=255, column="smallint", load_default=0)
-    label = fields.List(fields.Str(validate=LABEL_FILTER), load_default=list)
+    labels = LabelPairs(data_key="label")
 
 
 class JobListQuerySchema(RequestSchema):

@@ -60,12 +60,11 @@ def _submit_csv(key: str | None) -> jobs.JobView:
     upload = uploaded("file")
     if upload is None:
         raise InvalidInput.field("file", "a CSV file part named 'file' is required")
-    labels = dict(item.split("=", 1) for item in form.pop("label"))
     return csvjobs.submit_csv_job(
         get_runtime(),
         current_principal(),
         upload,
-        csvjobs.CsvJobRequest(**form, labels=labels),
+        csvjobs.CsvJobRequest(**form),
         trace_id=current_trace_id(),
         idempotency_key=key,
     )
@@ -75,12 +74,11 @@ def _submit_csv_body(key: str | None) -> jobs.JobView:
     # The parameters travel in the query string, so they are checked before the body is read.
     query = CSV_JOB_QUERY.load(input_rules.single_values(request.args, lists=("label",)))
     upload, data = spooled_body()
-    labels = dict(item.split("=", 1) for item in query.pop("label"))
     return csvjobs.submit_csv_job(
         get_runtime(),
         current_principal(),
         upload,
-        csvjobs.CsvJobRequest(**query, labels=labels),
+        csvjobs.CsvJobRequest(**query),
         trace_id=current_trace_id(),
         idempotency_key=key,
         data=data,

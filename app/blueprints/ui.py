@@ -365,8 +365,7 @@ def _csv_job_request() -> csvjobs.CsvJobRequest:
         )
     except ValidationError as exc:
         raise ValidationError(ui_forms.labels_by_line(exc.messages, lines)) from exc
-    labels = dict(item.split("=", 1) for item in loaded.pop("label"))
-    return csvjobs.CsvJobRequest(**loaded, labels=labels)
+    return csvjobs.CsvJobRequest(**loaded)
 
 
 def _csv_problems(upload) -> dict[str, list[str]]:

@@ -538,9 +538,11 @@ def test_a_bad_label_is_named_by_its_line_and_its_reason(sign_in):
 
     blank_line_before = submit_through_form(browser, labels="team=a\n\nnokey")
     too_long = submit_through_form(browser, labels="k=" + "v" * 300)
+    repeated = submit_through_form(browser, labels="team=a\nrun=1\nteam=b")
 
     assert blank_line_before.status_code == 422
     assert field_error(blank_line_before.text, "labels") == "line 3 (nokey): must be key=value"
+    assert field_error(repeated.text, "labels") == "line 3 (team=b): the key 'team' is given twice"
     assert field_error(too_long.text, "labels").startswith("line 1 (k=vvv")
     assert field_error(too_long.text, "labels").endswith("…): must be key=value")
     for page in (blank_line_before, too_long):

@@ -658,6 +658,28 @@ def test_a_csv_query_parameter_given_twice_is_422_naming_it(client, headers):
     assert assert_invalid_input(response, ("column",)) == ["give this parameter once"]
 
 
+def test_a_csv_label_key_given_twice_is_422_naming_the_repeat_and_writes_nothing(
+    client, headers, db
+):
+    labels = [("label", "team=a"), ("label", "run=1"), ("label", "team=b")]
+    form = MultiDict([*csv_form().items(), *labels])
+
+    in_form = client.post(
+        "/api/v1/jobs", data=form, content_type="multipart/form-data", headers=headers["user"]
+    )
+    in_query = client.post(
+        "/api/v1/jobs",
+        query_string=[("column", "a"), *labels],
+        data=b"a,b\n1,2\n",
+        content_type="text/csv",
+        headers=headers["user"],
+    )
+
+    for response in (in_form, in_query):
+        assert assert_invalid_input(response, ("label", "2")) == ["the key 'team' is given twice"]
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
 def test_a_label_filter_on_a_legal_value_still_finds_the_job(submit, client, headers):
     job = submit(manifest(1, labels={"team": "a=b é"}))
 
