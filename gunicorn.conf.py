@@ -53,9 +53,7 @@ def write_json_error(sock, status_int: int, reason: str, mesg: str) -> None:
     code = {400: "malformed_request", 500: "internal_error"}.get(
         status_int, reason.lower().replace(" ", "_")
     )
-    body = json.dumps(
-        {"error": {"code": code, "message": mesg or reason, "details": {}}}
-    ).encode()
+    body = json.dumps({"error": {"code": code, "message": mesg or reason, "details": {}}}).encode()
     head = (
         f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
