@@ -190,11 +190,12 @@ def count_completed(conn: Connection, job_id: UUID, completed: int) -> Job:
 
 
 def chunk_counts(conn: Connection, job_ids: list[UUID]) -> dict[UUID, ChunkCounts]:
-    """Count each job's tasks by state."""
+    """Each job's tasks by state, summed from its tallies (sql/0016)."""
     rows = conn.execute(
         """
-        SELECT job_id, status, count(*) AS n FROM tasks WHERE job_id = ANY(%(ids)s)
-        GROUP BY job_id, status
+        SELECT job_id, status, sum(n)::bigint AS n FROM job_tallies
+        WHERE job_id = ANY(%(ids)s)
+        GROUP BY job_id, status HAVING sum(n) <> 0
         """,
         {"ids": job_ids},
     ).fetchall()
@@ -202,6 +203,27 @@ def chunk_counts(conn: Connection, job_ids: list[UUID]) -> dict[UUID, ChunkCount
     for r in rows:
         by_job[r["job_id"]][r["status"]] = r["n"]
     return {job_id: ChunkCounts(**counts) for job_id, counts in by_job.items()}
+
+
+def fold_chunk_tallies(conn: Connection, limit: int = 200_000) -> None:
+    """Fold up to `limit` rows of the jobs' tallies into one row per job and state.
+
+    As the queue's fold (repositories/queue.py): no sum changes, and a deleted job's rows,
+    which sum to zero, go.
+    """
+    conn.execute(
+        """
+        WITH folded AS (
+            DELETE FROM job_tallies
+            WHERE ctid = ANY (ARRAY(SELECT ctid FROM job_tallies LIMIT %(limit)s))
+            RETURNING *
+        )
+        INSERT INTO job_tallies (job_id, status, n)
+        SELECT job_id, status, sum(n) FROM folded
+        GROUP BY job_id, status HAVING sum(n) <> 0
+        """,
+        {"limit": limit},
+    )
 
 
 def list_jobs(

@@ -335,7 +335,7 @@ def list_jobs(
         page = job_rows.list_jobs(
             conn, owner_id=owner, status=status, limit=limit + 1, before=before, label=label
         )
-        counts = _counts(conn, page[:limit])
+        counts = job_rows.chunk_counts(conn, [j.id for j in page[:limit]])
     views = [JobView(j, counts[j.id], progress(j, counts[j.id])) for j in page[:limit]]
     next_cursor = _encode_cursor(page[limit - 1]) if len(page) > limit else None
     return views, next_cursor
@@ -451,17 +451,8 @@ def list_events(rt: Runtime, principal: Principal, *, after: int, limit: int) ->
 
 
 def _view(conn: Connection, job: Job) -> JobView:
-    counts = _counts(conn, [job])[job.id]
+    counts = job_rows.chunk_counts(conn, [job.id])[job.id]
     return JobView(job, counts, progress(job, counts))
-
-
-def _counts(conn: Connection, jobs: list[Job]) -> dict[UUID, ChunkCounts]:
-    """Each job's tasks by state: counted, but for a succeeded job, whose every task completed
-    (a job succeeds only once its completed tasks number chunks_total, and none changes after)."""
-    unsettled = [j.id for j in jobs if j.status != "succeeded"]
-    counted = job_rows.chunk_counts(conn, unsettled) if unsettled else {}
-    done = {j.id: ChunkCounts(completed=j.chunks_total) for j in jobs if j.status == "succeeded"}
-    return {**counted, **done}
 
 
 def _encode_cursor(job: Job) -> str:
@@ -476,6 +467,12 @@ def _decode_cursor(cursor: str) -> tuple[datetime, UUID]:
         return datetime.fromisoformat(at), UUID(job_id)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidInput.field("cursor", "not a cursor this API returned") from exc
+
+
+def fold_chunk_tallies(rt: Runtime) -> None:
+    """Fold the rows the tasks' changes added to the jobs' tallies, so a read sums a few."""
+    with rt.pool.connection() as conn:
+        job_rows.fold_chunk_tallies(conn)
 
 
 def delete_expired_history(rt: Runtime) -> int:

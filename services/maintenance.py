@@ -45,6 +45,7 @@ def run_pass(rt: Runtime, *, trace_id: str | None = None) -> None:
     attempt(archive.remove_stale_temp_files, rt.temp_dir, rt.archive_dir)
     attempt(jobs.delete_expired_history, rt)
     attempt(queue.fold_tallies, rt)
+    attempt(jobs.fold_chunk_tallies, rt)
     if failures:
         raise failures[0]
 

@@ -78,6 +78,19 @@ INVARIANTS = (
              FROM tallied t FULL JOIN counted c USING (figure, workload, status, error_code)
             WHERE t.n IS DISTINCT FROM c.n""",
     ),
+    Invariant(
+        "job_tallies_equal_counts",
+        "every job's tasks by status, tallied (sql/0016), equal the same counted over its tasks",
+        """WITH tallied AS (
+               SELECT job_id, status, sum(n) AS n FROM job_tallies
+               GROUP BY 1, 2 HAVING sum(n) <> 0
+           ), counted AS (
+               SELECT job_id, status, count(*) AS n FROM tasks GROUP BY 1, 2
+           )
+           SELECT job_id::text, status, coalesce(t.n, 0) AS tallied, coalesce(c.n, 0) AS counted
+             FROM tallied t FULL JOIN counted c USING (job_id, status)
+            WHERE t.n IS DISTINCT FROM c.n""",
+    ),
 )
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from psycopg import Connection
 
+from repositories import jobs as job_rows
 from repositories import queue as queue_rows
 
 # The aggregate read over every row that /metrics made before the tallies (sql/0010).
@@ -28,7 +31,9 @@ COUNTED = """
           SELECT j.status, j.chunks_total,
                  (SELECT count(*) FROM tasks t
                   WHERE t.job_id = j.id AND t.status = 'completed') AS chunks_completed
-          FROM jobs j WHERE j.status IN ('queued', 'running', 'merging')) p) AS unfinished
+          FROM jobs j WHERE j.status IN ('queued', 'running', 'merging')) p) AS unfinished,
+      (SELECT coalesce(json_agg(t), '[]') FROM (
+          SELECT job_id, status, count(*) AS n FROM tasks GROUP BY job_id, status) t) AS by_job
 """
 
 
@@ -44,6 +49,7 @@ def counted(conn: Connection) -> dict:
         "unfinished": sorted(
             (p["status"], p["chunks_total"], p["chunks_completed"]) for p in row["unfinished"]
         ),
+        "by_job": sorted((str(t["job_id"]), t["status"], t["n"]) for t in row["by_job"]),
     }
 
 
@@ -59,4 +65,14 @@ def tallied(conn: Connection) -> dict:
         "unfinished": sorted(
             (p.status, p.chunks_total, p.chunks_completed) for p in f.unfinished_jobs
         ),
+        "by_job": sorted(
+            (str(job_id), status, n)
+            for job_id, counts in job_rows.chunk_counts(conn, _job_ids(conn)).items()
+            for status, n in asdict(counts).items()
+            if n
+        ),
     }
+
+
+def _job_ids(conn: Connection) -> list:
+    return [row["id"] for row in conn.execute("SELECT id FROM jobs").fetchall()]

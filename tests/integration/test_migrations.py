@@ -21,10 +21,19 @@ QUEUE_TABLES = {
     "audit_log",
     "queue_bounds",
     "tallies",
+    "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0015.linear_triggers"
-# The trigger functions the latest migration rewrites, which joined their transition tables.
+LATEST = "0016.job_tallies"
+# The table and triggers the latest migration adds.
+JOB_TALLIES_TABLE = "job_tallies"
+JOB_TALLY_TRIGGERS = {
+    "tasks_job_tally_inserts",
+    "tasks_job_tally_updates",
+    "tasks_job_tally_deletes",
+    "tasks_job_tally_truncate",
+}
+# The trigger functions 0015 rewrites, which joined their transition tables.
 LINEAR_FUNCTIONS = {
     "chunkwise_announce_task_changes",
     "chunkwise_tally_tasks",
@@ -61,6 +70,7 @@ TRIGGERS = {
     "tasks_announce_changes",
     *CREDENTIAL_TRIGGERS,
     *TALLY_TRIGGERS,
+    *JOB_TALLY_TRIGGERS,
 }
 # The row triggers 0006 replaced with one statement trigger, back after its rollback.
 ROW_TRIGGERS = {"tasks_announce_change", "tasks_announce_claimable_change"}
@@ -163,12 +173,38 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert not functions_joining_transition_tables(empty_database_url)
 
     migrations.rollback_latest(empty_database_url)
-    assert functions_joining_transition_tables(empty_database_url) == LINEAR_FUNCTIONS
-    assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
+    assert public_tables(empty_database_url) == QUEUE_TABLES - {JOB_TALLIES_TABLE} | CSV_TABLES
+    assert triggers(empty_database_url) == TRIGGERS - JOB_TALLY_TRIGGERS
 
     migrations.apply(empty_database_url)
-    assert not functions_joining_transition_tables(empty_database_url)
+    assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
     assert triggers(empty_database_url) == TRIGGERS
+
+
+def test_the_job_tallies_migration_counts_the_tasks_already_there(empty_database_url):
+    migrations.apply(empty_database_url)
+    with psycopg.connect(empty_database_url, autocommit=True, row_factory=dict_row) as conn:
+        conn.execute(HISTORY)
+    migrations.rollback_latest(empty_database_url)
+
+    migrations.apply(empty_database_url)
+
+    with psycopg.connect(empty_database_url, row_factory=dict_row) as conn:
+        by_job = tallied(conn)["by_job"]
+        assert by_job == counted(conn)["by_job"]
+    assert by_job == [
+        ("00000000-0000-0000-0000-00000000000a", "completed", 1),
+        ("00000000-0000-0000-0000-00000000000b", "failed", 1),
+    ]
+
+
+def test_rolling_back_the_linear_triggers_migration_restores_the_joins(empty_database_url):
+    migrations.apply(empty_database_url)
+    assert not functions_joining_transition_tables(empty_database_url)
+
+    roll_back_through(empty_database_url, "0015.linear_triggers")
+
+    assert functions_joining_transition_tables(empty_database_url) == LINEAR_FUNCTIONS
 
 
 def test_rolling_back_the_events_index_migration_drops_it(empty_database_url):
@@ -213,8 +249,16 @@ def test_rolling_back_the_tallies_migration_drops_its_table_and_triggers(empty_d
 
     roll_back_through(empty_database_url, "0010.queue_tallies")
 
-    assert public_tables(empty_database_url) == QUEUE_TABLES - {TALLIES_TABLE} | CSV_TABLES
-    assert triggers(empty_database_url) == TRIGGERS - TALLY_TRIGGERS
+    assert (
+        public_tables(empty_database_url)
+        == QUEUE_TABLES
+        - {
+            TALLIES_TABLE,
+            JOB_TALLIES_TABLE,
+        }
+        | CSV_TABLES
+    )
+    assert triggers(empty_database_url) == TRIGGERS - TALLY_TRIGGERS - JOB_TALLY_TRIGGERS
 
 
 def test_the_tallies_migration_counts_the_history_already_there(empty_database_url):
@@ -238,7 +282,9 @@ def test_rolling_back_the_credentials_migration_drops_its_triggers(empty_databas
 
     roll_back_through(empty_database_url, "0009.credential_changes")
 
-    assert triggers(empty_database_url) == TRIGGERS - TALLY_TRIGGERS - CREDENTIAL_TRIGGERS
+    assert triggers(empty_database_url) == (
+        TRIGGERS - JOB_TALLY_TRIGGERS - TALLY_TRIGGERS - CREDENTIAL_TRIGGERS
+    )
 
 
 def test_rolling_back_the_queue_bounds_migration_drops_its_table(empty_database_url):
@@ -247,7 +293,7 @@ def test_rolling_back_the_queue_bounds_migration_drops_its_table(empty_database_
     roll_back_through(empty_database_url, "0008.queue_bounds")
 
     assert public_tables(empty_database_url) == (
-        QUEUE_TABLES - {BOUNDS_TABLE, TALLIES_TABLE} | CSV_TABLES
+        QUEUE_TABLES - {BOUNDS_TABLE, TALLIES_TABLE, JOB_TALLIES_TABLE} | CSV_TABLES
     )
 
 
@@ -265,7 +311,12 @@ def test_rolling_back_the_announcements_migration_restores_the_row_triggers(empt
     roll_back_through(empty_database_url, "0006.statement_announcements")
 
     assert triggers(empty_database_url) == (
-        TRIGGERS - TALLY_TRIGGERS - CREDENTIAL_TRIGGERS - {"tasks_announce_changes"} | ROW_TRIGGERS
+        TRIGGERS
+        - JOB_TALLY_TRIGGERS
+        - TALLY_TRIGGERS
+        - CREDENTIAL_TRIGGERS
+        - {"tasks_announce_changes"}
+        | ROW_TRIGGERS
     )
 
 

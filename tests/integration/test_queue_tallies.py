@@ -8,6 +8,10 @@ import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
+from psycopg import sql
+
+from repositories import jobs as job_rows
 from repositories import queue as queue_rows
 from services import jobs, maintenance, tasks
 from services.errors import LeaseLost
@@ -89,12 +93,17 @@ def test_the_figures_equal_the_rows_through_every_change_a_task_or_a_job_goes_th
     assert figures_match()  # a failed job re-queued
 
     queue_rows.fold_tallies(db)
+    job_rows.fold_chunk_tallies(db)
     assert figures_match()
     labels = db.execute(
         "SELECT count(*) AS rows, count(DISTINCT (figure, workload, status, error_code)) AS labels"
         " FROM tallies"
     ).fetchone()
     assert labels["rows"] == labels["labels"]
+    by_job = db.execute(
+        "SELECT count(*) AS rows, count(DISTINCT (job_id, status)) AS labels FROM job_tallies"
+    ).fetchone()
+    assert by_job["rows"] == by_job["labels"]
 
     db.execute(
         "UPDATE jobs SET completed_at = now() - interval '8 days' WHERE id = ANY(%s)",
@@ -117,25 +126,54 @@ def test_a_maintenance_pass_folds_the_tallies_into_one_row_per_label(rt, submit,
     maintenance.run_pass(rt)
 
     assert tallied(db) == before
-    # Leased echo tasks and running jobs: one row each.
+    # Leased echo tasks and running jobs: one row each; and each job's leased tasks.
     assert db.execute("SELECT count(*) AS n FROM tallies").fetchone()["n"] == 2
+    assert db.execute("SELECT count(*) AS n FROM job_tallies").fetchone()["n"] == 3
 
 
-def test_a_fold_takes_a_bounded_number_of_rows_and_the_next_one_goes_on(submit, claim, db):
+@pytest.mark.parametrize(
+    ("fold", "table", "folded_rows"),
+    [
+        (queue_rows.fold_tallies, "tallies", 2),  # leased echo tasks, running jobs
+        (job_rows.fold_chunk_tallies, "job_tallies", 4),  # each job's leased tasks
+    ],
+    ids=["queue", "jobs"],
+)
+def test_a_fold_takes_a_bounded_number_of_rows_and_the_next_one_goes_on(
+    fold, table, folded_rows, submit, claim, db
+):
     for _ in range(4):
         submit(manifest(2))
         claim(WORKER, capacity=2)
     before = tallied(db)
-    rows = db.execute("SELECT count(*) AS n FROM tallies").fetchone()["n"]
+    count = sql.SQL("SELECT count(*) AS n FROM {}").format(sql.Identifier(table))
+    rows = db.execute(count).fetchone()["n"]
 
-    queue_rows.fold_tallies(db, limit=6)
+    fold(db, limit=6)
 
     assert tallied(db) == before
-    assert db.execute("SELECT count(*) AS n FROM tallies").fetchone()["n"] > rows - 6
+    assert db.execute(count).fetchone()["n"] > rows - 6
     for _ in range(50):
-        queue_rows.fold_tallies(db, limit=6)
+        fold(db, limit=6)
     assert tallied(db) == before
-    assert db.execute("SELECT count(*) AS n FROM tallies").fetchone()["n"] == 2
+    assert db.execute(count).fetchone()["n"] == folded_rows
+
+
+def test_a_deleted_jobs_tallies_sum_to_nothing_and_fold_away(rt, submit, claim, complete, db):
+    done = submit(manifest(3))
+    for leased in claim(WORKER, capacity=3):
+        complete(leased)
+    kept = submit(manifest(2))
+    db.execute(
+        "UPDATE jobs SET completed_at = now() - interval '8 days' WHERE id = %s", (done["id"],)
+    )
+
+    assert jobs.delete_expired_history(replace(rt, limits=replace(rt.limits, retention_days=7)))
+    job_rows.fold_chunk_tallies(db)
+
+    assert tallied(db) == counted(db)
+    left = db.execute("SELECT job_id, status, n FROM job_tallies").fetchall()
+    assert [(str(r["job_id"]), r["status"], r["n"]) for r in left] == [(kept["id"], "pending", 2)]
 
 
 def test_truncating_the_tables_by_hand_empties_their_figures(submit, claim, db):
@@ -146,6 +184,7 @@ def test_truncating_the_tables_by_hand_empties_their_figures(submit, claim, db):
 
     assert tallied(db) == counted(db)
     assert db.execute("SELECT count(*) AS n FROM tallies").fetchone()["n"] == 0
+    assert db.execute("SELECT count(*) AS n FROM job_tallies").fetchone()["n"] == 0
 
 
 def test_figures_stay_exact_while_workers_race_and_passes_fold(rt, submit, db):
@@ -178,6 +217,7 @@ def test_figures_stay_exact_while_workers_race_and_passes_fold(rt, submit, db):
         while not stop.is_set():
             with rt.pool.connection() as conn:
                 queue_rows.fold_tallies(conn)
+                job_rows.fold_chunk_tallies(conn)
 
     folder = threading.Thread(target=fold)
     folder.start()

@@ -155,6 +155,20 @@ def test_a_row_changed_without_its_tally_is_reported(db):
     ]
 
 
+def test_a_jobs_task_changed_without_its_tally_is_reported(db):
+    job = make_job(db)
+    make_task(db, job)
+    db.execute("ALTER TABLE tasks DISABLE TRIGGER tasks_job_tally_updates")
+    db.execute("UPDATE tasks SET status = 'cancelled' WHERE job_id = %s", (job,))
+
+    found = invariants.violations(db)["job_tallies_equal_counts"]
+
+    assert sorted((r["status"], r["tallied"], r["counted"]) for r in found) == [
+        ("cancelled", 0, 1),
+        ("pending", 1, 0),
+    ]
+
+
 def test_check_opens_its_own_connection(database_url, db):
     make_task(db, make_job(db, status="succeeded"))
 
