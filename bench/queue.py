@@ -133,6 +133,7 @@ def measure(
             report["throughput"].append(
                 {"threads": threads, "pgbench_tps": tps, "tasks_per_s": tasks}
             )
+    report.update(job_view_beside_its_size(stack))
     report["rss"] = upload_rss(stack)
     return report
 
@@ -457,6 +458,34 @@ def complete(stack: LocalStack, worker: str, tasks: list[dict]) -> None:
     )
 
 
+def job_view_beside_its_size(stack: LocalStack, turns: int = 5) -> dict:
+    """A running job's view (GET /api/v1/jobs/{id}) at 1 task and at TASKS_PER_JOB, in turns."""
+    session = stack.api()
+    ids = {}
+    # The small job first, so that one claim reaches both.
+    for name, tasks in (("small", 1), ("large", TASKS_PER_JOB)):
+        submit_noop_jobs(stack, tasks, session)
+        newest = session.get(f"{stack.url}/api/v1/jobs?limit=1", timeout=30).json()
+        ids[name] = newest["jobs"][0]["id"]
+    response = stack.api(stack.tokens.worker).post(
+        f"{stack.url}/api/v1/tasks/claim",
+        json={"worker_id": "bench-views", "workloads": [WORKLOAD], "capacity": 101},
+        timeout=30,
+    )
+    # Both running: the small job's one task leased, the large one's partly done.
+    large = [t for t in response.json()["tasks"] if t["job_id"] == ids["large"]]
+    complete(stack, "bench-views", large[:50])
+    times: dict[str, list[float]] = {"small": [], "large": []}
+    for _ in range(turns):
+        for name, job_id in ids.items():
+            for _ in range(10):
+                started = time.perf_counter()
+                session.get(f"{stack.url}/api/v1/jobs/{job_id}", timeout=30).raise_for_status()
+                times[name].append((time.perf_counter() - started) * 1000)
+    drain(stack)
+    return {"job_view_ms": {name: statistics.median(t) for name, t in times.items()}}
+
+
 def claim_latency_beside_history(
     stack: LocalStack, history_stack: LocalStack, turns: int = 5
 ) -> dict:
@@ -731,6 +760,12 @@ def print_report(r: dict) -> None:
             f"a page of jobs by {name} ({query}) p50: empty {empty_ms:.2f} ms, with "
             f"{r['history_jobs']:,} finished jobs {full_ms:.2f} ms ({full_ms / empty_ms:.2f}x)"
         )
+    views = r["job_view_ms"]
+    print(
+        f"a running job's view (GET /api/v1/jobs/{{id}}) p50: 1 task {views['small']:.2f} ms, "
+        f"{TASKS_PER_JOB:,} tasks {views['large']:.2f} ms "
+        f"({views['large'] / views['small']:.2f}x)"
+    )
     retention = r["retention_ms"]
     print(
         f"a retention pass deleting {RETENTION_PASS} finished jobs with their events p50: "
