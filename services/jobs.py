@@ -428,7 +428,9 @@ def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str)
                 raise _queue_full(rt, job.workload, queued, n, limit)
             # It fits now: the count holds the bound's row until this transaction ends.
             task_rows.requeue_unfinished(conn, job.id, job.workload, budget, queue_limit=limit)
-        job = job_rows.set_status(conn, job.id, "running")
+        # Running while a chunk of it is done; with none, back in the queue as it was admitted.
+        done = job_rows.chunk_counts(conn, [job.id])[job.id].completed
+        job = job_rows.set_status(conn, job.id, "running" if done else "queued")
         _record_user_action(conn, principal, job, "job.retried", "job.retry", trace_id)
         view = _view(conn, job)
     return view

@@ -426,7 +426,7 @@ def test_retry_with_the_csrf_token_requeues_a_failed_job(
     answer = browser.post(f"/ui/jobs/{job['id']}/retry", data={"csrf_token": csrf_of(page)})
 
     assert (answer.status_code, answer.headers["Location"]) == (303, f"/ui/jobs/{job['id']}")
-    assert job_row(job["id"])["status"] == "running"
+    assert job_row(job["id"])["status"] == "queued"
 
 
 def test_a_succeeded_manifest_job_points_to_its_result_manifests(sign_in, submit, claim, complete):

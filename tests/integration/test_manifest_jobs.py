@@ -465,7 +465,7 @@ def test_retrying_a_failed_job_requeues_its_chunks_under_a_new_attempt(
     response = client.post(f"/api/v1/jobs/{job['id']}/retry", headers=headers["user"])
 
     assert response.status_code == 200
-    assert response.get_json()["status"] == "running"
+    assert response.get_json()["status"] == "queued"  # no chunk of it is done
     again = claim(WORKER, capacity=2)
     assert {(t["chunk_index"], t["attempt"]) for t in again} == {(0, 2), (1, 1)}
     for task in again:
