@@ -159,7 +159,7 @@ def test_failed_and_cancelled_jobs_exit_1_and_retry_and_cancel_round_trip(stack)
     assert as_json(chunkwise(stack, "status", job_id, "--json"), 1)["error"]["code"] == (
         "attempts_exhausted"
     )
-    assert as_json(chunkwise(stack, "retry", job_id, "--json"))["status"] == "running"
+    assert as_json(chunkwise(stack, "retry", job_id, "--json"))["status"] == "queued"
     not_failed = chunkwise(stack, "retry", job_id)
     assert not_failed.returncode == 3 and "not_failed" in not_failed.stderr
 
