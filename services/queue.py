@@ -31,6 +31,15 @@ def list_workers(rt: Runtime) -> list[Worker]:
         return worker_rows.list_workers(conn)
 
 
+def lease_limit(rt: Runtime, worker: Worker) -> int:
+    """The most leases the worker can hold: its capacity, within its workloads' per-worker caps
+    (csv_stats's 2 by default; a workload without one leaves the capacity as the bound)."""
+    caps = [rt.workloads.of(name).caps.max_leases_per_worker for name in worker.workloads]
+    if not caps or None in caps:
+        return worker.capacity
+    return min(worker.capacity, sum(caps))
+
+
 def fold_tallies(rt: Runtime) -> None:
     """Fold the rows the queue's changes added to the tallies, so a read sums a few."""
     with rt.pool.connection() as conn:

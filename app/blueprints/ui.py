@@ -413,12 +413,9 @@ def queue_page():
 @bp.get("/workers")
 def workers_page():
     """Every worker with its heartbeat age, leases held, chunks done and peak memory."""
-    return render_template(
-        "ui/workers.html",
-        workers=queue.list_workers(get_runtime()),
-        limits=get_runtime().limits,
-        now=datetime.now(UTC),
-    )
+    rt = get_runtime()
+    workers = [(w, queue.lease_limit(rt, w)) for w in queue.list_workers(rt)]
+    return render_template("ui/workers.html", workers=workers, now=datetime.now(UTC))
 
 
 # --- errors ---------------------------------------------------------------------------------

@@ -293,6 +293,24 @@ def test_the_operator_pages_are_403_for_users_and_open_to_operators(sign_in):
         assert operator.get(path).status_code == 200
 
 
+def test_the_workers_page_holds_each_workers_leases_to_its_own_limit(sign_in, submit, claim):
+    submit(manifest(3))
+    claim("echo-worker", capacity=5)
+    claim("csv-worker", capacity=4, workloads=["csv_stats"])
+    claim("mixed-worker", capacity=6, workloads=["csv_stats", "echo"])
+
+    page = sign_in("operator").get("/ui/workers").text
+
+    def leases(worker: str) -> str:
+        row = re.search(rf'<tr data-worker="{worker}">(.*?)</tr>', page, re.S).group(1)
+        return re.search(r"(\d+) of (\d+)", row).group(0)
+
+    # echo has no per-worker cap: the capacity bounds it; csv_stats's cap is 2.
+    assert leases("echo-worker") == "3 of 5"
+    assert leases("csv-worker") == "0 of 2"
+    assert leases("mixed-worker") == "0 of 6"
+
+
 def test_an_operator_sees_everyones_jobs_as_the_api_does(sign_in, submit):
     job = submit(manifest(1), as_="other")
 
