@@ -1,4 +1,8 @@
-"""Hand-written, parameterized SQL; each function takes the caller's connection."""
+"""Hand-written, parameterized SQL; each function takes the caller's connection.
+
+A list goes as a binary parameter (`%(ids)b`): psycopg writes a text array element by
+element in Python, escaping each, which cost 4 ms of a 100-result batch's events alone.
+"""
 
 from __future__ import annotations
 

@@ -51,8 +51,8 @@ def publish_many(conn: Connection, events: Sequence[dict]) -> None:
     conn.execute(
         """
         INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
-        SELECT * FROM unnest(%(jobs)s::uuid[], %(owners)s::bigint[], %(events)s::text[],
-                             %(payloads)s::jsonb[], %(traces)s::text[])
+        SELECT * FROM unnest(%(jobs)b::uuid[], %(owners)b::bigint[], %(events)b::text[],
+                             %(payloads)b::jsonb[], %(traces)b::text[])
         """,
         {
             "jobs": [e["job_id"] for e in events],

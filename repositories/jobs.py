@@ -105,9 +105,9 @@ def admit_job(
                                input_sha256, parameters, max_attempts)
             SELECT t.id, job.id, t.chunk_index, %(workload)s, %(priority)s, t.input_uri,
                    t.input_sha256, t.parameters, t.max_attempts
-            FROM job, unnest(%(task_ids)s::uuid[], %(indexes)s::int[], %(uris)s::text[],
-                             %(shas)s::text[], %(task_parameters)s::jsonb[],
-                             %(task_max_attempts)s::int[])
+            FROM job, unnest(%(task_ids)b::uuid[], %(indexes)b::int[], %(uris)b::text[],
+                             %(shas)b::text[], %(task_parameters)b::jsonb[],
+                             %(task_max_attempts)b::int[])
                  AS t(id, chunk_index, input_uri, input_sha256, parameters, max_attempts)
         ), announced AS (
             INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
@@ -171,7 +171,7 @@ def get(
 def get_many(conn: Connection, job_ids: Collection[UUID]) -> dict[UUID, Job]:
     """These jobs by id (unlocked)."""
     rows = conn.execute(
-        "SELECT * FROM jobs WHERE id = ANY(%(ids)s)", {"ids": list(job_ids)}
+        "SELECT * FROM jobs WHERE id = ANY(%(ids)b)", {"ids": list(job_ids)}
     ).fetchall()
     return {r["id"]: from_row(Job, r) for r in rows}
 
@@ -194,7 +194,7 @@ def chunk_counts(conn: Connection, job_ids: list[UUID]) -> dict[UUID, ChunkCount
     rows = conn.execute(
         """
         SELECT job_id, status, sum(n)::bigint AS n FROM job_tallies
-        WHERE job_id = ANY(%(ids)s)
+        WHERE job_id = ANY(%(ids)b)
         GROUP BY job_id, status HAVING sum(n) <> 0
         """,
         {"ids": job_ids},

@@ -146,7 +146,7 @@ def claim(
         WITH held AS (
             SELECT count(*) FILTER (WHERE lease_owner = %(worker)s) AS mine, count(*) AS total
             FROM tasks
-            WHERE status = 'leased' AND workload = ANY(%(workloads)s)
+            WHERE status = 'leased' AND workload = ANY(%(workloads)b)
               AND (%(per_worker)s::int IS NOT NULL OR %(total)s::int IS NOT NULL)
         ), room AS (
             -- LEAST ignores NULLs: an absent cap does not limit the claim.
@@ -156,7 +156,7 @@ def claim(
         ), candidates AS (
             -- Each workload's head read in claim order from tasks_claim_idx, then merged:
             -- one ordered scan of "workload = ANY" would sort every pending row instead.
-            SELECT h.id FROM unnest(%(workloads)s::text[]) AS w(name)
+            SELECT h.id FROM unnest(%(workloads)b::text[]) AS w(name)
             CROSS JOIN LATERAL (
                 SELECT t.id, t.priority, t.created_at, t.job_id, t.chunk_index FROM tasks t
                 WHERE t.status = 'pending' AND t.workload = w.name
@@ -195,7 +195,7 @@ def claim(
             -- The only row a claim may wait for: a batch of this worker's results updates it
             -- last, after its job, so the two cannot wait for each other.
             INSERT INTO workers (id, capacity, workloads)
-            VALUES (%(worker)s, %(capacity)s, %(named)s)
+            VALUES (%(worker)s, %(capacity)s, %(named)b)
             ON CONFLICT (id) DO UPDATE SET last_seen_at = now(),
                 capacity = GREATEST(workers.capacity, EXCLUDED.capacity),
                 workloads = EXCLUDED.workloads
@@ -238,7 +238,7 @@ def renew_many(
     rows = conn.execute(
         """
         WITH v AS (
-            SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(checkpoints)s::jsonb[])
+            SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(checkpoints)b::jsonb[])
                 AS v(id, attempt, checkpoint)
         ), mine AS (
             SELECT t.id, v.checkpoint FROM tasks t JOIN v ON v.id = t.id
@@ -276,7 +276,7 @@ def get(conn: Connection, task_id: UUID) -> Task | None:
 def get_many(conn: Connection, task_ids: Sequence[UUID]) -> dict[UUID, Task]:
     """The tasks that exist among these ids, by id."""
     rows = conn.execute(
-        "SELECT * FROM tasks WHERE id = ANY(%(ids)s)", {"ids": list(task_ids)}
+        "SELECT * FROM tasks WHERE id = ANY(%(ids)b)", {"ids": list(task_ids)}
     ).fetchall()
     return {r["id"]: from_row(Task, r) for r in rows}
 
@@ -301,8 +301,8 @@ def complete_many(conn: Connection, worker_id: str, outcomes: Sequence[Outcome])
     rows = conn.execute(
         """
         WITH v AS (
-            SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(uris)s::text[],
-                                 %(shas)s::text[], %(metrics)s::jsonb[])
+            SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(uris)b::text[],
+                                 %(shas)b::text[], %(metrics)b::jsonb[])
                 AS v(id, attempt, uri, sha, metrics)
         ), mine AS (
             SELECT t.id, v.uri, v.sha, v.metrics FROM tasks t JOIN v ON v.id = t.id
@@ -467,10 +467,10 @@ def finish_completed_attempts(conn: Connection, tasks: Sequence[Task]) -> dict[U
     rows = conn.execute(
         """
         UPDATE task_attempts a SET outcome = 'completed', finished_at = now()
-        FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS v(id, attempt)
+        FROM unnest(%(ids)b::uuid[], %(attempts)b::int[]) AS v(id, attempt)
         -- "= ANY" keeps the lookup on the (task_id, attempt) index whatever the statistics
         -- say: a join alone is hashed over a scan of every attempt when they look few.
-        WHERE a.task_id = ANY(%(ids)s::uuid[]) AND a.task_id = v.id AND a.attempt = v.attempt
+        WHERE a.task_id = ANY(%(ids)b::uuid[]) AND a.task_id = v.id AND a.attempt = v.attempt
           AND a.outcome IS NULL
         RETURNING a.*
         """,
@@ -482,7 +482,7 @@ def finish_completed_attempts(conn: Connection, tasks: Sequence[Task]) -> dict[U
 def attempts(conn: Connection, task_ids: Sequence[UUID]) -> list[Attempt]:
     """Attempts of these tasks, oldest first."""
     rows = conn.execute(
-        "SELECT * FROM task_attempts WHERE task_id = ANY(%(ids)s) ORDER BY task_id, attempt",
+        "SELECT * FROM task_attempts WHERE task_id = ANY(%(ids)b) ORDER BY task_id, attempt",
         {"ids": list(task_ids)},
     ).fetchall()
     return [from_row(Attempt, r) for r in rows]
