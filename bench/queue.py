@@ -3,7 +3,8 @@
 python -m bench.queue [--seconds 5] [--history 1000000] [--history-jobs 1000000]
 
 Prints, on one server: pgbench -N TPS and no-op tasks/s through HTTP at 1, 4 and 16 client
-threads (claims of 100, batched results); idle pickup latency beside one HTTP round trip
+threads (claims of 100, batched results), the two taking turns three times at each count
+and compared by the median of the turns' ratios; idle pickup latency beside one HTTP round trip
 plus one pgbench transaction (the round trip taken back to back, and after the pause a
 pickup starts from) and beside the pickup of bench/floor_app.py, a bare WSGI app; 100
 leases renewed one heartbeat at a time beside one batch; claim latency on an empty queue and
@@ -46,6 +47,9 @@ from repositories.queue import fold_tallies
 WORKLOAD = "noop"
 CLAIM_CAPACITY = 100
 THREADS = (1, 4, 16)
+# pgbench and the no-op run take turns this many times at each thread count; the ratio is the
+# median of the turns' own ratios, so a machine that slows for a minute moves both sides.
+TURNS = 3
 TASKS_PER_JOB = 10_000
 UPLOAD_BYTES = 49 * 1024 * 1024
 # How long an idle pickup's claim waits before the submit: long enough for the machine to go
@@ -123,16 +127,17 @@ def measure(
         report.update(claim_latency_beside_history(stack, history_stack))
         report.update(retention_beside_history(stack.database_url, history_url))
         for threads in THREADS:
-            tps, _ = pgbench(
-                pgbench_url,
-                *("-N", "-n", "-c", str(threads), "-j", str(min(2, threads))),
-                *("-T", str(round(seconds))),
-            )
-            # The no-op runs go on over the history: a queue with a million finished tasks.
-            tasks = noop_throughput(history_stack, threads, seconds)
-            report["throughput"].append(
-                {"threads": threads, "pgbench_tps": tps, "tasks_per_s": tasks}
-            )
+            turns = []
+            for _ in range(TURNS):
+                tps, _ = pgbench(
+                    pgbench_url,
+                    *("-N", "-n", "-c", str(threads), "-j", str(min(2, threads))),
+                    *("-T", str(round(seconds))),
+                )
+                # The no-op runs go on over the history: a queue with a million finished tasks.
+                tasks = noop_throughput(history_stack, threads, seconds)
+                turns.append({"pgbench_tps": tps, "tasks_per_s": tasks})
+            report["throughput"].append({"threads": threads, "turns": turns})
     report.update(job_view_beside_its_size(stack))
     report["rss"] = upload_rss(stack)
     return report
@@ -709,12 +714,20 @@ def rss_of(pid: int) -> int:
 
 def print_report(r: dict) -> None:
     """The figures as a table, then as JSON."""
-    print(f"no-op tasks through HTTP, {r['seconds']:.0f} s a run, claims of {CLAIM_CAPACITY}")
-    print(f"{'threads':>8} {'pgbench -N TPS':>15} {'tasks/s':>9} {'ratio':>7}")
+    print(
+        f"no-op tasks through HTTP, {r['seconds']:.0f} s a run, claims of {CLAIM_CAPACITY}; "
+        f"pgbench -N and the no-op run in {TURNS} turns, the ratio the median of the turns'"
+    )
+    print(f"{'threads':>8} {'pgbench -N TPS':>22} {'tasks/s':>22} {'ratio':>7}  each turn's ratio")
     for row in r["throughput"]:
-        ratio = row["tasks_per_s"] / row["pgbench_tps"] if row["pgbench_tps"] else 0
-        threads, tps, tasks = row["threads"], row["pgbench_tps"], row["tasks_per_s"]
-        print(f"{threads:>8} {tps:>15.0f} {tasks:>9.0f} {ratio:>6.2f}x")
+        tps = [t["pgbench_tps"] for t in row["turns"]]
+        tasks = [t["tasks_per_s"] for t in row["turns"]]
+        ratios = [n / base if base else 0.0 for n, base in zip(tasks, tps, strict=True)]
+        print(
+            f"{row['threads']:>8} {' / '.join(f'{n:.0f}' for n in tps):>22} "
+            f"{' / '.join(f'{n:.0f}' for n in tasks):>22} {statistics.median(ratios):>6.2f}x  "
+            + " / ".join(f"{x:.2f}x" for x in ratios)
+        )
     pickup, tx = r["pickup_ms"], r["pgbench_tx_ms"]
     print(
         f"idle pickup p50 {pickup['p50']:.1f} ms, p99 {pickup['p99']:.1f} ms "
