@@ -217,6 +217,11 @@ def claim(
     return [ClaimedTask(from_row(Task, r), r["attempt_id"], r["attempt_trace_id"]) for r in rows]
 
 
+def commit_unflushed(conn: Connection) -> None:
+    """Let the caller's transaction commit without waiting for its WAL to reach disk."""
+    conn.execute("SET LOCAL synchronous_commit TO OFF")
+
+
 @dataclass(frozen=True)
 class Renewal:
     """A lease a worker asks to extend, under the attempt it holds, with any new checkpoint."""

@@ -7,6 +7,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -84,7 +85,7 @@ def _claim_once(
     rt: Runtime, worker_id: str, rules: list[Workload], capacity: int
 ) -> list[ClaimedTask]:
     # Workloads without lease caps are claimed together, in one priority order, by one
-    # statement that is its own transaction; each capped workload takes its turn in a
+    # statement in a transaction of its own; each capped workload takes its turn in a
     # transaction of its own, so a claim holds one turn at a time and cannot deadlock.
     # Expired leases are the maintenance pass's (every CHUNKWISE_MAINTENANCE_SECONDS): a sweep
     # here would read every leased row on every claim.
@@ -94,11 +95,12 @@ def _claim_once(
     claimed: list[ClaimedTask] = []
     with rt.pool.connection() as conn:
         if free:
-            claimed += _lease(conn, rt, worker_id, named, free, capacity, None, None)
+            with _claim_transaction(conn):
+                claimed += _lease(conn, rt, worker_id, named, free, capacity, None, None)
         for r in capped:
             if len(claimed) >= capacity:
                 break
-            with conn.transaction():
+            with _claim_transaction(conn):
                 locks.take_turn(conn, locks.CLAIM, r.name)
                 claimed += _lease(
                     conn,
@@ -125,6 +127,21 @@ def _claim_once(
             },
         )
     return claimed
+
+
+@contextmanager
+def _claim_transaction(conn: Connection) -> Iterator[None]:
+    """A claim's transaction, which does not wait at commit for its WAL to reach disk.
+
+    A lease lost to a database crash before the WAL writer flushes it (within 0.2 s by
+    default) is a lease never granted: its worker's heartbeats and result are fenced off
+    (409) and the task is claimed again, the at-least-once running every lease allows.
+    Results, failures and admissions still wait for the flush, and a flush writes every
+    claim committed before it.
+    """
+    with conn.transaction():
+        task_rows.commit_unflushed(conn)
+        yield
 
 
 def _lease(
