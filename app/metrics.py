@@ -59,7 +59,7 @@ class QueueCollector:
 
     def _read(self) -> list:
         view = queue.queue_status(self._runtime)
-        workers = queue.list_workers(self._runtime)
+        workers = [v.worker for v in queue.list_workers(self._runtime)]
         f = view.figures
         chunks = GaugeMetricFamily(
             "chunkwise_chunks", "Chunks by workload and state.", labels=["workload", "state"]

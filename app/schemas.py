@@ -531,16 +531,22 @@ class QueueSchema(ResponseSchema):
 
 
 class WorkerSchema(Schema):
-    """A worker as the coordinator has seen it."""
+    """A worker as the coordinator has seen it (dumped from WorkerView)."""
 
-    worker_id = fields.Str(attribute="id")
-    first_seen_at = fields.DateTime()
-    last_seen_at = fields.DateTime()
-    capacity = fields.Int()
-    workloads = fields.List(fields.Str())
-    leases_held = fields.Int()
-    tasks_done = fields.Int()
-    peak_rss_bytes = fields.Int(allow_none=True)
+    worker_id = fields.Str(attribute="worker.id")
+    first_seen_at = fields.DateTime(attribute="worker.first_seen_at")
+    last_seen_at = fields.DateTime(attribute="worker.last_seen_at")
+    capacity = fields.Int(attribute="worker.capacity")
+    workloads = fields.List(fields.Str(), attribute="worker.workloads")
+    leases_held = fields.Int(attribute="worker.leases_held")
+    lease_limit = fields.Int(
+        metadata={
+            "description": "the most leases it can hold: its capacity, within its workloads' "
+            "per-worker caps"
+        }
+    )
+    tasks_done = fields.Int(attribute="worker.tasks_done")
+    peak_rss_bytes = fields.Int(attribute="worker.peak_rss_bytes", allow_none=True)
 
 
 class WorkerListSchema(ResponseSchema):

@@ -25,13 +25,22 @@ def queue_status(rt: Runtime) -> QueueView:
         return QueueView(queue_rows.figures(conn), rt.limits)
 
 
-def list_workers(rt: Runtime) -> list[Worker]:
-    """Every worker seen: last heartbeat, leases held, chunks done, peak memory."""
+@dataclass(frozen=True)
+class WorkerView:
+    """A worker as seen, beside the most leases it can hold."""
+
+    worker: Worker
+    lease_limit: int
+
+
+def list_workers(rt: Runtime) -> list[WorkerView]:
+    """Every worker seen: last heartbeat, leases held against its limit, chunks done, memory."""
     with rt.pool.connection() as conn:
-        return worker_rows.list_workers(conn)
+        workers = worker_rows.list_workers(conn)
+    return [WorkerView(w, _lease_limit(rt, w)) for w in workers]
 
 
-def lease_limit(rt: Runtime, worker: Worker) -> int:
+def _lease_limit(rt: Runtime, worker: Worker) -> int:
     """The most leases the worker can hold: its capacity, within its workloads' per-worker caps
     (csv_stats's 2 by default; a workload without one leaves the capacity as the bound)."""
     caps = [rt.workloads.of(name).caps.max_leases_per_worker for name in worker.workloads]

@@ -290,6 +290,11 @@ def queue_view(queue: dict) -> str:
     return f"{table}\n\n{render_pairs(pairs)}"
 
 
+def leases_against(held: int, limit: int | None) -> str:
+    """Leases held, of the most the worker can hold when the coordinator says."""
+    return f"{held} of {limit}" if limit is not None else str(held)
+
+
 def worker_table(workers: list[dict], now: datetime) -> str:
     """Each worker's last heartbeat age, leases, chunks done and peak memory."""
     rows = [
@@ -298,7 +303,7 @@ def worker_table(workers: list[dict], now: datetime) -> str:
             f"{format_age(age_of(w.get('last_seen_at'), now))} ago",
             w.get("capacity"),
             ",".join(w.get("workloads") or []) or None,
-            w["leases_held"],
+            leases_against(w["leases_held"], w.get("lease_limit")),
             w["tasks_done"],
             format_bytes(w.get("peak_rss_bytes")),
         ]

@@ -413,8 +413,7 @@ def queue_page():
 @bp.get("/workers")
 def workers_page():
     """Every worker with its heartbeat age, leases held, chunks done and peak memory."""
-    rt = get_runtime()
-    workers = [(w, queue.lease_limit(rt, w)) for w in queue.list_workers(rt)]
+    workers = queue.list_workers(get_runtime())
     return render_template("ui/workers.html", workers=workers, now=datetime.now(UTC))
 
 

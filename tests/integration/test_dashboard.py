@@ -293,7 +293,9 @@ def test_the_operator_pages_are_403_for_users_and_open_to_operators(sign_in):
         assert operator.get(path).status_code == 200
 
 
-def test_the_workers_page_holds_each_workers_leases_to_its_own_limit(sign_in, submit, claim):
+def test_the_workers_page_and_api_hold_each_workers_leases_to_its_own_limit(
+    sign_in, submit, claim, client, headers
+):
     submit(manifest(3))
     claim("echo-worker", capacity=5)
     claim("csv-worker", capacity=4, workloads=["csv_stats"])
@@ -309,6 +311,12 @@ def test_the_workers_page_holds_each_workers_leases_to_its_own_limit(sign_in, su
     assert leases("echo-worker") == "3 of 5"
     assert leases("csv-worker") == "0 of 2"
     assert leases("mixed-worker") == "0 of 6"
+    listing = client.get("/api/v1/workers", headers=headers["operator"]).get_json()["workers"]
+    assert {w["worker_id"]: (w["leases_held"], w["lease_limit"]) for w in listing} == {
+        "echo-worker": (3, 5),
+        "csv-worker": (0, 2),
+        "mixed-worker": (0, 6),
+    }
 
 
 def test_an_operator_sees_everyones_jobs_as_the_api_does(sign_in, submit):

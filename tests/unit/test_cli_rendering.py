@@ -102,6 +102,7 @@ WORKERS = {
             "capacity": 2,
             "workloads": ["csv_stats"],
             "leases_held": 1,
+            "lease_limit": 2,
             "tasks_done": 12,
             "peak_rss_bytes": 57_671_680,
         }
@@ -205,7 +206,7 @@ def test_queue_view_pivots_chunk_states_by_workload():
     assert "unfinished chunks     5 of 256" in text
 
 
-def test_worker_table_shows_heartbeat_age_and_peak_memory():
+def test_worker_table_shows_heartbeat_age_leases_of_the_limit_and_peak_memory():
     now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     lines = tables.worker_table(WORKERS["workers"], now).splitlines()
     assert "LAST HEARTBEAT" in lines[0]
@@ -217,10 +218,19 @@ def test_worker_table_shows_heartbeat_age_and_peak_memory():
         "2",
         "csv_stats",
         "1",
+        "of",
+        "2",
         "12",
         "55.0",
         "MiB",
     ]
+
+
+def test_worker_table_shows_leases_alone_from_a_coordinator_that_gives_no_limit():
+    worker = {k: v for k, v in WORKERS["workers"][0].items() if k != "lease_limit"}
+    now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    row = tables.worker_table([worker], now).splitlines()[1].split()
+    assert row[6:8] == ["1", "12"]
 
 
 @pytest.mark.parametrize(
