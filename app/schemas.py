@@ -96,6 +96,8 @@ class JobListQuerySchema(RequestSchema):
     limit = Int(minimum=1, maximum=500, load_default=50)
     cursor = fields.Str(load_default=None)
     label = fields.Str(validate=LABEL_FILTER, load_default=None)
+    # A user's name; only an operator sees anyone else's jobs.
+    owner = fields.Str(validate=validate.Length(min=1, max=200), load_default=None)
 
 
 class JobWaitQuerySchema(RequestSchema):
@@ -299,6 +301,7 @@ class JobSchema(ResponseSchema):
 
     id = fields.UUID(attribute="job.id")
     workload = fields.Str(attribute="job.workload")
+    owner = fields.Str()
     status = fields.Str(attribute="job.status")
     revision = fields.Int(attribute="job.revision")
     input_uri = fields.Str(attribute="job.input_uri")

@@ -234,12 +234,16 @@ def list_jobs(
     limit: int,
     before: tuple[datetime, UUID] | None,
     label: tuple[str, str] | None = None,
+    owner_name: str | None = None,
 ) -> list[Job]:
-    """List jobs newest first, after a keyset cursor, optionally filtered."""
+    """List jobs newest first, after a keyset cursor, optionally filtered (a user no one is
+    named owns nothing)."""
     rows = conn.execute(
         """
         SELECT * FROM jobs
         WHERE (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
+          AND (%(owner_name)s::text IS NULL
+               OR owner_id = (SELECT id FROM users WHERE name = %(owner_name)s))
           AND (%(status)s::text IS NULL OR status = %(status)s)
           AND (%(label)s::jsonb IS NULL OR labels @> %(label)s::jsonb)
           AND (%(before_at)s::timestamptz IS NULL
@@ -249,6 +253,7 @@ def list_jobs(
         """,
         {
             "owner": owner_id,
+            "owner_name": owner_name,
             "status": status,
             "label": Jsonb({label[0]: label[1]}) if label else None,
             "before_at": before[0] if before else None,

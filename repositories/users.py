@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from psycopg import Connection
@@ -32,6 +33,14 @@ def find_token_owner(conn: Connection, token_sha256: str) -> TokenOwner | None:
         {"digest": token_sha256},
     ).fetchone()
     return from_row(TokenOwner, row) if row else None
+
+
+def names(conn: Connection, user_ids: Collection[int]) -> dict[int, str]:
+    """These users' names by id."""
+    rows = conn.execute(
+        "SELECT id, name FROM users WHERE id = ANY(%(ids)b)", {"ids": list(user_ids)}
+    ).fetchall()
+    return {r["id"]: r["name"] for r in rows}
 
 
 def upsert_user(conn: Connection, name: str, role: str) -> int:

@@ -18,6 +18,7 @@ from psycopg import Connection
 from repositories import events as event_rows
 from repositories import jobs as job_rows
 from repositories import tasks as task_rows
+from repositories import users as user_rows
 from repositories.events import Event
 from repositories.jobs import ChunkCounts, Job, NewJob
 from repositories.tasks import NewTask, Task
@@ -56,9 +57,10 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class JobView:
-    """A job with its chunk counts and progress."""
+    """A job with its owner's name, its chunk counts and progress."""
 
     job: Job
+    owner: str
     counts: ChunkCounts
     progress: float
     created: bool = False
@@ -232,7 +234,7 @@ def _try_admit(
         return _replay(conn, new_job)
     # Every task was just inserted pending: no need to count them back.
     counts = ChunkCounts(pending=len(new_tasks))
-    return JobView(job, counts, progress(job, counts), created=True)
+    return JobView(job, principal.name, counts, progress(job, counts), created=True)
 
 
 def _admit_after_recount(
@@ -327,16 +329,22 @@ def list_jobs(
     limit: int,
     cursor: str | None,
     label: tuple[str, str] | None = None,
+    owner: str | None = None,
 ) -> tuple[list[JobView], str | None]:
-    """The caller's jobs (an operator's: everyone's), newest first, one page at a time."""
+    """The caller's jobs (an operator's: everyone's, or one owner's), newest first, a page at
+    a time."""
     before = _decode_cursor(cursor) if cursor else None
-    owner = None if principal.is_operator else principal.user_id
     with rt.pool.connection() as conn:
         page = job_rows.list_jobs(
-            conn, owner_id=owner, status=status, limit=limit + 1, before=before, label=label
+            conn,
+            owner_id=None if principal.is_operator else principal.user_id,
+            owner_name=owner,
+            status=status,
+            limit=limit + 1,
+            before=before,
+            label=label,
         )
-        counts = job_rows.chunk_counts(conn, [j.id for j in page[:limit]])
-    views = [JobView(j, counts[j.id], progress(j, counts[j.id])) for j in page[:limit]]
+        views = _views(conn, page[:limit])
     next_cursor = _encode_cursor(page[limit - 1]) if len(page) > limit else None
     return views, next_cursor
 
@@ -453,8 +461,13 @@ def list_events(rt: Runtime, principal: Principal, *, after: int, limit: int) ->
 
 
 def _view(conn: Connection, job: Job) -> JobView:
-    counts = job_rows.chunk_counts(conn, [job.id])[job.id]
-    return JobView(job, counts, progress(job, counts))
+    return _views(conn, [job])[0]
+
+
+def _views(conn: Connection, jobs: list[Job]) -> list[JobView]:
+    counts = job_rows.chunk_counts(conn, [j.id for j in jobs])
+    owners = user_rows.names(conn, {j.owner_id for j in jobs})
+    return [JobView(j, owners[j.owner_id], counts[j.id], progress(j, counts[j.id])) for j in jobs]
 
 
 def _encode_cursor(job: Job) -> str:

@@ -396,11 +396,18 @@ class CoordinatorClient:
         status: str | None = None,
         limit: int | None = None,
         label: str | None = None,
+        owner: str | None = None,
         cursor: str | None = None,
         trace_id: str | None = None,
     ) -> dict:
         """One page of the caller's jobs, newest first: {jobs, next_cursor}."""
-        params = {"status": status, "limit": limit, "label": label, "cursor": cursor}
+        params = {
+            "status": status,
+            "limit": limit,
+            "label": label,
+            "owner": owner,
+            "cursor": cursor,
+        }
         return self._request(
             "GET",
             "/api/v1/jobs",

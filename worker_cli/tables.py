@@ -106,6 +106,7 @@ def job_table(jobs: list[dict]) -> str:
     rows = [
         [
             j["id"],
+            j.get("owner"),
             j["status"],
             f"{j['progress']:.0%}",
             f"{j['chunks_completed']}/{j['chunks_total']}",
@@ -116,7 +117,7 @@ def job_table(jobs: list[dict]) -> str:
         for j in jobs
     ]
     return render_table(
-        ["ID", "STATUS", "PROGRESS", "CHUNKS", "PRIORITY", "LABELS", "CREATED"], rows
+        ["ID", "OWNER", "STATUS", "PROGRESS", "CHUNKS", "PRIORITY", "LABELS", "CREATED"], rows
     )
 
 
@@ -127,6 +128,7 @@ def job_detail(job: dict) -> str:
         ("job", job["id"]),
         ("status", job["status"]),
         ("workload", job["workload"]),
+        ("owner", job.get("owner")),
         (
             "progress",
             f"{job['chunks_completed']}/{job['chunks_total']} chunks ({job['progress']:.0%})",

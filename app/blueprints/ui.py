@@ -60,7 +60,7 @@ PAGE_SIZE = 50
 # job runs, and a manifest job may have 10,000.
 CHUNKS_SHOWN = 100
 # The job list's filters, under the names its form gives them.
-FILTER_FIELDS = {"status": "Status", "label": "Label", "cursor": "Page"}
+FILTER_FIELDS = {"status": "Status", "label": "Label", "owner": "Owner", "cursor": "Page"}
 # A job page's script waits this long on the job watch before asking again.
 WATCH_SECONDS = 20
 # A backslash, which some browsers read as a slash, or a control character.
@@ -202,11 +202,7 @@ def jobs_json():
 
 def _list_filters() -> dict[str, str]:
     # A blank filter box sends an empty value, which means no filter at all.
-    return {
-        name: value
-        for name in ("status", "label", "cursor")
-        if (value := request.args.get(name, "").strip())
-    }
+    return {name: value for name in FILTER_FIELDS if (value := request.args.get(name, "").strip())}
 
 
 def _list_jobs(filters: dict[str, str]) -> tuple[list[jobs.JobView], str | None]:

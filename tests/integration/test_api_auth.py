@@ -205,6 +205,73 @@ def test_an_operator_may_cancel_another_users_job(submit, client, headers):
     assert response.get_json()["status"] == "cancelled"
 
 
+def test_every_job_names_its_owner_on_creation_reading_and_listing(submit, client, headers):
+    mine = submit(manifest(1))
+    theirs = submit(manifest(1), as_="other")
+
+    read = client.get(f"/api/v1/jobs/{theirs['id']}", headers=headers["operator"]).get_json()
+    listed = client.get("/api/v1/jobs", headers=headers["operator"]).get_json()["jobs"]
+
+    assert (mine["owner"], theirs["owner"], read["owner"]) == (
+        "compute_user",
+        "other_user",
+        "other_user",
+    )
+    assert {j["id"]: j["owner"] for j in listed} == {
+        mine["id"]: "compute_user",
+        theirs["id"]: "other_user",
+    }
+
+
+def test_an_operator_lists_one_owners_jobs_by_name(submit, client, headers):
+    submit(manifest(1))
+    theirs = [submit(manifest(1), as_="other")["id"] for _ in range(3)]
+
+    first = client.get("/api/v1/jobs?owner=other_user&limit=2", headers=headers["operator"])
+    cursor = first.get_json()["next_cursor"]
+    rest = client.get(
+        f"/api/v1/jobs?owner=other_user&limit=2&cursor={cursor}", headers=headers["operator"]
+    )
+
+    listed = [j["id"] for page in (first, rest) for j in page.get_json()["jobs"]]
+    assert listed == theirs[::-1]
+    assert rest.get_json()["next_cursor"] is None
+
+
+def test_a_user_filtering_by_another_owner_or_a_name_no_one_has_sees_no_jobs(
+    submit, client, headers
+):
+    mine = submit(manifest(1))
+    submit(manifest(1), as_="other")
+
+    def listed(principal: str, owner: str) -> list[str]:
+        response = client.get(f"/api/v1/jobs?owner={owner}", headers=headers[principal])
+        assert response.status_code == 200, (principal, owner)
+        return [j["id"] for j in response.get_json()["jobs"]]
+
+    assert listed("user", "other_user") == []
+    assert listed("user", "compute_user") == [mine["id"]]
+    assert listed("operator", "nobody_by_this_name") == []
+
+
+@pytest.mark.parametrize(
+    "query, problem",
+    [
+        ("owner=", "Length must be between 1 and 200."),
+        ("owner=" + "x" * 201, "Length must be between 1 and 200."),
+        ("owner=a%00b", "must not contain NUL (\\u0000)"),
+        ("owner=a&owner=b", "give this parameter once"),
+    ],
+)
+def test_an_owner_filter_the_list_cannot_use_is_422_naming_the_field(
+    query, problem, client, headers
+):
+    response = client.get(f"/api/v1/jobs?{query}", headers=headers["operator"])
+
+    assert response.status_code == 422
+    assert response.get_json()["error"]["details"]["fields"]["owner"] == [problem]
+
+
 # --- seed-local -------------------------------------------------------------------------------
 
 GIVEN = {

@@ -81,6 +81,12 @@ def field_error(html: str, name: str) -> str:
     return shown_text(found.group(1)) if found else ""
 
 
+def owner_cell(html: str, job_id: str) -> str:
+    """The Owner column of this job's row in the list."""
+    row = re.search(rf'<tr data-job-id="{job_id}".*?</tr>', html, re.S).group()
+    return shown_text(re.search(r'<td class="owner">(.*?)</td>', row, re.S).group(1))
+
+
 def next_of(answer) -> str:
     """The page a redirect to sign-in will come back to."""
     location = urlsplit(answer.headers["Location"])
@@ -323,6 +329,31 @@ def test_an_operator_sees_everyones_jobs_as_the_api_does(sign_in, submit):
     job = submit(manifest(1), as_="other")
 
     assert job["id"] in sign_in("operator").get("/ui/").text
+
+
+def test_an_operator_sees_whose_each_job_is_and_can_list_one_owners(sign_in, submit):
+    mine = submit(manifest(1))
+    theirs = submit(manifest(1), as_="other")
+    browser = sign_in("operator")
+
+    everyone = browser.get("/ui/").text
+    one_owner = browser.get("/ui/?owner=other_user").text
+
+    assert "<th>Owner</th>" in everyone
+    assert owner_cell(everyone, theirs["id"]) == "other_user"
+    assert owner_cell(everyone, mine["id"]) == "compute_user"
+    assert theirs["id"] in one_owner and mine["id"] not in one_owner
+    assert 'value="other_user"' in control(one_owner, "owner")
+    job_page = browser.get(f"/ui/jobs/{theirs['id']}").text
+    assert "<tr><th>Owner</th><td><bdi>other_user</bdi></td></tr>" in job_page
+
+
+def test_a_user_sees_no_owner_column_or_filter_on_their_own_jobs(sign_in, submit):
+    submit(manifest(1))
+
+    page = sign_in("user").get("/ui/").text
+
+    assert "<th>Owner</th>" not in page and 'name="owner"' not in page
 
 
 # --- CSRF -----------------------------------------------------------------------------------
@@ -938,3 +969,20 @@ def test_a_later_page_of_the_whole_list_offers_no_clear_link(sign_in, submit, cl
 
     assert page.status_code == 200
     assert ">clear</a>" not in page.text
+
+
+def test_a_later_page_links_back_to_the_newest_jobs_under_the_same_filters(
+    sign_in, submit, client, headers
+):
+    for _ in range(2):
+        submit(manifest(1, labels={"team": "a"}))
+    listed = client.get("/api/v1/jobs?limit=1", headers=headers["user"]).get_json()
+
+    later = sign_in("user").get(
+        "/ui/", query_string={"cursor": listed["next_cursor"], "label": "team=a"}
+    )
+    first = sign_in("user").get("/ui/", query_string={"label": "team=a"})
+
+    newest = re.search(r'<a href="([^"]+)">← Newest jobs</a>', later.text)
+    assert newest and parse_qs(urlsplit(unescape(newest.group(1))).query) == {"label": ["team=a"]}
+    assert "Newest jobs" not in first.text
