@@ -230,6 +230,7 @@ def job_page(job_id: UUID):
     return render_template(
         "ui/job.html",
         view=view,
+        csv_job=view.job.workload == csvjobs.WORKLOAD,
         chunks=chunk_views,
         timeline=build_timeline(view.job.created_at, chunk_views, datetime.now(UTC)),
         chunks_after=after,

@@ -496,6 +496,38 @@ def test_a_succeeded_manifest_job_points_to_its_result_manifests(sign_in, submit
     assert 'id="cancel"' not in page and 'id="retry"' not in page
 
 
+def chunk_row(html: str, index: int) -> list[str]:
+    """The cells of one chunk's row in the job page's chunk table, as text."""
+    row = re.search(rf'<tr data-chunk="{index}".*?</tr>', html, re.S).group()
+    return [shown_text(cell).strip() for cell in re.findall(r"<td\b[^>]*>(.*?)</td>", row, re.S)]
+
+
+def test_a_manifest_jobs_chunks_show_their_input_and_result_uris_not_records(
+    sign_in, submit, claim, complete
+):
+    # Parameters named like a CSV chunk's bounds are the task's own, not records.
+    body = manifest(2)
+    body["tasks"][0]["parameters"] = {"record_start": 5, "record_end": 9}
+    job = submit(body)
+    done = complete(claim()[0])
+
+    page = sign_in("user").get(f"/ui/jobs/{job['id']}").text
+
+    assert "<th>Input</th><th>Result</th>" in page and "<th>Records</th>" not in page
+    assert chunk_row(page, 0)[3:5] == ["s3://in/0", f"s3://out/{done['task_id']}/out"]
+    assert chunk_row(page, 1)[3:5] == ["s3://in/1", "—"]
+    assert "5–9" not in page
+
+
+def test_a_csv_jobs_chunks_show_their_record_ranges(sign_in):
+    browser = sign_in("user")
+    answer = submit_through_form(browser)
+    page = browser.get(f"/ui/jobs/{job_id_of(answer)}").text
+
+    assert "<th>Records</th>" in page and "<th>Result</th>" not in page
+    assert chunk_row(page, 0)[3] == "0–20" and chunk_row(page, 1)[3] == "20–40"
+
+
 def test_cancelling_a_finished_job_shows_the_services_refusal(sign_in, submit, claim, complete):
     job = submit(manifest(1))
     complete(claim()[0])
