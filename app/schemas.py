@@ -18,18 +18,36 @@ def _printable(value: str) -> None:
 
 
 WORKER_ID = [validate.Length(min=1, max=200), _printable]
-# One line, so "\Z" rather than "$", which lets a trailing newline through.
-LABEL_FILTER = validate.Regexp(r"^[^=\r\n]{1,64}=[^\r\n]{0,256}\Z", error="must be key=value")
+# One line, so "\Z" rather than Python's "$", which lets a trailing newline through; a key of
+# more than spaces. OpenAPI's patterns are ECMA-262's, whose "$" means what "\Z" does here.
+LABEL_PATTERN = r"^(?=\s*[^=\s])[^=\r\n]{1,64}=[^\r\n]{0,256}"
+LABEL_TEXT = validate.Regexp(LABEL_PATTERN + r"\Z", error="must be key=value")
+
+
+class LabelText(fields.Str):
+    """A label as `key=value` text, loaded as a (key, value) pair; spaces around either go,
+    so `team = a` is the label the JSON `{"team": "a"}` gives."""
+
+    def __init__(self, **kwargs):
+        super().__init__(validate=LABEL_TEXT, metadata={"pattern": LABEL_PATTERN + "$"}, **kwargs)
+
+    def deserialize(self, value, attr=None, data=None, **kwargs) -> tuple[str, str] | None:
+        # After the field's own validation, which checks the text as it was sent.
+        text = super().deserialize(value, attr, data, **kwargs)
+        if text is None:
+            return None
+        key, value = text.split("=", 1)
+        return key.strip(), value.strip()
 
 
 class LabelPairs(fields.List):
     """Repeated `key=value` texts (a CSV job's query or form), loaded as a dict of labels."""
 
     def __init__(self, **kwargs):
-        super().__init__(fields.Str(validate=LABEL_FILTER), load_default=dict, **kwargs)
+        super().__init__(LabelText(), load_default=dict, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs) -> dict[str, str]:
-        pairs = [item.split("=", 1) for item in super()._deserialize(value, attr, data, **kwargs)]
+        pairs = super()._deserialize(value, attr, data, **kwargs)
         labels: dict[str, str] = {}
         twice: dict[int, list[str]] = {}
         for index, (key, text) in enumerate(pairs):
@@ -95,7 +113,7 @@ class JobListQuerySchema(RequestSchema):
     )
     limit = Int(minimum=1, maximum=500, load_default=50)
     cursor = fields.Str(load_default=None)
-    label = fields.Str(validate=LABEL_FILTER, load_default=None)
+    label = LabelText(load_default=None)
     # A user's name; only an operator sees anyone else's jobs.
     owner = fields.Str(validate=validate.Length(min=1, max=200), load_default=None)
 

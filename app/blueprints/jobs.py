@@ -97,9 +97,7 @@ def _dump_job(view: jobs.JobView) -> dict:
 def list_jobs():
     """The caller's jobs, newest first."""
     query = JOB_LIST_QUERY.load(input_rules.single_values(request.args))
-    label = query.pop("label")
-    label = tuple(label.split("=", 1)) if label else None
-    views, cursor = jobs.list_jobs(get_runtime(), current_principal(), label=label, **query)
+    views, cursor = jobs.list_jobs(get_runtime(), current_principal(), **query)
     return JOB_LIST.dump({"jobs": views, "next_cursor": cursor})
 
 

@@ -208,13 +208,7 @@ def _list_filters() -> dict[str, str]:
 def _list_jobs(filters: dict[str, str]) -> tuple[list[jobs.JobView], str | None]:
     input_rules.single_values(request.args)  # a filter given twice is refused, as by the API
     query = JOB_LIST_QUERY.load({**filters, "limit": PAGE_SIZE})
-    label = query.pop("label")
-    return jobs.list_jobs(
-        get_runtime(),
-        g.principal,
-        label=tuple(label.split("=", 1)) if label else None,
-        **query,
-    )
+    return jobs.list_jobs(get_runtime(), g.principal, **query)
 
 
 @bp.get("/jobs/<uuid:job_id>")

@@ -333,6 +333,33 @@ def test_the_openapi_document_lists_every_endpoint_of_the_issue(client, headers)
     assert missing == []
 
 
+def patterns_in(node: object) -> list[str]:
+    """Every `pattern` a part of the OpenAPI document declares."""
+    if isinstance(node, dict):
+        found = [v for k, v in node.items() if k == "pattern" and isinstance(v, str)]
+        return found + [p for v in node.values() for p in patterns_in(v)]
+    if isinstance(node, list):
+        return [p for v in node for p in patterns_in(v)]
+    return []
+
+
+def test_the_documented_label_pattern_is_ecma_and_refuses_what_the_api_refuses(client, headers):
+    document = client.get("/api/v1/openapi.json", headers=headers["user"]).get_json()
+    (label,) = [
+        p["schema"]["pattern"]
+        for p in document["paths"]["/api/v1/jobs"]["get"]["parameters"]
+        if p["name"] == "label"
+    ]
+    # ECMA-262's "$" (no m flag) matches only at the very end, as Python's "\Z" does; its
+    # "\Z" is no anchor at all but a literal Z.
+    as_python = re.compile(label.removesuffix("$") + r"\Z")
+
+    assert not [p for p in patterns_in(document) if "\\Z" in p]
+    for text in ["team=a", " team = a ", "k=", "team=x\n", " =x", "=x", "nokey", "a\rb=c"]:
+        answer = client.get("/api/v1/jobs", query_string={"label": text}, headers=headers["user"])
+        assert (as_python.match(text) is not None) == (answer.status_code == 200), text
+
+
 def test_the_openapi_document_declares_201_for_a_created_job(client, headers):
     paths = client.get("/api/v1/openapi.json", headers=headers["user"]).get_json()["paths"]
 

@@ -194,6 +194,12 @@ def test_each_bad_field_is_422_naming_it_and_writes_nothing(
 # --- labels -----------------------------------------------------------------------------------
 
 
+def test_a_label_given_as_text_drops_the_spaces_around_its_key_and_value(client, headers):
+    job = submit(client, headers["user"], DATA, labels=(" team = data ", "env=a b"))
+
+    assert job["labels"] == {"team": "data", "env": "a b"}
+
+
 def test_labels_are_stored_returned_and_filterable(client, headers, db):
     tagged = submit(client, headers["user"], DATA, labels=("team=data", "env=test"))
     submit(client, headers["user"], OTHER_DATA, labels=("team=web",))

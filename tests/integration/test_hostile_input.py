@@ -433,6 +433,7 @@ def csv_form(**fields: object) -> dict:
         ("label", "t\x00m=x", "NUL"),
         ("label", "team=x\n", "key=value"),
         ("label", "te\ram=x", "key=value"),
+        ("label", "  =x", "key=value"),
         ("chunks", str(2**40), "less than"),
         ("priority", str(2**15), "less than"),
     ],
@@ -561,6 +562,9 @@ QUERY_CASES = [
     # One line: a trailing newline once slipped past the pattern's "$".
     ("user", "/api/v1/jobs", "label", "team=x\n", "key=value"),
     ("user", "/api/v1/jobs", "label", "team=x\r\ny", "key=value"),
+    # A key of nothing but spaces, which trimming would leave empty.
+    ("user", "/api/v1/jobs", "label", " =x", "key=value"),
+    ("user", "/api/v1/jobs", "owner", NUL, "NUL"),
     ("user", "/api/v1/jobs", "limit", str(2**40), "less than"),
     ("user", "/api/v1/jobs/{job}", "wait_seconds", NUL, "NUL"),
     ("user", "/api/v1/jobs/{job}/chunks", "after", NUL, "NUL"),

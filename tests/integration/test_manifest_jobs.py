@@ -335,6 +335,16 @@ def test_the_job_list_filters_by_label(submit, client, headers):
     assert response.get_json()["jobs"][0]["labels"] == {"team": "render"}
 
 
+def test_a_label_filter_drops_the_spaces_around_its_key_and_value(submit, client, headers):
+    tagged = submit(manifest(1, labels={"team": "render"}))
+
+    response = client.get(
+        "/api/v1/jobs", query_string={"label": " team = render "}, headers=headers["user"]
+    )
+
+    assert [j["id"] for j in response.get_json()["jobs"]] == [tagged["id"]]
+
+
 # --- results ----------------------------------------------------------------------------------
 
 
