@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from repositories.tasks import Attempt
+from repositories.attempts import Attempt
 from services.chunks import ChunkView
 
 WIDTH = 960

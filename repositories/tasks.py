@@ -1,4 +1,4 @@
-"""Tasks (a job's chunks) and their attempts: leasing, fenced updates, expiry."""
+"""Tasks (a job's chunks): claims that open their attempts, fenced updates, expiry, cancels."""
 
 from __future__ import annotations
 
@@ -66,22 +66,6 @@ class ClaimedTask:
     task: Task
     attempt_id: UUID
     trace_id: str
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One claim of a task."""
-
-    id: UUID
-    task_id: UUID
-    attempt: int
-    worker_id: str
-    trace_id: str
-    leased_at: datetime
-    finished_at: datetime | None
-    outcome: str | None
-    error_code: str | None
-    error_message: str | None
 
 
 @dataclass(frozen=True)
@@ -438,68 +422,6 @@ def expire(
         {"job": job_id, "now": now, "budget": lost_budget, "limit": limit},
     ).fetchall()
     return [ExpiredLease(from_row(Task, r), r["expired_owner"]) for r in rows]
-
-
-def finish_attempt(
-    conn: Connection,
-    task_id: UUID,
-    attempt: int,
-    outcome: str,
-    error_code: str | None = None,
-    error_message: str | None = None,
-) -> Attempt | None:
-    """Close an attempt with its outcome (once); return it, or None if it was closed already."""
-    row = conn.execute(
-        """
-        UPDATE task_attempts SET outcome = %(outcome)s, finished_at = now(),
-            error_code = %(code)s, error_message = %(message)s
-        WHERE task_id = %(id)s AND attempt = %(attempt)s AND outcome IS NULL
-        RETURNING *
-        """,
-        {
-            "id": task_id,
-            "attempt": attempt,
-            "outcome": outcome,
-            "code": error_code,
-            "message": error_message,
-        },
-    ).fetchone()
-    return from_row(Attempt, row) if row else None
-
-
-def finish_completed_attempts(conn: Connection, tasks: Sequence[Task]) -> dict[UUID, Attempt]:
-    """Close the current attempt of each just-completed task; return them by task id."""
-    rows = conn.execute(
-        """
-        UPDATE task_attempts a SET outcome = 'completed', finished_at = now()
-        FROM unnest(%(ids)b::uuid[], %(attempts)b::int[]) AS v(id, attempt)
-        -- "= ANY" keeps the lookup on the (task_id, attempt) index whatever the statistics
-        -- say: a join alone is hashed over a scan of every attempt when they look few.
-        WHERE a.task_id = ANY(%(ids)b::uuid[]) AND a.task_id = v.id AND a.attempt = v.attempt
-          AND a.outcome IS NULL
-        RETURNING a.*
-        """,
-        {"ids": [t.id for t in tasks], "attempts": [t.attempt for t in tasks]},
-    ).fetchall()
-    return {r["task_id"]: from_row(Attempt, r) for r in rows}
-
-
-def attempts(conn: Connection, task_ids: Sequence[UUID]) -> list[Attempt]:
-    """Attempts of these tasks, oldest first."""
-    rows = conn.execute(
-        "SELECT * FROM task_attempts WHERE task_id = ANY(%(ids)b) ORDER BY task_id, attempt",
-        {"ids": list(task_ids)},
-    ).fetchall()
-    return [from_row(Attempt, r) for r in rows]
-
-
-def find_attempt(conn: Connection, task_id: UUID, attempt: int) -> Attempt | None:
-    """One attempt of a task."""
-    row = conn.execute(
-        "SELECT * FROM task_attempts WHERE task_id = %(id)s AND attempt = %(attempt)s",
-        {"id": task_id, "attempt": attempt},
-    ).fetchone()
-    return from_row(Attempt, row) if row else None
 
 
 def list_for_job(conn: Connection, job_id: UUID) -> list[Task]:

@@ -7,8 +7,10 @@ from uuid import UUID
 
 from psycopg import Connection
 
+from repositories import attempts as attempt_rows
 from repositories import tasks as task_rows
-from repositories.tasks import Attempt, Task
+from repositories.attempts import Attempt
+from repositories.tasks import Task
 from services.auth import Principal
 from services.errors import NotFound
 from services.jobs import visible_job
@@ -48,7 +50,7 @@ def get_chunk(rt: Runtime, principal: Principal, job_id: UUID, chunk_id: UUID) -
 def _views(
     conn: Connection, rt: Runtime, workload: str, job_id: UUID, tasks: list[Task]
 ) -> list[ChunkView]:
-    attempts = task_rows.attempts(conn, [t.id for t in tasks])
+    attempts = attempt_rows.of_tasks(conn, [t.id for t in tasks])
     summaries = rt.workloads.of(workload).accepted_summaries(conn, job_id)
     by_task: dict[UUID, list[Attempt]] = {}
     for a in attempts:

@@ -15,6 +15,7 @@ from uuid import UUID
 import psycopg
 from psycopg import Connection
 
+from repositories import attempts as attempt_rows
 from repositories import events as event_rows
 from repositories import jobs as job_rows
 from repositories import locks
@@ -272,7 +273,7 @@ def _record_completions(
 ) -> list[tuple[UUID, Workload]]:
     """Close the attempts, keep what each workload keeps, publish, count, settle the jobs."""
     done = [outcome.task for outcome, _ in accepted]
-    closed = task_rows.finish_completed_attempts(conn, done)
+    closed = attempt_rows.finish_completed(conn, done)
     for task, (_, completion) in zip(done, accepted, strict=True):
         rt.workloads.of(task.workload).accept_result(conn, task, completion.result)
     event_rows.publish_many(
@@ -339,7 +340,7 @@ def fail_task(
         if failed is None:
             raise _lease_error(conn, task_id, worker_id, attempt)
         outcome = "retried" if failed.status == "pending" else "failed"
-        closed = task_rows.finish_attempt(
+        closed = attempt_rows.finish(
             conn, task_id, attempt, outcome, failure.error_code, failure.error_message
         )
         logcontext.bind(**_attempt_fields(failed, worker_id, closed))
@@ -476,7 +477,7 @@ def _expire(
     expired = task_rows.expire(conn, job_id, now=now, lost_budget=LOST_RETRY_BUDGET)
     for lease in expired:
         t = lease.task
-        closed = task_rows.finish_attempt(
+        closed = attempt_rows.finish(
             conn, t.id, t.attempt, "lease_expired", "lease_expired", t.error_message
         )
         # The sweeper logs under the attempt's own trace id, so the expiry joins the
@@ -544,7 +545,7 @@ def _replayed_result(
     task = task_rows.get(conn, task_id)
     if task is None:  # deleted with its job by retention since the batch first read it
         raise NotFound(f"task {task_id} does not exist")
-    record = task_rows.find_attempt(conn, task_id, attempt)
+    record = attempt_rows.find(conn, task_id, attempt)
     same_attempt = (
         task.status == "completed"
         and task.attempt == attempt

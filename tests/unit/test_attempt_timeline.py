@@ -7,7 +7,8 @@ from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 
 from app.attempt_timeline import LABEL_WIDTH, MIN_BAR_WIDTH, build_timeline
-from repositories.tasks import Attempt, Task
+from repositories.attempts import Attempt
+from repositories.tasks import Task
 from services.chunks import ChunkView
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
