@@ -348,6 +348,14 @@ def test_an_operator_sees_whose_each_job_is_and_can_list_one_owners(sign_in, sub
     assert "<tr><th>Owner</th><td><bdi>other_user</bdi></td></tr>" in job_page
 
 
+def test_an_owner_filter_the_list_cannot_use_is_shown_at_its_field(sign_in):
+    page = sign_in("operator").get("/ui/?owner=a%00b")
+
+    assert page.status_code == 422
+    assert 'aria-invalid="true"' in control(page.text, "owner")
+    assert field_error(page.text, "owner") == "must not contain NUL (\\u0000)"
+
+
 def test_a_user_sees_no_owner_column_or_filter_on_their_own_jobs(sign_in, submit):
     submit(manifest(1))
 
