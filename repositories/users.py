@@ -12,7 +12,7 @@ from repositories import from_row
 
 @dataclass(frozen=True)
 class TokenOwner:
-    """Who a live token belongs to."""
+    """Who a live token belongs to: its user's name, or a worker credential's own."""
 
     token_id: int
     kind: str
@@ -26,7 +26,8 @@ def find_token_owner(conn: Connection, token_sha256: str) -> TokenOwner | None:
     """Return the owner of an unrevoked token with this digest."""
     row = conn.execute(
         """
-        SELECT t.id AS token_id, t.kind, t.name, t.user_id, u.role, t.token_sha256
+        SELECT t.id AS token_id, t.kind, COALESCE(u.name, t.name) AS name, t.user_id, u.role,
+               t.token_sha256
         FROM api_tokens t LEFT JOIN users u ON u.id = t.user_id
         WHERE t.token_sha256 = %(digest)s AND t.revoked_at IS NULL
         """,

@@ -223,6 +223,23 @@ def test_every_job_names_its_owner_on_creation_reading_and_listing(submit, clien
     }
 
 
+def test_a_job_is_its_users_even_through_a_token_named_otherwise(client, db, tokens):
+    token = auth.new_token("user")
+    db.execute(
+        """
+        INSERT INTO api_tokens (token_sha256, kind, name, user_id)
+        SELECT %s, 'user', 'laptop', id FROM users WHERE name = 'compute_user'
+        """,
+        (auth.token_digest(token),),
+    )
+    laptop = {"Authorization": f"Bearer {token}"}
+
+    created = client.post("/api/v1/jobs", json=manifest(1), headers=laptop).get_json()
+    read = client.get(f"/api/v1/jobs/{created['id']}", headers=laptop).get_json()
+
+    assert created["owner"] == read["owner"] == "compute_user"
+
+
 def test_an_operator_lists_one_owners_jobs_by_name(submit, client, headers):
     submit(manifest(1))
     theirs = [submit(manifest(1), as_="other")["id"] for _ in range(3)]
