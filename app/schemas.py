@@ -116,6 +116,7 @@ class JobListQuerySchema(RequestSchema):
     label = LabelText(load_default=None)
     # A user's name; only an operator sees anyone else's jobs.
     owner = fields.Str(validate=validate.Length(min=1, max=200), load_default=None)
+    workload = fields.Str(validate=validate.Length(min=1, max=100), load_default=None)
 
 
 class JobWaitQuerySchema(RequestSchema):

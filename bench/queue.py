@@ -57,8 +57,13 @@ UPLOAD_BYTES = 49 * 1024 * 1024
 IDLE_PAUSE = 0.15
 # Finished jobs one timed retention pass deletes.
 RETENTION_PASS = 100
-# Pages of jobs the history has none of: the user asks for what went wrong, or for a team's.
-LISTINGS = {"status": {"status": "failed"}, "label": {"label": "team=rare"}}
+# Pages of jobs the history has none of: the user asks for what went wrong, for a team's, or
+# for one workload's.
+LISTINGS = {
+    "status": {"status": "failed"},
+    "label": {"label": "team=rare"},
+    "workload": {"workload": "render"},
+}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -235,6 +235,7 @@ def list_jobs(
     before: tuple[datetime, UUID] | None,
     label: tuple[str, str] | None = None,
     owner_name: str | None = None,
+    workload: str | None = None,
 ) -> list[Job]:
     """List jobs newest first, after a keyset cursor, optionally filtered (a user no one is
     named owns nothing)."""
@@ -245,6 +246,7 @@ def list_jobs(
           AND (%(owner_name)s::text IS NULL
                OR owner_id = (SELECT id FROM users WHERE name = %(owner_name)s))
           AND (%(status)s::text IS NULL OR status = %(status)s)
+          AND (%(workload)s::text IS NULL OR workload = %(workload)s)
           AND (%(label)s::jsonb IS NULL OR labels @> %(label)s::jsonb)
           AND (%(before_at)s::timestamptz IS NULL
                OR (created_at, id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
@@ -255,6 +257,7 @@ def list_jobs(
             "owner": owner_id,
             "owner_name": owner_name,
             "status": status,
+            "workload": workload,
             "label": Jsonb({label[0]: label[1]}) if label else None,
             "before_at": before[0] if before else None,
             "before_id": before[1] if before else None,

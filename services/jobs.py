@@ -330,6 +330,7 @@ def list_jobs(
     cursor: str | None,
     label: tuple[str, str] | None = None,
     owner: str | None = None,
+    workload: str | None = None,
 ) -> tuple[list[JobView], str | None]:
     """The caller's jobs (an operator's: everyone's, or one owner's), newest first, a page at
     a time."""
@@ -340,6 +341,7 @@ def list_jobs(
             owner_id=None if principal.is_operator else principal.user_id,
             owner_name=owner,
             status=status,
+            workload=workload,
             limit=limit + 1,
             before=before,
             label=label,

@@ -265,6 +265,7 @@ def list_jobs(cli: Invocation, args: argparse.Namespace) -> int:
         limit=args.limit,
         label=args.label,
         owner=args.owner,
+        workload=args.workload,
         cursor=args.cursor,
     )
     if cli.as_json:
@@ -443,6 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--status", choices=JOB_STATUSES)
     sub.add_argument("--limit", type=int)
     sub.add_argument("--label", type=label_filter, metavar="KEY=VALUE")
+    sub.add_argument("--workload", metavar="NAME")
     sub.add_argument("--owner", metavar="USER", help="one user's jobs (operators see anyone's)")
     sub.add_argument("--cursor", help="the next page, as printed after a full page")
 

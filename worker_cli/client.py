@@ -397,6 +397,7 @@ class CoordinatorClient:
         limit: int | None = None,
         label: str | None = None,
         owner: str | None = None,
+        workload: str | None = None,
         cursor: str | None = None,
         trace_id: str | None = None,
     ) -> dict:
@@ -406,6 +407,7 @@ class CoordinatorClient:
             "limit": limit,
             "label": label,
             "owner": owner,
+            "workload": workload,
             "cursor": cursor,
         }
         return self._request(

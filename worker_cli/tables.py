@@ -106,6 +106,7 @@ def job_table(jobs: list[dict]) -> str:
     rows = [
         [
             j["id"],
+            j["workload"],
             j.get("owner"),
             j["status"],
             f"{j['progress']:.0%}",
@@ -117,7 +118,18 @@ def job_table(jobs: list[dict]) -> str:
         for j in jobs
     ]
     return render_table(
-        ["ID", "OWNER", "STATUS", "PROGRESS", "CHUNKS", "PRIORITY", "LABELS", "CREATED"], rows
+        [
+            "ID",
+            "WORKLOAD",
+            "OWNER",
+            "STATUS",
+            "PROGRESS",
+            "CHUNKS",
+            "PRIORITY",
+            "LABELS",
+            "CREATED",
+        ],
+        rows,
     )
 
 

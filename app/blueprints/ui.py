@@ -60,7 +60,13 @@ PAGE_SIZE = 50
 # job runs, and a manifest job may have 10,000.
 CHUNKS_SHOWN = 100
 # The job list's filters, under the names its form gives them.
-FILTER_FIELDS = {"status": "Status", "label": "Label", "owner": "Owner", "cursor": "Page"}
+FILTER_FIELDS = {
+    "status": "Status",
+    "label": "Label",
+    "workload": "Workload",
+    "owner": "Owner",
+    "cursor": "Page",
+}
 # A job page's script waits this long on the job watch before asking again.
 WATCH_SECONDS = 20
 # A backslash, which some browsers read as a slash, or a control character.

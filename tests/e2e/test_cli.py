@@ -138,20 +138,24 @@ def test_submit_wait_prints_the_sequential_result_and_resubmitting_finds_the_sam
     other_id = chunkwise(
         stack, "submit", other, "--column", "value", "--label", "team=red"
     ).stdout.strip()
-    listed, blue, red, owned, nobodys = chunkwise_all(
+    listed, blue, red, owned, nobodys, csv_jobs, render_jobs = chunkwise_all(
         stack,
         ["jobs", "--json"],
         ["jobs", "--label", "team=blue", "--json"],
         ["jobs", "--label", "team=red"],
         ["jobs", "--owner", "compute_user", "--json"],
         ["jobs", "--owner", "someone_else", "--json"],
+        ["jobs", "--workload", "csv_stats", "--json"],
+        ["jobs", "--workload", "render", "--json"],
     )
     assert [j["id"] for j in as_json(listed)["jobs"]] == [other_id, job_id]
     assert [j["id"] for j in as_json(blue)["jobs"]] == [job_id]
     human = red.stdout.splitlines()
-    assert len(human) == 2 and human[1].split()[:2] == [other_id, "compute_user"]
+    assert len(human) == 2 and human[1].split()[:3] == [other_id, "csv_stats", "compute_user"]
     assert [j["id"] for j in as_json(owned)["jobs"]] == [other_id, job_id]
     assert as_json(nobodys)["jobs"] == []
+    assert [j["id"] for j in as_json(csv_jobs)["jobs"]] == [other_id, job_id]
+    assert as_json(render_jobs)["jobs"] == []
 
 
 def test_failed_and_cancelled_jobs_exit_1_and_retry_and_cancel_round_trip(stack):

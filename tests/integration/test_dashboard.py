@@ -958,6 +958,21 @@ def test_the_polled_list_is_the_apis_list(sign_in, submit, client, headers):
     assert len(polled["jobs"]) == 1
 
 
+def test_the_list_page_filters_by_workload_and_keeps_it_in_its_box(sign_in, submit):
+    render = submit(manifest(1, workload="render"))
+    echo = submit(manifest(1))
+    browser = sign_in("user")
+
+    page = browser.get("/ui/?workload=render").text
+    unusable = browser.get("/ui/?workload=" + "w" * 101)
+
+    assert render["id"] in page and echo["id"] not in page
+    assert 'value="render"' in control(page, "workload")
+    assert ">clear</a>" in page
+    assert unusable.status_code == 422
+    assert 'aria-invalid="true"' in control(unusable.text, "workload")
+
+
 def test_the_list_page_filters_by_status_and_label(sign_in, submit, client, headers):
     kept = submit(manifest(1, labels={"team": "a"}))
     cancelled = submit(manifest(1, labels={"team": "b"}))

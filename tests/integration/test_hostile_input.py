@@ -565,6 +565,8 @@ QUERY_CASES = [
     # A key of nothing but spaces, which trimming would leave empty.
     ("user", "/api/v1/jobs", "label", " =x", "key=value"),
     ("user", "/api/v1/jobs", "owner", NUL, "NUL"),
+    ("user", "/api/v1/jobs", "workload", NUL, "NUL"),
+    ("user", "/api/v1/jobs", "workload", "w" * 101, "Length"),
     ("user", "/api/v1/jobs", "limit", str(2**40), "less than"),
     ("user", "/api/v1/jobs/{job}", "wait_seconds", NUL, "NUL"),
     ("user", "/api/v1/jobs/{job}/chunks", "after", NUL, "NUL"),

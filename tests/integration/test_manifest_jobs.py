@@ -335,6 +335,21 @@ def test_the_job_list_filters_by_label(submit, client, headers):
     assert response.get_json()["jobs"][0]["labels"] == {"team": "render"}
 
 
+def test_the_job_list_filters_by_workload_with_the_other_filters(submit, client, headers):
+    render = submit(manifest(1, workload="render", labels={"team": "a"}))
+    submit(manifest(1, workload="render", labels={"team": "b"}))
+    echo = submit(manifest(1, labels={"team": "a"}))
+
+    def listed(**query: str) -> list[str]:
+        response = client.get("/api/v1/jobs", query_string=query, headers=headers["user"])
+        assert response.status_code == 200, query
+        return [j["id"] for j in response.get_json()["jobs"]]
+
+    assert listed(workload="echo") == [echo["id"]]
+    assert listed(workload="render", label="team=a") == [render["id"]]
+    assert listed(workload="csv_stats") == []
+
+
 def test_a_label_filter_drops_the_spaces_around_its_key_and_value(submit, client, headers):
     tagged = submit(manifest(1, labels={"team": "render"}))
 

@@ -24,8 +24,10 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0016.job_tallies"
-# The table and triggers the latest migration adds.
+LATEST = "0017.job_workload_listing"
+# The indexes the latest migration builds, outside a transaction.
+WORKLOAD_INDEXES = {"jobs_workload_created_idx", "jobs_owner_workload_created_idx"}
+# The table and triggers 0016 adds.
 JOB_TALLIES_TABLE = "job_tallies"
 JOB_TALLY_TRIGGERS = {
     "tasks_job_tally_inserts",
@@ -172,20 +174,32 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
 
     assert not functions_joining_transition_tables(empty_database_url)
 
+    assert indexes(empty_database_url) >= WORKLOAD_INDEXES
+
     migrations.rollback_latest(empty_database_url)
-    assert public_tables(empty_database_url) == QUEUE_TABLES - {JOB_TALLIES_TABLE} | CSV_TABLES
-    assert triggers(empty_database_url) == TRIGGERS - JOB_TALLY_TRIGGERS
+    assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
+    assert not WORKLOAD_INDEXES & indexes(empty_database_url)
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
     assert triggers(empty_database_url) == TRIGGERS
+    assert indexes(empty_database_url) >= WORKLOAD_INDEXES
+
+
+def test_rolling_back_the_job_tallies_migration_drops_its_table_and_triggers(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    roll_back_through(empty_database_url, "0016.job_tallies")
+
+    assert public_tables(empty_database_url) == QUEUE_TABLES - {JOB_TALLIES_TABLE} | CSV_TABLES
+    assert triggers(empty_database_url) == TRIGGERS - JOB_TALLY_TRIGGERS
 
 
 def test_the_job_tallies_migration_counts_the_tasks_already_there(empty_database_url):
     migrations.apply(empty_database_url)
     with psycopg.connect(empty_database_url, autocommit=True, row_factory=dict_row) as conn:
         conn.execute(HISTORY)
-    migrations.rollback_latest(empty_database_url)
+    roll_back_through(empty_database_url, "0016.job_tallies")
 
     migrations.apply(empty_database_url)
 

@@ -162,11 +162,12 @@ def test_job_detail_shows_progress_result_and_error():
     assert "completed " not in text.replace("completed 2", "")
 
 
-def test_job_table_lists_owner_status_progress_chunks_and_labels():
+def test_job_table_lists_workload_owner_status_progress_chunks_and_labels():
     done = job(id="other", status="succeeded", progress=1.0, chunks_completed=4, labels={})
     lines = tables.job_table([job(), done]).splitlines()
     assert lines[0].split() == [
         "ID",
+        "WORKLOAD",
         "OWNER",
         "STATUS",
         "PROGRESS",
@@ -175,13 +176,27 @@ def test_job_table_lists_owner_status_progress_chunks_and_labels():
         "LABELS",
         "CREATED",
     ]
-    assert lines[1].split()[:7] == [JOB_ID, "compute_user", "running", "40%", "2/4", "0", "team=a"]
-    assert lines[2].split()[:7] == ["other", "compute_user", "succeeded", "100%", "4/4", "0", "-"]
+    assert lines[1].split()[:8] == [
+        JOB_ID,
+        "csv_stats",
+        "compute_user",
+        "running",
+        "40%",
+        "2/4",
+        "0",
+        "team=a",
+    ]
+    assert lines[2].split()[2:8] == ["compute_user", "succeeded", "100%", "4/4", "0", "-"]
 
 
 def test_job_table_and_detail_leave_the_owner_blank_when_a_coordinator_gives_none():
     older = {k: v for k, v in job().items() if k != "owner"}
-    assert tables.job_table([older]).splitlines()[1].split()[:3] == [JOB_ID, "-", "running"]
+    assert tables.job_table([older]).splitlines()[1].split()[:4] == [
+        JOB_ID,
+        "csv_stats",
+        "-",
+        "running",
+    ]
     assert "owner" not in tables.job_detail(older)
     assert "\nowner       compute_user\n" in tables.job_detail(job())
 
