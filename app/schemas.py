@@ -7,7 +7,18 @@ from marshmallow import Schema, ValidationError, fields, post_dump, validate, va
 from app.input_rules import COLUMN_RANGES, Bool, Int, RequestSchema
 from services.csvjobs import WORKLOAD as CSV_WORKLOAD
 
-HEX64 = validate.Regexp(r"^[0-9a-f]{64}$", error="must be 64 lowercase hex digits")
+
+def whole_text(pattern: str, error: str) -> dict:
+    r"""A string field's rule that `pattern` match the whole text: to its end in Python ("\Z":
+    "$" lets a trailing newline through), and in the OpenAPI document as ECMA-262 says it, whose
+    "$" is the end of the text and "\Z" a literal Z."""
+    return {
+        "validate": validate.Regexp(pattern + r"\Z", error=error),
+        "metadata": {"pattern": pattern + "$"},
+    }
+
+
+HEX64 = whole_text(r"^[0-9a-f]{64}", "must be 64 lowercase hex digits")
 
 
 def _printable(value: str) -> None:
@@ -18,10 +29,8 @@ def _printable(value: str) -> None:
 
 
 WORKER_ID = [validate.Length(min=1, max=200), _printable]
-# One line, so "\Z" rather than Python's "$", which lets a trailing newline through; a key of
-# more than spaces. OpenAPI's patterns are ECMA-262's, whose "$" means what "\Z" does here.
-LABEL_PATTERN = r"^(?=\s*[^=\s])[^=\r\n]{1,64}=[^\r\n]{0,256}"
-LABEL_TEXT = validate.Regexp(LABEL_PATTERN + r"\Z", error="must be key=value")
+# One line, with a key of more than spaces.
+LABEL_TEXT = whole_text(r"^(?=\s*[^=\s])[^=\r\n]{1,64}=[^\r\n]{0,256}", "must be key=value")
 
 
 class LabelText(fields.Str):
@@ -29,7 +38,7 @@ class LabelText(fields.Str):
     so `team = a` is the label the JSON `{"team": "a"}` gives."""
 
     def __init__(self, **kwargs):
-        super().__init__(validate=LABEL_TEXT, metadata={"pattern": LABEL_PATTERN + "$"}, **kwargs)
+        super().__init__(**LABEL_TEXT, **kwargs)
 
     def deserialize(self, value, attr=None, data=None, **kwargs) -> tuple[str, str] | None:
         # After the field's own validation, which checks the text as it was sent.
@@ -74,7 +83,7 @@ class TaskSpecSchema(Schema):
 
     chunk_index = Int(minimum=0, load_default=None)
     input_uri = fields.Str(required=True, validate=validate.Length(min=1, max=2000))
-    input_sha256 = fields.Str(required=True, validate=HEX64)
+    input_sha256 = fields.Str(required=True, **HEX64)
     parameters = fields.Dict(load_default=dict)
 
 
@@ -200,7 +209,7 @@ class ResultFieldsSchema(Schema):
     """What a completed task reports: a manifest, or for csv_stats the chunk summary."""
 
     result_uri = fields.Str(load_default=None, validate=validate.Length(min=1, max=2000))
-    result_sha256 = fields.Str(load_default=None, validate=HEX64)
+    result_sha256 = fields.Str(load_default=None, **HEX64)
     summary = fields.Dict(load_default=None)
     metrics = fields.Dict(load_default=dict)
 

@@ -281,7 +281,7 @@ def test_a_job_with_one_bad_field_is_422_naming_that_field(client, headers, db):
 
 
 def test_a_task_whose_input_sha256_is_not_64_lowercase_hex_is_422(client, headers):
-    for sha in ["a" * 63, "A" * 64, "g" * 64, "a" * 65, ""]:
+    for sha in ["a" * 63, "A" * 64, "g" * 64, "a" * 65, "", "a" * 64 + "\n"]:
         body = manifest(1)
         body["tasks"][0]["input_sha256"] = sha
 

@@ -210,6 +210,22 @@ def test_a_result_without_a_manifest_is_422_naming_both_fields(submit, claim, ta
     assert set(response.get_json()["error"]["details"]["fields"]) == {"result_uri", "result_sha256"}
 
 
+def test_a_result_digest_with_a_trailing_newline_is_422_and_the_task_stays_leased(
+    submit, claim, task_call, task_row
+):
+    submit(manifest(1))
+    [leased] = claim(WORKER)
+    body = {**result_body(leased), "result_sha256": "a" * 64 + "\n"}
+
+    response = task_call(leased["task_id"], "result", body)
+
+    assert response.status_code == 422
+    assert response.get_json()["error"]["details"]["fields"] == {
+        "result_sha256": ["must be 64 lowercase hex digits"]
+    }
+    assert task_row(leased["task_id"])["status"] == "leased"
+
+
 # --- failure classes --------------------------------------------------------------------------
 
 
