@@ -31,7 +31,7 @@ QUERY_BUDGET = 8000
 BLIP_STATUSES = frozenset({429, 502, 503, 504})
 STORAGE_FAILURE_CODES = frozenset({"insufficient_storage", "storage_unavailable"})
 
-_TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
 # What an Authorization header can carry as a bearer token (RFC 6750's b64token and more).
 _TOKEN = re.compile(r"[!-~]+")
 # The outcomes each batch endpoint may answer an item with (app/schemas.py).
@@ -60,7 +60,7 @@ def traceparent(trace_id: str | None) -> str:
 def _normalise_trace_id(trace_id: str | None) -> str:
     # The coordinator may hand out UUID-style ids; W3C wants 32 hex digits, never all zeros.
     candidate = (trace_id or "").replace("-", "").lower()
-    if _TRACE_ID.match(candidate) and candidate != "0" * 32:
+    if _TRACE_ID.fullmatch(candidate) and candidate != "0" * 32:
         return candidate
     return new_trace_id()
 

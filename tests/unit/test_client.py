@@ -156,6 +156,13 @@ def test_uuid_style_trace_ids_are_sent_as_w3c_hex():
     assert TRACEPARENT.match(header).group(1) == TRACE_ID
 
 
+def test_a_trace_id_that_is_not_32_hex_digits_whole_is_replaced_by_a_fresh_one():
+    for given in [TRACE_ID + "\n", TRACE_ID + "0", "0" * 32, "not hex"]:
+        header = traceparent(given)
+        assert "\n" not in header, repr(given)
+        assert TRACEPARENT.fullmatch(header).group(1) != given.strip(), repr(given)
+
+
 def test_claim_returns_tasks_and_sends_the_claim_body(client, coordinator):
     coordinator.reply(200, {"tasks": [{"task_id": "t1"}], "trace_id": TRACE_ID})
 
