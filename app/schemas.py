@@ -148,7 +148,12 @@ class ChunkPageQuerySchema(RequestSchema):
 class EventQuerySchema(RequestSchema):
     """Query parameters of the event feed."""
 
-    after = Int(minimum=0, column="bigint", load_default=0)
+    after = Int(
+        minimum=0,
+        column="bigint",
+        load_default=0,
+        metadata={"description": "the id of the last event read: the last page's next_after"},
+    )
     limit = Int(minimum=1, maximum=1000, load_default=100)
 
 

@@ -65,12 +65,26 @@ def publish_many(conn: Connection, events: Sequence[dict]) -> None:
 
 
 def list_events(conn: Connection, *, owner_id: int | None, after: int, limit: int) -> list[Event]:
-    """Events after an id, in order (only the owner's when owner_id is given)."""
+    """Events after the event `after` in the feed's order (only the owner's when owner_id is
+    given), among those whose transactions finished before any still running began.
+
+    The order is (transaction id, id) rather than id alone: ids are drawn as events are
+    written, so a later id can commit first, but a transaction that commits later has a larger
+    transaction id than every one already finished (sql/0018). An `after` no event has (one
+    retention deleted, or past the last) stands for the last event before it.
+    """
     rows = conn.execute(
         """
-        SELECT * FROM outbox
-        WHERE id > %(after)s AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
-        ORDER BY id LIMIT %(limit)s
+        WITH mark AS (
+            SELECT coalesce(
+                (SELECT xact FROM outbox WHERE id <= %(after)s ORDER BY id DESC LIMIT 1), '0'
+            ) AS xact
+        )
+        SELECT outbox.* FROM outbox, mark
+        WHERE (outbox.xact, outbox.id) > (mark.xact, %(after)s)
+          AND outbox.xact < pg_snapshot_xmin(pg_current_snapshot())
+          AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
+        ORDER BY outbox.xact, outbox.id LIMIT %(limit)s
         """,
         {"after": after, "owner": owner_id, "limit": limit},
     ).fetchall()

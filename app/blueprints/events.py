@@ -1,4 +1,4 @@
-"""The outbox as a feed: job and chunk events in commit order."""
+"""The outbox as a feed: job and chunk events, in an order no later commit can go back on."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Manifest jobs end to end: atomic admission, status, results, cancel, retry and events."""
+"""Manifest jobs end to end: atomic admission, status, results, cancel and retry."""
 
 from __future__ import annotations
 
@@ -541,51 +541,3 @@ def test_retrying_a_job_that_has_not_failed_is_409(submit, client, headers):
 
     assert response.status_code == 409
     assert response.get_json()["error"]["code"] == "not_failed"
-
-
-# --- events -----------------------------------------------------------------------------------
-
-
-def test_the_event_feed_tells_the_owner_its_jobs_story_in_order(
-    submit, claim, complete, client, headers
-):
-    job = submit(manifest(2))
-    for task in claim(WORKER, capacity=2):
-        complete(task)
-    submit(manifest(1), as_="other")
-
-    feed = client.get("/api/v1/events?after=0", headers=headers["user"]).get_json()
-
-    mine = [(e["event"], e["job_id"]) for e in feed["events"]]
-    assert mine == [
-        ("job.created", job["id"]),
-        ("chunk.completed", job["id"]),
-        ("chunk.completed", job["id"]),
-        ("job.succeeded", job["id"]),
-    ]
-    ids = [e["id"] for e in feed["events"]]
-    assert ids == sorted(ids) and feed["next_after"] == ids[-1]
-    assert (
-        client.get(f"/api/v1/events?after={ids[-1]}", headers=headers["user"]).get_json()["events"]
-        == []
-    )
-
-
-def test_the_event_feed_hides_other_users_events(submit, client, headers):
-    submit(manifest(1))
-
-    feed = client.get("/api/v1/events?after=0", headers=headers["other"]).get_json()
-
-    assert feed["events"] == []
-
-
-def test_an_operator_sees_every_users_events(submit, client, headers):
-    mine = submit(manifest(1))
-    theirs = submit(manifest(1), as_="other")
-
-    feed = client.get("/api/v1/events?after=0", headers=headers["operator"]).get_json()
-
-    assert [(e["event"], e["job_id"]) for e in feed["events"]] == [
-        ("job.created", mine["id"]),
-        ("job.created", theirs["id"]),
-    ]

@@ -8,6 +8,7 @@ from psycopg.rows import dict_row
 
 from app import create_app, migrations
 from app.runtime import close
+from repositories import events as event_rows
 from tests.integration.queue_counts import counted, tallied
 
 QUEUE_TABLES = {
@@ -24,8 +25,12 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0017.job_workload_listing"
-# The indexes the latest migration builds, outside a transaction.
+LATEST = "0018.events_in_feed_order"
+# The column the latest migration adds to the outbox, and the indexes it swaps, outside a
+# transaction.
+FEED_COLUMN = "xact"
+FEED_INDEXES, OWNER_INDEX = {"outbox_feed_idx", "outbox_owner_feed_idx"}, "outbox_owner_idx"
+# The indexes 0017 builds, outside a transaction.
 WORKLOAD_INDEXES = {"jobs_workload_created_idx", "jobs_owner_workload_created_idx"}
 # The table and triggers 0016 adds.
 JOB_TALLIES_TABLE = "job_tallies"
@@ -174,16 +179,53 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
 
     assert not functions_joining_transition_tables(empty_database_url)
 
-    assert indexes(empty_database_url) >= WORKLOAD_INDEXES
+    assert indexes(empty_database_url) >= FEED_INDEXES
+    assert OWNER_INDEX not in indexes(empty_database_url)
 
     migrations.rollback_latest(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
-    assert not WORKLOAD_INDEXES & indexes(empty_database_url)
+    assert not FEED_INDEXES & indexes(empty_database_url)
+    assert OWNER_INDEX in indexes(empty_database_url)
+    assert FEED_COLUMN not in columns(empty_database_url, "outbox")
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
     assert triggers(empty_database_url) == TRIGGERS
+    assert indexes(empty_database_url) >= FEED_INDEXES
+
+
+def test_the_feed_order_migration_puts_the_events_already_there_first(empty_database_url):
+    migrations.apply(empty_database_url)
+    roll_back_through(empty_database_url, LATEST)
+    with psycopg.connect(empty_database_url, autocommit=True, row_factory=dict_row) as conn:
+        conn.execute(HISTORY)
+        conn.execute(
+            "INSERT INTO outbox (job_id, owner_id, event, trace_id)"
+            " SELECT id, owner_id, 'job.succeeded', 'old' FROM jobs ORDER BY id"
+        )
+
+    migrations.apply(empty_database_url)
+
+    with psycopg.connect(empty_database_url, autocommit=True, row_factory=dict_row) as conn:
+        conn.execute(
+            "INSERT INTO outbox (job_id, owner_id, event, trace_id)"
+            " SELECT id, owner_id, 'job.retried', 'new' FROM jobs ORDER BY id LIMIT 1"
+        )
+        feed = event_rows.list_events(conn, owner_id=None, after=0, limit=10)
+    assert [(e.event, e.trace_id) for e in feed] == [
+        ("job.succeeded", "old"),
+        ("job.succeeded", "old"),
+        ("job.retried", "new"),
+    ]
+
+
+def test_rolling_back_the_workload_listing_migration_drops_its_indexes(empty_database_url):
+    migrations.apply(empty_database_url)
     assert indexes(empty_database_url) >= WORKLOAD_INDEXES
+
+    roll_back_through(empty_database_url, "0017.job_workload_listing")
+
+    assert not WORKLOAD_INDEXES & indexes(empty_database_url)
 
 
 def test_rolling_back_the_job_tallies_migration_drops_its_table_and_triggers(empty_database_url):

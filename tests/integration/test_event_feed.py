@@ -1,0 +1,93 @@
+"""The event feed: each owner's job stories, in an order no later page can go back on."""
+
+from __future__ import annotations
+
+import psycopg
+
+from tests.integration.manifests import WORKER, manifest
+
+
+def test_the_event_feed_tells_the_owner_its_jobs_story_in_order(
+    submit, claim, complete, client, headers
+):
+    job = submit(manifest(2))
+    for task in claim(WORKER, capacity=2):
+        complete(task)
+    submit(manifest(1), as_="other")
+
+    feed = client.get("/api/v1/events?after=0", headers=headers["user"]).get_json()
+
+    mine = [(e["event"], e["job_id"]) for e in feed["events"]]
+    assert mine == [
+        ("job.created", job["id"]),
+        ("chunk.completed", job["id"]),
+        ("chunk.completed", job["id"]),
+        ("job.succeeded", job["id"]),
+    ]
+    ids = [e["id"] for e in feed["events"]]
+    assert ids == sorted(ids) and feed["next_after"] == ids[-1]
+    assert (
+        client.get(f"/api/v1/events?after={ids[-1]}", headers=headers["user"]).get_json()["events"]
+        == []
+    )
+
+
+def test_the_event_feed_hides_other_users_events(submit, client, headers):
+    submit(manifest(1))
+
+    feed = client.get("/api/v1/events?after=0", headers=headers["other"]).get_json()
+
+    assert feed["events"] == []
+
+
+def test_an_operator_sees_every_users_events(submit, client, headers):
+    mine = submit(manifest(1))
+    theirs = submit(manifest(1), as_="other")
+
+    feed = client.get("/api/v1/events?after=0", headers=headers["operator"]).get_json()
+
+    assert [(e["event"], e["job_id"]) for e in feed["events"]] == [
+        ("job.created", mine["id"]),
+        ("job.created", theirs["id"]),
+    ]
+
+
+def test_the_event_feed_waits_for_an_event_still_being_written_rather_than_pass_it(
+    submit, client, headers, database_url
+):
+    first_job = submit(manifest(1))
+    with psycopg.connect(database_url) as writer:
+        # A result's transaction has written its event and not yet committed...
+        writer.execute(
+            "INSERT INTO outbox (job_id, owner_id, event, trace_id)"
+            " SELECT id, owner_id, 'chunk.completed', 'late' FROM jobs WHERE id = %s",
+            [first_job["id"]],
+        )
+        # ...while a later one writes and commits its own.
+        second_job = submit(manifest(1))
+        first = client.get("/api/v1/events?after=0", headers=headers["user"]).get_json()
+    # The writer's transaction commits as its block ends.
+    rest = client.get(
+        f"/api/v1/events?after={first['next_after']}", headers=headers["user"]
+    ).get_json()
+
+    assert [(e["event"], e["job_id"]) for e in first["events"]] == [
+        ("job.created", first_job["id"])
+    ]
+    assert [(e["event"], e["job_id"], e["trace_id"]) for e in rest["events"]] == [
+        ("chunk.completed", first_job["id"], "late"),
+        ("job.created", second_job["id"], rest["events"][1]["trace_id"]),
+    ]
+
+
+def test_a_follower_whose_last_event_was_deleted_resumes_after_it(submit, client, headers, db):
+    submit(manifest(1))
+    read = client.get("/api/v1/events?after=0", headers=headers["user"]).get_json()
+    db.execute("DELETE FROM outbox WHERE id = %s", [read["next_after"]])
+    job = submit(manifest(1))
+
+    resumed = client.get(f"/api/v1/events?after={read['next_after']}", headers=headers["user"])
+
+    assert [(e["event"], e["job_id"]) for e in resumed.get_json()["events"]] == [
+        ("job.created", job["id"])
+    ]
