@@ -155,6 +155,7 @@ class EventQuerySchema(RequestSchema):
         metadata={"description": "the id of the last event read: the last page's next_after"},
     )
     limit = Int(minimum=1, maximum=1000, load_default=100)
+    job_id = fields.UUID(load_default=None, metadata={"description": "only this job's events"})
 
 
 # A claim leases at most as many tasks as one batch of results can report.

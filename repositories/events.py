@@ -64,9 +64,12 @@ def publish_many(conn: Connection, events: Sequence[dict]) -> None:
     )
 
 
-def list_events(conn: Connection, *, owner_id: int | None, after: int, limit: int) -> list[Event]:
+def list_events(
+    conn: Connection, *, owner_id: int | None, after: int, limit: int, job_id: UUID | None = None
+) -> list[Event]:
     """Events after the event `after` in the feed's order (only the owner's when owner_id is
-    given), among those whose transactions finished before any still running began.
+    given, one job's when job_id is), among those whose transactions finished before any still
+    running began.
 
     The order is (transaction id, id) rather than id alone: ids are drawn as events are
     written, so a later id can commit first, but a transaction that commits later has a larger
@@ -84,9 +87,10 @@ def list_events(conn: Connection, *, owner_id: int | None, after: int, limit: in
         WHERE (outbox.xact, outbox.id) > (mark.xact, %(after)s)
           AND outbox.xact < pg_snapshot_xmin(pg_current_snapshot())
           AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
+          AND (%(job)s::uuid IS NULL OR job_id = %(job)s)
         ORDER BY outbox.xact, outbox.id LIMIT %(limit)s
         """,
-        {"after": after, "owner": owner_id, "limit": limit},
+        {"after": after, "owner": owner_id, "job": job_id, "limit": limit},
     ).fetchall()
     return [from_row(Event, r) for r in rows]
 

@@ -455,11 +455,14 @@ def _queue_full(rt: Runtime, workload: str, queued: int, requested: int, limit: 
     )
 
 
-def list_events(rt: Runtime, principal: Principal, *, after: int, limit: int) -> list[Event]:
-    """Outbox events after an id, in order: the owner's, or everyone's for an operator."""
+def list_events(
+    rt: Runtime, principal: Principal, *, after: int, limit: int, job_id: UUID | None = None
+) -> list[Event]:
+    """Outbox events after an id, in order: the owner's, or everyone's for an operator; only
+    one job's when job_id is given."""
     owner = None if principal.is_operator else principal.user_id
     with rt.pool.connection() as conn:
-        return event_rows.list_events(conn, owner_id=owner, after=after, limit=limit)
+        return event_rows.list_events(conn, owner_id=owner, after=after, limit=limit, job_id=job_id)
 
 
 def _view(conn: Connection, job: Job) -> JobView:

@@ -471,10 +471,16 @@ class CoordinatorClient:
         return self._request("POST", f"/api/v1/jobs/{_segment(job_id)}/retry", trace_id=trace_id)
 
     def list_events(
-        self, *, after: int = 0, limit: int | None = None, trace_id: str | None = None
+        self,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        job_id: str | None = None,
+        trace_id: str | None = None,
     ) -> dict:
-        """Outbox events after an id, oldest first: {events, next_after}."""
-        params = {"after": after} if limit is None else {"after": after, "limit": limit}
+        """Outbox events after an id, oldest first (one job's, if named): {events, next_after}."""
+        given = {"after": after, "limit": limit, "job_id": job_id}
+        params = {name: value for name, value in given.items() if value is not None}
         return self._request("GET", "/api/v1/events", params=params, trace_id=trace_id)
 
     # -- operator endpoints -----------------------------------------------------------------

@@ -138,7 +138,7 @@ def test_submit_wait_prints_the_sequential_result_and_resubmitting_finds_the_sam
     other_id = chunkwise(
         stack, "submit", other, "--column", "value", "--label", "team=red"
     ).stdout.strip()
-    listed, blue, red, owned, nobodys, csv_jobs, render_jobs = chunkwise_all(
+    listed, blue, red, owned, nobodys, csv_jobs, render_jobs, its_events = chunkwise_all(
         stack,
         ["jobs", "--json"],
         ["jobs", "--label", "team=blue", "--json"],
@@ -147,6 +147,7 @@ def test_submit_wait_prints_the_sequential_result_and_resubmitting_finds_the_sam
         ["jobs", "--owner", "someone_else", "--json"],
         ["jobs", "--workload", "csv_stats", "--json"],
         ["jobs", "--workload", "render", "--json"],
+        ["events", "--job", other_id, "--json"],
     )
     assert [j["id"] for j in as_json(listed)["jobs"]] == [other_id, job_id]
     assert [j["id"] for j in as_json(blue)["jobs"]] == [job_id]
@@ -156,6 +157,9 @@ def test_submit_wait_prints_the_sequential_result_and_resubmitting_finds_the_sam
     assert as_json(nobodys)["jobs"] == []
     assert [j["id"] for j in as_json(csv_jobs)["jobs"]] == [other_id, job_id]
     assert as_json(render_jobs)["jobs"] == []
+    its_events = as_json(its_events)["events"]
+    assert its_events[0]["event"] == "job.created"
+    assert {e["job_id"] for e in its_events} == {other_id}
 
 
 def test_failed_and_cancelled_jobs_exit_1_and_retry_and_cancel_round_trip(stack):

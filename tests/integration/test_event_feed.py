@@ -91,3 +91,40 @@ def test_a_follower_whose_last_event_was_deleted_resumes_after_it(submit, client
     assert [(e["event"], e["job_id"]) for e in resumed.get_json()["events"]] == [
         ("job.created", job["id"])
     ]
+
+
+def test_the_event_feed_of_one_job_holds_only_that_jobs_events(
+    submit, claim, complete, client, headers
+):
+    job = submit(manifest(1))
+    submit(manifest(1))
+    for task in claim(WORKER, capacity=2):
+        complete(task)
+
+    feed = client.get(
+        "/api/v1/events", query_string={"job_id": job["id"]}, headers=headers["user"]
+    ).get_json()
+
+    assert [(e["event"], e["job_id"]) for e in feed["events"]] == [
+        ("job.created", job["id"]),
+        ("chunk.completed", job["id"]),
+        ("job.succeeded", job["id"]),
+    ]
+
+
+def test_the_event_feed_of_another_users_job_is_empty(submit, client, headers):
+    theirs = submit(manifest(1), as_="other")
+
+    feed = client.get(
+        "/api/v1/events", query_string={"job_id": theirs["id"]}, headers=headers["user"]
+    )
+
+    assert feed.status_code == 200
+    assert feed.get_json()["events"] == []
+
+
+def test_an_event_feed_job_id_that_is_no_uuid_is_422_naming_it(client, headers):
+    response = client.get("/api/v1/events?job_id=nope", headers=headers["user"])
+
+    assert response.status_code == 422
+    assert list(response.get_json()["error"]["details"]["fields"]) == ["job_id"]

@@ -90,6 +90,7 @@ def test_missing_url_or_token_is_a_usage_error_naming_it(missing):
         ["jobs", "--status", "sleeping"],
         ["jobs", "--label", "=value"],
         ["events", "--after", "yesterday"],
+        ["events", "--job", "not-a-uuid"],
     ],
 )
 def test_bad_usage_exits_2_without_calling_the_coordinator(argv):

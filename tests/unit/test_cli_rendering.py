@@ -354,7 +354,7 @@ class CannedClient:
     def retry_job(self, job_id, *, trace_id):
         return job(status="running")
 
-    def list_events(self, *, after, limit, trace_id):
+    def list_events(self, *, after, limit, job_id, trace_id):
         return {"events": [EVENT] if after < EVENT["id"] else [], "next_after": EVENT["id"]}
 
     def queue_status(self, *, trace_id):
