@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
-import psycopg
+import random
+import threading
+import time
 
+import psycopg
+from psycopg.rows import dict_row
+
+from repositories import events as event_rows
 from tests.integration.manifests import WORKER, manifest
+
+
+def created_events(database_url: str, job_id: str) -> list[int]:
+    """The ids of a job's job.created events."""
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT id FROM outbox WHERE job_id = %s AND event = 'job.created'", [job_id]
+        ).fetchall()
+    return [id_ for (id_,) in rows]
 
 
 def test_the_event_feed_tells_the_owner_its_jobs_story_in_order(
@@ -128,3 +143,50 @@ def test_an_event_feed_job_id_that_is_no_uuid_is_422_naming_it(client, headers):
 
     assert response.status_code == 422
     assert list(response.get_json()["error"]["details"]["fields"]) == ["job_id"]
+
+
+def test_a_follower_sees_every_event_once_while_writers_commit_out_of_order(submit, database_url):
+    job = submit(manifest(1))
+    writers, events_each = 4, 25
+    written: list[int] = []
+    done = threading.Event()
+
+    def write(seed: int) -> None:
+        pause = random.Random(seed)
+        with psycopg.connect(database_url) as conn:
+            for _ in range(events_each):
+                with conn.transaction():
+                    row = conn.execute(
+                        "INSERT INTO outbox (job_id, owner_id, event, trace_id)"
+                        " SELECT id, owner_id, 'chunk.completed', 'w' FROM jobs WHERE id = %s"
+                        " RETURNING id",
+                        [job["id"]],
+                    ).fetchone()
+                    # Held open a while: ids drawn in one order commit in another.
+                    time.sleep(pause.uniform(0, 0.01))
+                written.append(row[0])
+
+    def follow(seen: list[int]) -> None:
+        after = 0
+        with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
+            while True:
+                finished = done.is_set()
+                page = event_rows.list_events(conn, owner_id=None, after=after, limit=7)
+                seen.extend(e.id for e in page)
+                after = page[-1].id if page else after
+                if finished and not page:
+                    return
+
+    seen: list[int] = []
+    follower = threading.Thread(target=follow, args=(seen,))
+    follower.start()
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    done.set()
+    follower.join(timeout=30)
+
+    assert len(written) == writers * events_each
+    assert sorted(seen) == sorted([*written, *created_events(database_url, job["id"])])
