@@ -119,6 +119,10 @@ class Workloads:
         for name in names:
             self._rules.setdefault(name, Workload(name, default_caps))
 
+    def names(self) -> list[str]:
+        """The served workloads' names, sorted."""
+        return sorted(self._rules)
+
     def get(self, name: str) -> Workload | None:
         """The rules of a served workload, or None."""
         return self._rules.get(name)

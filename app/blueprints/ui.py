@@ -193,6 +193,7 @@ def jobs_page():
         next_cursor=cursor,
         filters=filters,
         statuses=JOB_STATUSES,
+        workloads=get_runtime().workloads.names(),
         problems=problems,
         field_names=FILTER_FIELDS,
     )

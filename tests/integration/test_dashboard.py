@@ -973,6 +973,16 @@ def test_the_list_page_filters_by_workload_and_keeps_it_in_its_box(sign_in, subm
     assert 'aria-invalid="true"' in control(unusable.text, "workload")
 
 
+def test_the_list_pages_workload_box_suggests_every_served_workload(sign_in):
+    page = sign_in("user").get("/ui/").text
+
+    assert 'list="served-workloads"' in control(page, "workload")
+    suggestions = page.split('<datalist id="served-workloads">', 1)[1].split("</datalist>", 1)[0]
+    assert suggestions == "".join(
+        f'<option value="{name}">' for name in ("csv_stats", "echo", "render")
+    )
+
+
 def test_the_list_page_filters_by_status_and_label(sign_in, submit, client, headers):
     kept = submit(manifest(1, labels={"team": "a"}))
     cancelled = submit(manifest(1, labels={"team": "b"}))
