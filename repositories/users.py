@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import datetime
 
 from psycopg import Connection
 
@@ -93,3 +94,51 @@ def has_token(conn: Connection, kind: str, name: str) -> bool:
         {"kind": kind, "name": name},
     ).fetchone()
     return row is not None
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """A token as operators list it: never the token, nor its digest."""
+
+    id: int
+    kind: str
+    name: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+def user_id(conn: Connection, name: str) -> int | None:
+    """The id of the user with this name, or None."""
+    row = conn.execute("SELECT id FROM users WHERE name = %(name)s", {"name": name}).fetchone()
+    return row["id"] if row else None
+
+
+def list_tokens(conn: Connection, *, revoked: bool) -> list[TokenRecord]:
+    """Tokens in the order they were issued: the live ones, and the revoked too if asked."""
+    rows = conn.execute(
+        """
+        SELECT t.id, t.kind, COALESCE(u.name, t.name) AS name, t.created_at, t.revoked_at
+        FROM api_tokens t LEFT JOIN users u ON u.id = t.user_id
+        WHERE %(revoked)s OR t.revoked_at IS NULL
+        ORDER BY t.id
+        """,
+        {"revoked": revoked},
+    ).fetchall()
+    return [from_row(TokenRecord, r) for r in rows]
+
+
+def revoke_token(conn: Connection, token_id: int) -> TokenRecord | None:
+    """Revoke a token (a revoked one keeps its first revocation time); None if no such id."""
+    row = conn.execute(
+        """
+        WITH revoked AS (
+            UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now())
+            WHERE id = %(id)s
+            RETURNING id, kind, name, user_id, created_at, revoked_at
+        )
+        SELECT t.id, t.kind, COALESCE(u.name, t.name) AS name, t.created_at, t.revoked_at
+        FROM revoked t LEFT JOIN users u ON u.id = t.user_id
+        """,
+        {"id": token_id},
+    ).fetchone()
+    return from_row(TokenRecord, row) if row else None

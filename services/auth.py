@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from psycopg_pool import ConnectionPool
 
 from repositories import users
-from services.errors import InvalidInput, Unauthenticated
+from services.errors import InvalidInput, NotFound, Unauthenticated
 
 USER_PREFIX = "cwu_"
 WORKER_PREFIX = "cww_"
@@ -172,6 +172,7 @@ def seed_local(
 
 def create_user(pool: ConnectionPool, name: str, role: str) -> IssuedToken:
     """Create a user with a fresh token."""
+    _check_name(name)
     if role not in ("user", "operator"):
         raise InvalidInput.field("role", "must be user or operator")
     token = new_token("user")
@@ -181,3 +182,44 @@ def create_user(pool: ConnectionPool, name: str, role: str) -> IssuedToken:
             raise InvalidInput.field("name", f"a user named {name!r} already exists")
         users.insert_token(conn, token_digest(token), "user", name, user_id)
     return IssuedToken(name=name, kind="user", token=token, created=True)
+
+
+def issue_token(pool: ConnectionPool, user_name: str) -> IssuedToken:
+    """A further token for an existing user; the user's other tokens stay live until revoked."""
+    token = new_token("user")
+    with pool.connection() as conn, conn.transaction():
+        user_id = users.user_id(conn, user_name)
+        if user_id is None:
+            raise NotFound(f"no user is named {user_name!r}")
+        users.insert_token(conn, token_digest(token), "user", user_name, user_id)
+    return IssuedToken(name=user_name, kind="user", token=token, created=True)
+
+
+def issue_worker_token(pool: ConnectionPool, name: str) -> IssuedToken:
+    """A new worker credential; its name (several may share one) names it in logs and audit."""
+    _check_name(name)
+    token = new_token("worker")
+    with pool.connection() as conn:
+        users.insert_token(conn, token_digest(token), "worker", name, None)
+    return IssuedToken(name=name, kind="worker", token=token, created=True)
+
+
+def list_tokens(pool: ConnectionPool, *, revoked: bool = False) -> list[users.TokenRecord]:
+    """Every live token (and the revoked ones if asked), without the secrets."""
+    with pool.connection() as conn:
+        return users.list_tokens(conn, revoked=revoked)
+
+
+def revoke_token(pool: ConnectionPool, token_id: int) -> users.TokenRecord:
+    """Revoke a token; every coordinator refuses it as soon as it hears (sql/0009)."""
+    with pool.connection() as conn:
+        record = users.revoke_token(conn, token_id)
+    if record is None:
+        raise NotFound(f"no token has the id {token_id}")
+    return record
+
+
+def _check_name(name: str) -> None:
+    # The name a principal is known by in logs, audit rows and the job list's owner filter.
+    if not 1 <= len(name) <= 200 or not name.isprintable() or name.isspace():
+        raise InvalidInput.field("name", "must be 1-200 printable characters, not only spaces")
