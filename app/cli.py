@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TypeVar
 
 import click
 from flask import Flask
 
 from app.runtime import get_runtime
-from services import auth
+from services import credentials
 from services.errors import ChunkwiseError
-
-T = TypeVar("T")
 
 
 def init_app(app: Flask) -> None:
@@ -23,7 +21,7 @@ def init_app(app: Flask) -> None:
     @app.cli.command("seed-local")
     def seed_local() -> None:
         """Create compute_user, operator and a worker credential (idempotent)."""
-        issued = auth.seed_local(
+        issued = credentials.seed_local(
             get_runtime().pool,
             user_token=os.environ.get("CHUNKWISE_SEED_USER_TOKEN") or None,
             operator_token=os.environ.get("CHUNKWISE_SEED_OPERATOR_TOKEN") or None,
@@ -40,26 +38,29 @@ def init_app(app: Flask) -> None:
     @click.option("--role", type=click.Choice(["user", "operator"]), default="user")
     def create_user(name: str, role: str) -> None:
         """Create a user and print its new token."""
-        click.echo(_refused_or(lambda: auth.create_user(get_runtime().pool, name, role)).token)
+        with _refusal_as_error():
+            click.echo(credentials.create_user(get_runtime().pool, name, role).token)
 
     @app.cli.command("issue-token")
     @click.argument("user")
     def issue_token(user: str) -> None:
         """Print a further token for an existing user (to rotate: issue, then revoke the old)."""
-        click.echo(_refused_or(lambda: auth.issue_token(get_runtime().pool, user)).token)
+        with _refusal_as_error():
+            click.echo(credentials.issue_token(get_runtime().pool, user).token)
 
     @app.cli.command("issue-worker-token")
     @click.argument("name")
     def issue_worker_token(name: str) -> None:
         """Print a new worker credential, named NAME in logs and the audit log."""
-        click.echo(_refused_or(lambda: auth.issue_worker_token(get_runtime().pool, name)).token)
+        with _refusal_as_error():
+            click.echo(credentials.issue_worker_token(get_runtime().pool, name).token)
 
     @app.cli.command("list-tokens")
     @click.option("--all", "everything", is_flag=True, help="include revoked tokens")
     def list_tokens(everything: bool) -> None:
         """List tokens by id, kind and name (never the tokens themselves)."""
         click.echo(f"{'ID':>6}  {'KIND':6}  {'CREATED':20}  {'REVOKED':20}  NAME")
-        for t in auth.list_tokens(get_runtime().pool, revoked=everything):
+        for t in credentials.list_tokens(get_runtime().pool, revoked=everything):
             revoked = _when(t.revoked_at) if t.revoked_at else "-"
             click.echo(f"{t.id:>6}  {t.kind:6}  {_when(t.created_at):20}  {revoked:20}  {t.name}")
 
@@ -67,14 +68,16 @@ def init_app(app: Flask) -> None:
     @click.argument("token_id", metavar="ID", type=click.IntRange(min=1, max=2**63 - 1))
     def revoke_token(token_id: int) -> None:
         """Revoke a token by its id (see list-tokens); coordinators refuse it within moments."""
-        t = _refused_or(lambda: auth.revoke_token(get_runtime().pool, token_id))
+        with _refusal_as_error():
+            t = credentials.revoke_token(get_runtime().pool, token_id)
         click.echo(f"token {t.id} ({t.kind} {t.name}) revoked at {_when(t.revoked_at)}")
 
 
-def _refused_or(action: Callable[[], T]) -> T:
-    """What action() returns; a refusal is the command's error (status 1), not a traceback."""
+@contextmanager
+def _refusal_as_error() -> Iterator[None]:
+    """A refusal is the command's error (one line, status 1), not a traceback."""
     try:
-        return action()
+        yield
     except ChunkwiseError as exc:
         raise click.ClickException(str(exc)) from exc
 

@@ -125,3 +125,22 @@ def record(
             "trace": trace_id,
         },
     )
+
+
+def audit(
+    conn: Connection, *, actor: str, action: str, target: str, details: dict, trace_id: str
+) -> None:
+    """Tell the operators in the audit log, in the caller's transaction."""
+    conn.execute(
+        """
+        INSERT INTO audit_log (actor, action, target, trace_id, details)
+        VALUES (%(actor)s, %(action)s, %(target)s, %(trace)s, %(details)s)
+        """,
+        {
+            "actor": actor,
+            "action": action,
+            "target": target,
+            "trace": trace_id,
+            "details": Jsonb(details),
+        },
+    )

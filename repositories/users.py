@@ -73,8 +73,8 @@ def insert_user(conn: Connection, name: str, role: str) -> int | None:
 
 def insert_token(
     conn: Connection, token_sha256: str, kind: str, name: str, user_id: int | None
-) -> bool:
-    """Register a token digest; False when it is already registered."""
+) -> int | None:
+    """Register a token digest and return its id; None when it is already registered."""
     row = conn.execute(
         """
         INSERT INTO api_tokens (token_sha256, kind, name, user_id)
@@ -84,7 +84,7 @@ def insert_token(
         """,
         {"digest": token_sha256, "kind": kind, "name": name, "user_id": user_id},
     ).fetchone()
-    return row is not None
+    return row["id"] if row else None
 
 
 def has_token(conn: Connection, kind: str, name: str) -> bool:

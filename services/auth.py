@@ -1,10 +1,9 @@
-"""Bearer tokens: issuing, hashing, and resolving them to a principal."""
+"""Bearer tokens: hashing them, and resolving them to a principal."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 from psycopg_pool import ConnectionPool
 
 from repositories import users
-from services.errors import InvalidInput, NotFound, Unauthenticated
+from services.errors import Unauthenticated
 
 USER_PREFIX = "cwu_"
 WORKER_PREFIX = "cww_"
@@ -34,24 +33,9 @@ class Principal:
         return self.role == "operator"
 
 
-@dataclass(frozen=True)
-class IssuedToken:
-    """A token shown to its owner once; only its digest is stored."""
-
-    name: str
-    kind: str
-    token: str
-    created: bool
-
-
 def token_digest(token: str) -> str:
     """Return the hex SHA-256 under which a token is stored."""
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def new_token(kind: str) -> str:
-    """Generate a high-entropy token whose prefix says what it is for."""
-    return (WORKER_PREFIX if kind == "worker" else USER_PREFIX) + secrets.token_urlsafe(32)
 
 
 class KnownPrincipals:
@@ -139,87 +123,3 @@ def principal_of_digest(
         principal = Principal(kind="user", name=owner.name, user_id=owner.user_id, role=owner.role)
     known.remember(digest, principal, generation)
     return principal
-
-
-def seed_local(
-    pool: ConnectionPool,
-    *,
-    user_token: str | None,
-    operator_token: str | None,
-    worker_token: str | None,
-) -> list[IssuedToken]:
-    """Create compute_user, operator and a worker credential; idempotent.
-
-    A given token is registered as is; a missing one is generated only when the principal
-    has no token yet, so re-running never mints a second credential by surprise.
-    """
-    wanted = [
-        ("compute_user", "user", "user", user_token),
-        ("operator", "user", "operator", operator_token),
-        ("local-worker", "worker", None, worker_token),
-    ]
-    issued = []
-    with pool.connection() as conn, conn.transaction():
-        for name, kind, role, token in wanted:
-            user_id = users.upsert_user(conn, name, role) if role else None
-            if token is None and users.has_token(conn, kind, name):
-                continue
-            token = token or new_token(kind)
-            created = users.insert_token(conn, token_digest(token), kind, name, user_id)
-            issued.append(IssuedToken(name=name, kind=kind, token=token, created=created))
-    return issued
-
-
-def create_user(pool: ConnectionPool, name: str, role: str) -> IssuedToken:
-    """Create a user with a fresh token."""
-    _check_name(name)
-    if role not in ("user", "operator"):
-        raise InvalidInput.field("role", "must be user or operator")
-    token = new_token("user")
-    with pool.connection() as conn, conn.transaction():
-        user_id = users.insert_user(conn, name, role)
-        if user_id is None:
-            raise InvalidInput.field("name", f"a user named {name!r} already exists")
-        users.insert_token(conn, token_digest(token), "user", name, user_id)
-    return IssuedToken(name=name, kind="user", token=token, created=True)
-
-
-def issue_token(pool: ConnectionPool, user_name: str) -> IssuedToken:
-    """A further token for an existing user; the user's other tokens stay live until revoked."""
-    token = new_token("user")
-    with pool.connection() as conn, conn.transaction():
-        user_id = users.user_id(conn, user_name)
-        if user_id is None:
-            raise NotFound(f"no user is named {user_name!r}")
-        users.insert_token(conn, token_digest(token), "user", user_name, user_id)
-    return IssuedToken(name=user_name, kind="user", token=token, created=True)
-
-
-def issue_worker_token(pool: ConnectionPool, name: str) -> IssuedToken:
-    """A new worker credential; its name (several may share one) names it in logs and audit."""
-    _check_name(name)
-    token = new_token("worker")
-    with pool.connection() as conn:
-        users.insert_token(conn, token_digest(token), "worker", name, None)
-    return IssuedToken(name=name, kind="worker", token=token, created=True)
-
-
-def list_tokens(pool: ConnectionPool, *, revoked: bool = False) -> list[users.TokenRecord]:
-    """Every live token (and the revoked ones if asked), without the secrets."""
-    with pool.connection() as conn:
-        return users.list_tokens(conn, revoked=revoked)
-
-
-def revoke_token(pool: ConnectionPool, token_id: int) -> users.TokenRecord:
-    """Revoke a token; every coordinator refuses it as soon as it hears (sql/0009)."""
-    with pool.connection() as conn:
-        record = users.revoke_token(conn, token_id)
-    if record is None:
-        raise NotFound(f"no token has the id {token_id}")
-    return record
-
-
-def _check_name(name: str) -> None:
-    # The name a principal is known by in logs, audit rows and the job list's owner filter.
-    if not 1 <= len(name) <= 200 or not name.isprintable() or name.isspace():
-        raise InvalidInput.field("name", "must be 1-200 printable characters, not only spaces")

@@ -161,13 +161,15 @@ def client(app):
 @pytest.fixture
 def tokens(rt) -> dict:
     """Seeded credentials: user, operator, worker, and a second user `other`."""
-    from services import auth
+    from services import credentials
 
     issued = {
         t.name: t.token
-        for t in auth.seed_local(rt.pool, user_token=None, operator_token=None, worker_token=None)
+        for t in credentials.seed_local(
+            rt.pool, user_token=None, operator_token=None, worker_token=None
+        )
     }
-    other = auth.create_user(rt.pool, "other_user", "user").token
+    other = credentials.create_user(rt.pool, "other_user", "user").token
     return {
         "user": issued["compute_user"],
         "operator": issued["operator"],

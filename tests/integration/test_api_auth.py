@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from services import auth
+from services import auth, credentials
 from tests.integration.csv_worker import settings
 from tests.integration.manifests import WORKER, manifest
 
@@ -224,7 +224,7 @@ def test_every_job_names_its_owner_on_creation_reading_and_listing(submit, clien
 
 
 def test_a_job_is_its_users_even_through_a_token_named_otherwise(client, db, tokens):
-    token = auth.new_token("user")
+    token = credentials.new_token("user")
     db.execute(
         """
         INSERT INTO api_tokens (token_sha256, kind, name, user_id)

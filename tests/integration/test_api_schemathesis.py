@@ -24,7 +24,7 @@ from schemathesis.specs.openapi.checks import (
 
 from app import create_app, openapi
 from app.runtime import close
-from services import auth
+from services import credentials
 from tests.conftest import fresh_database, url_for
 from tests.integration.manifests import WORKER, manifest
 
@@ -56,7 +56,9 @@ def api(pg_server, template_db, tmp_path_factory):
             }
         )
         pool = app.extensions["chunkwise.runtime"].pool
-        issued = auth.seed_local(pool, user_token=None, operator_token=None, worker_token=None)
+        issued = credentials.seed_local(
+            pool, user_token=None, operator_token=None, worker_token=None
+        )
         tokens = {t.name: t.token for t in issued}
         headers = {
             "user": {"Authorization": f"Bearer {tokens['compute_user']}"},

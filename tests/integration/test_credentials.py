@@ -145,3 +145,26 @@ def test_a_name_no_log_line_can_carry_is_refused_naming_the_field_and_writes_not
     assert refused.exit_code == 1, refused.output
     assert "Error: name: must be 1-200 printable characters" in refused.output
     assert credentials(db) == before
+
+
+def test_every_credential_change_is_in_the_audit_log_without_the_token(app, db):
+    user_token = flask(app, "create-user", "alice").output.strip()
+    second = flask(app, "issue-token", "alice").output.strip()
+    worker = flask(app, "issue-worker-token", "fleet-b").output.strip()
+    worker_id = max(listed(app))
+    flask(app, "revoke-token", str(worker_id))
+
+    rows = db.execute(
+        "SELECT actor, action, target, details FROM audit_log"
+        " WHERE action LIKE 'user.%%' OR action LIKE 'token.%%' ORDER BY id"
+    ).fetchall()
+
+    assert [(r["actor"], r["action"]) for r in rows] == [("command line", "user.create")] + [
+        ("command line", "token.issue")
+    ] * 3 + [("command line", "token.revoke")]
+    assert rows[0]["target"] == "user alice" and rows[0]["details"] == {"role": "user"}
+    assert rows[-1]["target"] == f"token {worker_id}"
+    assert rows[-2]["details"] == {"kind": "worker", "name": "fleet-b"}
+    logged = str(rows)
+    for token in (user_token, second, worker):
+        assert token not in logged and auth.token_digest(token) not in logged

@@ -20,10 +20,10 @@ def impatient_app(app_config):
 
 
 def test_a_statement_that_times_out_is_503_with_retry_after(impatient_app, database_url):
-    from services import auth
+    from services import credentials
 
     runtime = impatient_app.extensions["chunkwise.runtime"]
-    token = auth.create_user(runtime.pool, "patient", "user").token
+    token = credentials.create_user(runtime.pool, "patient", "user").token
     locked, release = threading.Event(), threading.Event()
 
     def hold_the_jobs_table():
