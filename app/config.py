@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.runtime import Limits
+from services.runtime import MAX_RETRY_DELAY_SECONDS, Limits
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # A session-signing key shorter than this could be guessed offline from one signed cookie.
@@ -49,6 +49,8 @@ _INTS = {
     "CHUNKWISE_LEASE_SECONDS": ("lease_seconds", 2),
     "CHUNKWISE_HEARTBEAT_SECONDS": ("heartbeat_seconds", 1),
     "CHUNKWISE_MAX_ATTEMPTS": ("max_attempts", 1),
+    "CHUNKWISE_RETRY_DELAY_SECONDS": ("retry_delay_seconds", 0),
+    "CHUNKWISE_RETRY_DELAY_MAX_SECONDS": ("retry_delay_max_seconds", 0),
     "CHUNKWISE_MAX_LEASES_PER_WORKER": ("max_leases_per_worker", 1),
     "CHUNKWISE_MAX_LEASES_TOTAL": ("max_leases_total", 1),
     "CHUNKWISE_MAX_QUEUED_CHUNKS": ("max_queued_chunks", 1),
@@ -188,6 +190,14 @@ def _cross_checks(s: Settings) -> list[str]:
         problems.append(
             "CHUNKWISE_MANIFEST_MAX_LEASES_PER_WORKER must not exceed "
             "CHUNKWISE_MANIFEST_MAX_LEASES_TOTAL"
+        )
+    if s.limits.retry_delay_seconds > s.limits.retry_delay_max_seconds:
+        problems.append(
+            "CHUNKWISE_RETRY_DELAY_SECONDS must not exceed CHUNKWISE_RETRY_DELAY_MAX_SECONDS"
+        )
+    if s.limits.retry_delay_max_seconds > MAX_RETRY_DELAY_SECONDS:
+        problems.append(
+            f"CHUNKWISE_RETRY_DELAY_MAX_SECONDS must be at most {MAX_RETRY_DELAY_SECONDS} (a day)"
         )
     if s.limits.manifest_max_tasks_per_job > s.limits.manifest_max_queued_tasks:
         problems.append(

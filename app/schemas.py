@@ -6,6 +6,7 @@ from marshmallow import Schema, ValidationError, fields, post_dump, validate, va
 
 from app.input_rules import COLUMN_RANGES, Bool, Int, RequestSchema
 from services.csvjobs import WORKLOAD as CSV_WORKLOAD
+from services.runtime import MAX_RETRY_DELAY_SECONDS
 
 
 def whole_text(pattern: str, error: str) -> dict:
@@ -257,6 +258,14 @@ class FailureSchema(LeaseSchema):
     error_message = fields.Str(load_default="", validate=validate.Length(max=4000))
     retryable = Bool(required=True)
     details = fields.Dict(load_default=dict)
+    retry_after_seconds = fields.Float(
+        load_default=None,
+        validate=validate.Range(min=0, max=MAX_RETRY_DELAY_SECONDS),
+        metadata={
+            "description": "not before this many seconds (an upstream's Retry-After, say); "
+            "without it the coordinator's backoff decides"
+        },
+    )
 
 
 # --- responses ----------------------------------------------------------------------------
@@ -266,6 +275,7 @@ class FailureSchema(LeaseSchema):
 NULLABLE_STRING = {"type": "string", "nullable": True}
 NULLABLE_INTEGER = {"type": "integer", "nullable": True}
 NULLABLE_OBJECT = {"type": "object", "nullable": True}
+NULLABLE_DATETIME = {"type": "string", "format": "date-time", "nullable": True}
 
 
 class ResponseSchema(Schema):
@@ -415,6 +425,10 @@ class ChunkSchema(ResponseSchema):
     summary = fields.Dict(allow_none=True)
     attempts = fields.List(fields.Nested(AttemptSchema))
     error = fields.Method("_error", metadata=NULLABLE_OBJECT)
+    not_before = fields.Method("_not_before", metadata=NULLABLE_DATETIME)
+
+    def _not_before(self, view):
+        return _retry_time(view.task)
 
     def _record_start(self, view):
         return _csv_parameter(view.task, "record_start")
@@ -427,6 +441,14 @@ class ChunkSchema(ResponseSchema):
         if t.error_code is None or t.status == "completed":
             return None
         return {"code": t.error_code, "message": t.error_message, "details": t.error_details}
+
+
+def _retry_time(task) -> str | None:
+    """The time before which a task re-queued after a failure is not claimed; None unless
+    the task is pending with such a time."""
+    if task.status != "pending" or task.not_before is None:
+        return None
+    return task.not_before.isoformat()
 
 
 def _csv_parameter(task, name: str) -> int | None:
@@ -511,6 +533,10 @@ class TaskSchema(ResponseSchema):
     result_uri = fields.Str(allow_none=True)
     result_sha256 = fields.Str(allow_none=True)
     error_code = fields.Str(allow_none=True)
+    not_before = fields.Method("_not_before", metadata=NULLABLE_DATETIME)
+
+    def _not_before(self, task):
+        return _retry_time(task)
 
 
 class LeaseRenewedSchema(ResponseSchema):

@@ -44,6 +44,8 @@ class Task:
     started_at: datetime | None
     completed_at: datetime | None
     version: int
+    # A task re-queued after a failure is not claimed before this (sql/0019).
+    not_before: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -90,11 +92,14 @@ def recount_unfinished(conn: Connection, workload: str) -> int:
         """,
         {"workload": workload},
     )
-    # Two counts, so each reads the partial index of its own rows (see sql/0007).
+    # Three counts, so each reads the partial index of its own rows (see sql/0007 and 0019).
     row = conn.execute(
         """
         UPDATE queue_bounds SET unfinished =
-            (SELECT count(*) FROM tasks WHERE status = 'pending' AND workload = %(workload)s)
+            (SELECT count(*) FROM tasks
+             WHERE status = 'pending' AND workload = %(workload)s AND not_before IS NULL)
+          + (SELECT count(*) FROM tasks
+             WHERE status = 'pending' AND workload = %(workload)s AND not_before IS NOT NULL)
           + (SELECT count(*) FROM tasks WHERE status = 'leased' AND workload = %(workload)s)
         WHERE workload = %(workload)s
         RETURNING unfinished
@@ -122,8 +127,9 @@ def claim(
     A cap of None is no cap, and then its count is never taken. With caps, the caller takes
     the workload's claim turn first (see services.tasks) so the arithmetic cannot be raced;
     SKIP LOCKED keeps claims from waiting on rows another transaction is finishing. A claim
-    locks up to `capacity` rows of each workload until it commits and leases the first ones
-    in claim order that its room allows; the rest stay pending.
+    locks up to `capacity` ready rows of each workload, and as many whose retry waits have
+    ended, until it commits, and leases the first ones in claim order that its room allows;
+    the rest stay pending.
     """
     rows = conn.execute(
         """
@@ -137,18 +143,31 @@ def claim(
             SELECT GREATEST(0, LEAST(%(capacity)s, %(per_worker)s::int - mine,
                                      %(total)s::int - total)) AS n
             FROM held
-        ), candidates AS (
-            -- Each workload's head read in claim order from tasks_claim_idx, then merged:
+        ), ready AS (
+            -- Each workload's head read in claim order from tasks_ready_idx, then merged:
             -- one ordered scan of "workload = ANY" would sort every pending row instead.
-            SELECT h.id FROM unnest(%(workloads)b::text[]) AS w(name)
+            SELECT h.* FROM unnest(%(workloads)b::text[]) AS w(name)
             CROSS JOIN LATERAL (
                 SELECT t.id, t.priority, t.created_at, t.job_id, t.chunk_index FROM tasks t
-                WHERE t.status = 'pending' AND t.workload = w.name
+                WHERE t.status = 'pending' AND t.workload = w.name AND t.not_before IS NULL
                 ORDER BY t.priority DESC, t.created_at, t.job_id, t.chunk_index
                 -- The capacity, not the room, so the planner knows the scan ends early.
                 LIMIT %(capacity)s
                 FOR UPDATE SKIP LOCKED
             ) AS h
+        ), due AS (
+            -- And the tasks whose retry waits have ended, the longest ended first, from
+            -- tasks_waiting_idx (sql/0019): no claim reads past the ones still waiting.
+            SELECT d.* FROM unnest(%(workloads)b::text[]) AS w(name)
+            CROSS JOIN LATERAL (
+                SELECT t.id, t.priority, t.created_at, t.job_id, t.chunk_index FROM tasks t
+                WHERE t.status = 'pending' AND t.workload = w.name AND t.not_before <= now()
+                ORDER BY t.not_before
+                LIMIT %(capacity)s
+                FOR UPDATE SKIP LOCKED
+            ) AS d
+        ), candidates AS (
+            SELECT h.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) AS h
             ORDER BY h.priority DESC, h.created_at, h.job_id, h.chunk_index
             LIMIT (SELECT n FROM room)
         ), leased AS (
@@ -157,6 +176,7 @@ def claim(
                 lease_expires_at = now() + make_interval(secs => %(lease)s),
                 heartbeat_at = now(),
                 started_at = COALESCE(t.started_at, now()),
+                not_before = NULL,
                 version = t.version + 1
             -- By primary key: the planner cannot know how many candidates the room allows.
             WHERE t.id = ANY(ARRAY(SELECT id FROM candidates))
@@ -331,8 +351,10 @@ def fail(
     error_details: dict,
     retryable: bool,
     read_budget: int,
+    retry_delay: float,
 ) -> Task | None:
-    """Record the caller's failure: back to pending while budgets remain, else failed."""
+    """Record the caller's failure: back to pending while budgets remain, not to be claimed
+    for `retry_delay` seconds, else failed."""
     row = conn.execute(
         """
         WITH fenced AS (
@@ -347,6 +369,9 @@ def fail(
         UPDATE tasks t SET
             status = CASE WHEN f.retry THEN 'pending' ELSE 'failed' END,
             completed_at = CASE WHEN f.retry THEN NULL ELSE now() END,
+            -- No wait at all leaves it with the ready tasks (tasks_ready_idx).
+            not_before = CASE WHEN f.retry AND %(delay)s > 0
+                              THEN now() + make_interval(secs => %(delay)s) END,
             read_retries = t.read_retries + (%(code)s = 'input_unavailable')::int,
             lease_owner = NULL, lease_expires_at = NULL,
             error_code = %(code)s, error_message = %(message)s, error_details = %(details)s,
@@ -363,6 +388,7 @@ def fail(
             "details": Jsonb(error_details),
             "retryable": retryable,
             "budget": read_budget,
+            "delay": retry_delay,
         },
     ).fetchone()
     return from_row(Task, row) if row else None
@@ -559,7 +585,8 @@ def requeue_unfinished(
         ), requeued AS (
             UPDATE tasks SET status = 'pending', max_attempts = attempt + %(max)s,
                 lost_retries = 0, read_retries = 0, lease_owner = NULL,
-                lease_expires_at = NULL, completed_at = NULL, version = version + 1
+                lease_expires_at = NULL, completed_at = NULL, not_before = NULL,
+                version = version + 1
             WHERE job_id = %(job)s AND status IN ('failed', 'cancelled')
               AND EXISTS (SELECT FROM room)
         )

@@ -12,6 +12,9 @@ from services.auth import KnownPrincipals
 from services.wakeups import Wakeups
 from services.workloads import Workloads
 
+# A day: a task that must wait longer should fail, and its job be retried when it can work.
+MAX_RETRY_DELAY_SECONDS = 86_400
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -24,6 +27,10 @@ class Limits:
     lease_seconds: int = 30
     heartbeat_seconds: int = 10
     max_attempts: int = 3
+    # A retryable failure's task waits this long before its next attempt, doubling with each
+    # attempt up to the maximum, less up to half at random so failures together retry apart.
+    retry_delay_seconds: int = 1
+    retry_delay_max_seconds: int = 300
     max_leases_per_worker: int = 2
     max_leases_total: int = 8
     max_queued_chunks: int = 256

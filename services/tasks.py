@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from repositories.jobs import Job
 from repositories.tasks import ClaimedTask, ExpiredLease, Renewal, Task
 from services import logcontext, settlement
 from services.errors import ChunkwiseError, Conflict, LeaseLost, NotFound
-from services.runtime import Runtime
+from services.runtime import Limits, Runtime
 from services.workloads import TaskFailure, TaskInput, TaskResult, Workload, Workloads
 
 logger = logging.getLogger(__name__)
@@ -315,6 +316,15 @@ def _record_completions(
     return merging
 
 
+def retry_delay(limits: Limits, attempt: int, asked: float | None = None) -> float:
+    """Seconds before a task whose attempt `attempt` failed may be claimed again: what the
+    worker asked for, else exponential backoff with jitter (half to all of the step)."""
+    if asked is not None:
+        return asked
+    step = min(limits.retry_delay_max_seconds, limits.retry_delay_seconds * 2 ** (attempt - 1))
+    return step * random.uniform(0.5, 1.0)  # noqa: S311 - spreading retries, not a secret
+
+
 def fail_task(
     rt: Runtime, task_id: UUID, worker_id: str, attempt: int, failure: TaskFailure
 ) -> Task:
@@ -336,6 +346,7 @@ def fail_task(
             error_details=failure.details,
             retryable=failure.retryable and failure.error_code != "invalid_input",
             read_budget=READ_RETRY_BUDGET,
+            retry_delay=retry_delay(rt.limits, attempt, failure.retry_after_seconds),
         )
         if failed is None:
             raise _lease_error(conn, task_id, worker_id, attempt)

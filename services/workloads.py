@@ -51,6 +51,9 @@ class TaskFailure:
     error_message: str
     retryable: bool
     details: dict
+    # The worker's own word on when another attempt may help (an upstream's Retry-After);
+    # None: the coordinator's backoff decides.
+    retry_after_seconds: float | None = None
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,8 @@ def app_config(database_url, tmp_path: Path, request) -> dict:
         "CHUNKWISE_DB_POOL_MAX": "12",
         "CHUNKWISE_ALLOWED_WORKLOADS": "render,echo",
         "CHUNKWISE_LOG_LEVEL": "WARNING",
+        # Retries at once, as the protocol's tests expect; the backoff's own tests set theirs.
+        "CHUNKWISE_RETRY_DELAY_SECONDS": "0",
         **getattr(request, "param", {}),
     }
 

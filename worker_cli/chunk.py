@@ -27,6 +27,7 @@ from worker_cli.handlers import (
     Handler,
     InputRejected,
     InputUnavailable,
+    RetryLater,
     TaskContext,
     UnknownWorkload,
 )
@@ -213,6 +214,16 @@ class ChunkRunner:
         except InputRejected as exc:
             self._invalid_input(chunk, exc)
             return
+        except RetryLater as exc:
+            self._fail(
+                chunk,
+                "retry_later",
+                exc.message,
+                retryable=True,
+                details={},
+                retry_after_seconds=exc.seconds,
+            )
+            return
         except Exception as exc:
             self._fail(
                 chunk,
@@ -294,6 +305,7 @@ class ChunkRunner:
         retryable: bool,
         details: dict,
         exc_info: bool = False,
+        retry_after_seconds: float | None = None,
     ) -> None:
         task = chunk.task
         # An exception's text is anyone's: what the coordinator would refuse must not cost the
@@ -320,6 +332,7 @@ class ChunkRunner:
                 error_message=message,
                 retryable=retryable,
                 details=details,
+                retry_after_seconds=retry_after_seconds,
                 **self._fence(task),
             ),
         )

@@ -303,9 +303,11 @@ class CoordinatorClient:
         error_message: str,
         retryable: bool,
         details: dict | None = None,
+        retry_after_seconds: float | None = None,
         trace_id: str | None = None,
     ) -> dict:
-        """Tell the coordinator this attempt failed and whether another attempt may succeed."""
+        """Tell the coordinator this attempt failed, whether another attempt may succeed and,
+        if the worker knows, how long it should wait."""
         payload = {
             "worker_id": worker_id,
             "attempt": attempt,
@@ -314,6 +316,8 @@ class CoordinatorClient:
             "retryable": retryable,
             "details": details or {},
         }
+        if retry_after_seconds is not None:
+            payload["retry_after_seconds"] = retry_after_seconds
         return self._task_request(
             "POST", f"/api/v1/tasks/{task_id}/failure", json=payload, trace_id=trace_id
         )

@@ -50,6 +50,16 @@ class InputRejected(Exception):
         self.details = details or {}
 
 
+class RetryLater(Exception):
+    """The task cannot be done now but may be later: its next attempt waits `seconds` (an
+    upstream's Retry-After, say) rather than the coordinator's backoff. It spends an attempt."""
+
+    def __init__(self, message: str, *, seconds: float):
+        super().__init__(message)
+        self.message = message
+        self.seconds = seconds
+
+
 class UnknownWorkload(LookupError):
     """No built-in handler and no entry point in chunkwise.handlers has this name."""
 

@@ -527,6 +527,19 @@ def test_a_manifest_jobs_chunks_show_their_input_and_result_uris_not_records(
     assert "5–9" not in page
 
 
+@settings(CHUNKWISE_RETRY_DELAY_SECONDS="60", CHUNKWISE_RETRY_DELAY_MAX_SECONDS="60")
+def test_a_chunk_waiting_out_a_retry_says_when_it_will_run(sign_in, submit, claim, task_call):
+    job = submit(manifest(2, max_attempts=3))
+    leased = claim()[0]
+    failure = {"worker_id": WORKER, "attempt": 1, "error_code": "down", "retryable": True}
+    assert task_call(leased["task_id"], "failure", failure).status_code == 200
+
+    page = sign_in("user").get(f"/ui/jobs/{job['id']}").text
+
+    assert re.fullmatch(r"pending retry at \S.*", chunk_row(page, leased["chunk_index"])[1])
+    assert chunk_row(page, 1 - leased["chunk_index"])[1] == "pending"
+
+
 def test_a_csv_jobs_chunks_show_their_record_ranges(sign_in):
     browser = sign_in("user")
     answer = submit_through_form(browser)

@@ -25,9 +25,11 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0018.events_in_feed_order"
-# The column the latest migration adds to the outbox, and the indexes it swaps, outside a
-# transaction.
+LATEST = "0019.task_retry_delays"
+# The column the latest migration adds to tasks, and the claim index it splits in two.
+RETRY_COLUMN = "not_before"
+RETRY_INDEXES, CLAIM_INDEX = {"tasks_ready_idx", "tasks_waiting_idx"}, "tasks_claim_idx"
+# The column 0018 adds to the outbox, and the indexes it swaps, outside a transaction.
 FEED_COLUMN = "xact"
 FEED_INDEXES = {"outbox_feed_idx", "outbox_owner_feed_idx", "outbox_job_feed_idx"}
 FEED_REPLACED = {"outbox_owner_idx", "outbox_job_idx"}
@@ -180,24 +182,38 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
 
     assert not functions_joining_transition_tables(empty_database_url)
 
-    assert indexes(empty_database_url) >= FEED_INDEXES
-    assert not FEED_REPLACED & indexes(empty_database_url)
+    assert indexes(empty_database_url) >= RETRY_INDEXES | FEED_INDEXES
+    assert CLAIM_INDEX not in indexes(empty_database_url)
 
     migrations.rollback_latest(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
-    assert not FEED_INDEXES & indexes(empty_database_url)
-    assert indexes(empty_database_url) >= FEED_REPLACED
-    assert FEED_COLUMN not in columns(empty_database_url, "outbox")
+    assert not RETRY_INDEXES & indexes(empty_database_url)
+    assert CLAIM_INDEX in indexes(empty_database_url)
+    assert RETRY_COLUMN not in columns(empty_database_url, "tasks")
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
     assert triggers(empty_database_url) == TRIGGERS
+    assert indexes(empty_database_url) >= RETRY_INDEXES
+
+
+def test_rolling_back_the_feed_order_migration_restores_the_outbox_as_it_was(
+    empty_database_url,
+):
+    migrations.apply(empty_database_url)
     assert indexes(empty_database_url) >= FEED_INDEXES
+    assert not FEED_REPLACED & indexes(empty_database_url)
+
+    roll_back_through(empty_database_url, "0018.events_in_feed_order")
+
+    assert not FEED_INDEXES & indexes(empty_database_url)
+    assert indexes(empty_database_url) >= FEED_REPLACED
+    assert FEED_COLUMN not in columns(empty_database_url, "outbox")
 
 
 def test_the_feed_order_migration_puts_the_events_already_there_first(empty_database_url):
     migrations.apply(empty_database_url)
-    roll_back_through(empty_database_url, LATEST)
+    roll_back_through(empty_database_url, "0018.events_in_feed_order")
     with psycopg.connect(empty_database_url, autocommit=True, row_factory=dict_row) as conn:
         conn.execute(HISTORY)
         conn.execute(
@@ -266,7 +282,7 @@ def test_rolling_back_the_linear_triggers_migration_restores_the_joins(empty_dat
 
 def test_rolling_back_the_events_index_migration_drops_it(empty_database_url):
     migrations.apply(empty_database_url)
-    roll_back_through(empty_database_url, LATEST)  # which replaces it
+    roll_back_through(empty_database_url, "0018.events_in_feed_order")  # which replaces it
     assert EVENTS_INDEX in indexes(empty_database_url)
 
     roll_back_through(empty_database_url, "0014.events_by_job")

@@ -99,9 +99,11 @@ def test_claims_results_and_admission_keep_to_their_indexes_when_statistics_are_
     admission_plan = plans()
 
     # Each reads the few rows it needs in index order: no scan or sort of the whole queue.
-    assert "Index Scan using tasks_claim_idx" in claim_plan, claim_plan
+    assert "Index Scan using tasks_ready_idx" in claim_plan, claim_plan
+    assert "Index Scan using tasks_waiting_idx" in claim_plan, claim_plan
     assert "Sort Key: t.priority" not in claim_plan, claim_plan
     assert "tasks_lease_owner_idx" in results_plan or "tasks_pkey" in results_plan, results_plan
-    assert "tasks_claim_idx" in admission_plan, admission_plan
+    assert "tasks_ready_idx" in admission_plan, admission_plan
+    assert "tasks_waiting_idx" in admission_plan, admission_plan
     for plan in (claim_plan, results_plan, admission_plan):
         assert "Seq Scan on tasks" not in plan, plan

@@ -239,6 +239,19 @@ def test_429_is_unavailable_with_retry_after(client, coordinator):
     assert caught.value.status == 429
 
 
+def test_a_failure_sends_its_retry_after_only_when_it_has_one(client, coordinator):
+    for _ in range(2):
+        coordinator.reply(200, {"status": "pending", "trace_id": TRACE_ID})
+    failure = {"worker_id": "w", "attempt": 1, "error_code": "x", "error_message": "y"}
+
+    client.report_failure("t1", **failure, retryable=True, retry_after_seconds=30)
+    client.report_failure("t1", **failure, retryable=True)
+
+    with_it, without = (request["json"] for request in coordinator.requests)
+    assert with_it["retry_after_seconds"] == 30
+    assert "retry_after_seconds" not in without
+
+
 @pytest.mark.parametrize("status", [500, 502, 503])
 def test_5xx_is_unavailable(client, coordinator, status):
     coordinator.reply(status, raw=b"<html>bad gateway</html>")

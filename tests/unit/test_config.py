@@ -20,6 +20,7 @@ def test_defaults_match_the_documented_values():
     assert s.maintenance_seconds == 5.0
     assert s.auth_cache_seconds == 30.0
     assert limits.allowed_workloads == ("csv_stats",)
+    assert (limits.retry_delay_seconds, limits.retry_delay_max_seconds) == (1, 300)
 
 
 def test_manifest_workloads_default_to_no_lease_caps_and_a_large_queue():
@@ -94,6 +95,18 @@ def test_csv_stats_is_always_allowed_beside_extra_workloads():
             {"DATABASE_URL": URL, "CHUNKWISE_AUTH_CACHE_SECONDS": "a while"},
             "CHUNKWISE_AUTH_CACHE_SECONDS must be a number",
         ),
+        (
+            {"DATABASE_URL": URL, "CHUNKWISE_RETRY_DELAY_SECONDS": "-1"},
+            "CHUNKWISE_RETRY_DELAY_SECONDS must be at least 0",
+        ),
+        (
+            {"DATABASE_URL": URL, "CHUNKWISE_RETRY_DELAY_SECONDS": "400"},
+            "CHUNKWISE_RETRY_DELAY_SECONDS must not exceed CHUNKWISE_RETRY_DELAY_MAX_SECONDS",
+        ),
+        (
+            {"DATABASE_URL": URL, "CHUNKWISE_RETRY_DELAY_MAX_SECONDS": "86401"},
+            "CHUNKWISE_RETRY_DELAY_MAX_SECONDS must be at most 86400",
+        ),
     ],
     ids=[
         "missing-url",
@@ -110,6 +123,9 @@ def test_csv_stats_is_always_allowed_beside_extra_workloads():
         "auth-cache-negative",
         "auth-cache-too-long",
         "auth-cache-not-a-number",
+        "retry-delay-negative",
+        "retry-delay-beyond-its-maximum",
+        "retry-delay-maximum-beyond-a-day",
     ],
 )
 def test_bad_values_are_named_in_the_error(env, named):
@@ -135,3 +151,14 @@ def test_yoyo_and_libpq_schemes_convert_both_ways():
 def test_the_auth_cache_may_be_turned_off():
     s = load_settings({"DATABASE_URL": URL, "CHUNKWISE_AUTH_CACHE_SECONDS": "0"})
     assert s.auth_cache_seconds == 0
+
+
+def test_a_retry_delay_of_zero_retries_at_once():
+    limits = load_settings(
+        {
+            "DATABASE_URL": URL,
+            "CHUNKWISE_RETRY_DELAY_SECONDS": "0",
+            "CHUNKWISE_RETRY_DELAY_MAX_SECONDS": "0",
+        }
+    ).limits
+    assert (limits.retry_delay_seconds, limits.retry_delay_max_seconds) == (0, 0)

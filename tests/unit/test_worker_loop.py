@@ -22,7 +22,7 @@ from tests.unit.fakes import (
 )
 from worker_cli.chunk import ResumingInput
 from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected, StorageFailed
-from worker_cli.handlers import ChunkStopped, ClaimedTask, InputRejected
+from worker_cli.handlers import ChunkStopped, ClaimedTask, InputRejected, RetryLater
 from worker_cli.schedule import Backoff
 from worker_cli.worker import Worker
 from worker_cli.worker_config import Fault
@@ -696,6 +696,20 @@ def test_handler_crash_is_a_retryable_worker_error():
     assert failure["error_code"] == "worker_error" and failure["retryable"] is True
     assert failure["error_message"] == "ZeroDivisionError: division by zero"
     assert "ZeroDivisionError" in failure["details"]["traceback"]
+
+
+def test_a_handler_that_says_retry_later_asks_the_coordinator_to_wait_that_long():
+    failure = failure_reported_for(RetryLater("the upstream said 503", seconds=45))
+
+    assert (failure["error_code"], failure["error_message"]) == (
+        "retry_later",
+        "the upstream said 503",
+    )
+    assert failure["retryable"] is True and failure["retry_after_seconds"] == 45
+
+
+def test_any_other_failure_leaves_the_wait_to_the_coordinators_backoff():
+    assert failure_reported_for(ValueError("no"))["retry_after_seconds"] is None
 
 
 def test_unknown_workload_is_a_worker_error():
