@@ -215,6 +215,13 @@ def test_chunk_detail_lists_every_attempt():
     assert text.splitlines()[-1].split()[:3] == ["1", "worker-1", "completed"]
 
 
+def test_chunk_detail_says_when_a_chunk_waiting_out_a_retry_runs_again():
+    waiting = chunk(2, "pending", not_before="2026-01-02T03:05:00+00:00")
+
+    assert "\nretry at      2026-01-02 03:05:00\n" in tables.chunk_detail(waiting)
+    assert "retry at" not in tables.chunk_detail(chunk(2))
+
+
 def test_records_done_counts_only_completed_chunks():
     assert tables.records_done([chunk(0), chunk(1, "leased"), chunk(2)]) == 10000
 
