@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from marshmallow import Schema, ValidationError, fields, post_dump, validate, validates
 
 from app.input_rules import COLUMN_RANGES, Bool, Int, RequestSchema
@@ -18,6 +20,10 @@ def whole_text(pattern: str, error: str) -> dict:
         "metadata": {"pattern": pattern + "$"},
     }
 
+
+# A schedule further off, ahead or behind, is more likely a mistake (a year typed wrong)
+# than a plan.
+MAX_SCHEDULE_DISTANCE = timedelta(days=366)
 
 HEX64 = whole_text(r"^[0-9a-f]{64}", "must be 64 lowercase hex digits")
 
@@ -100,6 +106,15 @@ class JobCreateSchema(RequestSchema):
     tasks = fields.List(
         fields.Nested(TaskSpecSchema), required=True, validate=validate.Length(min=1)
     )
+    not_before = fields.AwareDateTime(
+        load_default=None,
+        metadata={"description": "schedule the job: no task is claimed before this time"},
+    )
+
+    @validates("not_before")
+    def _within_a_year(self, value: datetime | None, **kwargs) -> None:
+        if value is not None and abs(value - datetime.now(UTC)) > MAX_SCHEDULE_DISTANCE:
+            raise ValidationError("must be within a year of now")
 
 
 class CsvJobFormSchema(RequestSchema):
@@ -355,6 +370,7 @@ class JobSchema(ResponseSchema):
     priority = fields.Int(attribute="job.priority")
     # What a retry grants each unfinished task again; null for jobs from before sql/0012.
     max_attempts = fields.Int(attribute="job.max_attempts", allow_none=True)
+    not_before = fields.DateTime(attribute="job.not_before", allow_none=True)
     chunks_total = fields.Int(attribute="job.chunks_total")
     chunks_completed = fields.Int(attribute="counts.completed")
     chunks_by_state = fields.Nested(ChunksByStateSchema, attribute="counts")

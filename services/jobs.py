@@ -53,6 +53,7 @@ class JobSpec:
     priority: int = 0
     max_attempts: int | None = None
     labels: dict | None = None
+    not_before: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -151,9 +152,12 @@ def create_job(
                 (i, t.input_uri, t.input_sha256, t.parameters)
                 for i, t in zip(indexes, spec.tasks, strict=True)
             ],
+            # Only when given, so a replay of a request from before sql/0020 still matches.
+            *([spec.not_before.isoformat()] if spec.not_before else []),
         ),
         trace_id=trace_id,
         max_attempts=max_attempts,
+        not_before=spec.not_before,
     )
     new_tasks = [
         NewTask(

@@ -156,6 +156,7 @@ def job_detail(job: dict) -> str:
         ("labels", job.get("labels") or None),
         ("input", job.get("input_digest")),
         ("created", format_time(job.get("created_at"))),
+        ("not before", format_time(job.get("not_before"))),
         ("started", format_time(job.get("started_at"))),
         ("completed", format_time(job.get("completed_at"))),
         ("trace id", job.get("trace_id")),

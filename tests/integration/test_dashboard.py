@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from html import unescape
 from urllib.parse import parse_qs, urlsplit
 
@@ -538,6 +539,18 @@ def test_a_chunk_waiting_out_a_retry_says_when_it_will_run(sign_in, submit, clai
 
     assert re.fullmatch(r"pending retry at \S.*", chunk_row(page, leased["chunk_index"])[1])
     assert chunk_row(page, 1 - leased["chunk_index"])[1] == "pending"
+
+
+def test_a_scheduled_jobs_page_says_when_it_may_start(sign_in, submit):
+    when = (datetime.now(UTC) + timedelta(days=30)).replace(microsecond=0)
+    scheduled = submit(manifest(1, not_before=when.isoformat()))
+    unscheduled = submit(manifest(1))
+    browser = sign_in("user")
+
+    page = browser.get(f"/ui/jobs/{scheduled['id']}").text
+
+    assert f'<td id="not-before">{when:%Y-%m-%d %H:%M:%S}' in page
+    assert 'id="not-before"' not in browser.get(f"/ui/jobs/{unscheduled['id']}").text
 
 
 def test_a_csv_jobs_chunks_show_their_record_ranges(sign_in):

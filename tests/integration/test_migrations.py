@@ -25,8 +25,10 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0019.task_retry_delays"
-# The column the latest migration adds to tasks, and the claim index it splits in two.
+LATEST = "0020.job_schedules"
+# The column the latest migration adds to jobs.
+SCHEDULE_COLUMN = "not_before"
+# The column 0019 adds to tasks, and the claim index it splits in two.
 RETRY_COLUMN = "not_before"
 RETRY_INDEXES, CLAIM_INDEX = {"tasks_ready_idx", "tasks_waiting_idx"}, "tasks_claim_idx"
 # The column 0018 adds to the outbox, and the indexes it swaps, outside a transaction.
@@ -183,18 +185,29 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert not functions_joining_transition_tables(empty_database_url)
 
     assert indexes(empty_database_url) >= RETRY_INDEXES | FEED_INDEXES
-    assert CLAIM_INDEX not in indexes(empty_database_url)
+    assert SCHEDULE_COLUMN in columns(empty_database_url, "jobs")
 
     migrations.rollback_latest(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
-    assert not RETRY_INDEXES & indexes(empty_database_url)
-    assert CLAIM_INDEX in indexes(empty_database_url)
-    assert RETRY_COLUMN not in columns(empty_database_url, "tasks")
+    assert SCHEDULE_COLUMN not in columns(empty_database_url, "jobs")
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
     assert triggers(empty_database_url) == TRIGGERS
-    assert indexes(empty_database_url) >= RETRY_INDEXES
+    assert SCHEDULE_COLUMN in columns(empty_database_url, "jobs")
+
+
+def test_rolling_back_the_retry_delays_migration_restores_the_one_claim_index(
+    empty_database_url,
+):
+    migrations.apply(empty_database_url)
+    assert CLAIM_INDEX not in indexes(empty_database_url)
+
+    roll_back_through(empty_database_url, "0019.task_retry_delays")
+
+    assert not RETRY_INDEXES & indexes(empty_database_url)
+    assert CLAIM_INDEX in indexes(empty_database_url)
+    assert RETRY_COLUMN not in columns(empty_database_url, "tasks")
 
 
 def test_rolling_back_the_feed_order_migration_restores_the_outbox_as_it_was(

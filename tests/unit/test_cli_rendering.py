@@ -222,6 +222,13 @@ def test_chunk_detail_says_when_a_chunk_waiting_out_a_retry_runs_again():
     assert "retry at" not in tables.chunk_detail(chunk(2))
 
 
+def test_a_scheduled_jobs_detail_says_when_it_may_start():
+    scheduled = job(status="queued", not_before="2026-01-03T00:00:00+00:00")
+
+    assert "\nnot before  2026-01-03 00:00:00\n" in tables.job_detail(scheduled)
+    assert "not before" not in tables.job_detail(job())
+
+
 def test_records_done_counts_only_completed_chunks():
     assert tables.records_done([chunk(0), chunk(1, "leased"), chunk(2)]) == 10000
 

@@ -1,0 +1,97 @@
+"""A manifest job may be scheduled: admitted now, its tasks claimed from its not_before on."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.integration.manifests import WORKER, manifest
+
+
+def at(**delta: float) -> str:
+    """A time this far from now, as ISO 8601 with its offset."""
+    return (datetime.now(UTC) + timedelta(**delta)).isoformat()
+
+
+@pytest.fixture
+def time_passes(db):
+    """Move every waiting task's not_before into the past, as the clock would."""
+
+    def elapse() -> None:
+        db.execute("UPDATE tasks SET not_before = now() - interval '1 second'")
+
+    return elapse
+
+
+def test_a_scheduled_job_is_queued_and_its_tasks_wait_for_its_time(
+    submit, claim, client, headers, time_passes
+):
+    when = at(hours=2)
+    job = submit(manifest(2, not_before=when))
+
+    assert job["status"] == "queued"
+    assert datetime.fromisoformat(job["not_before"]) == datetime.fromisoformat(when)
+    assert claim(WORKER, capacity=2) == []
+    time_passes()
+    assert len(claim(WORKER, capacity=2)) == 2
+    view = client.get(f"/api/v1/jobs/{job['id']}", headers=headers["user"]).get_json()
+    assert view["status"] == "running" and view["not_before"] == job["not_before"]
+
+
+def test_a_job_scheduled_for_a_time_already_past_runs_at_once(submit, claim):
+    job = submit(manifest(1, not_before=at(minutes=-5)))
+
+    assert [t["job_id"] for t in claim(WORKER)] == [job["id"]]
+
+
+def test_other_jobs_run_while_a_scheduled_one_waits(submit, claim):
+    submit(manifest(1, not_before=at(hours=1), priority=9))
+    now = submit(manifest(1))
+
+    assert [t["job_id"] for t in claim(WORKER, capacity=2)] == [now["id"]]
+
+
+def test_an_unscheduled_job_says_so(submit):
+    assert submit(manifest(1))["not_before"] is None
+
+
+def test_a_replay_must_ask_for_the_same_time(client, headers):
+    key = {"Idempotency-Key": "nightly-2026-12-05"}
+    body = manifest(1, not_before=at(hours=3))
+    first = client.post("/api/v1/jobs", json=body, headers={**headers["user"], **key})
+    again = client.post("/api/v1/jobs", json=body, headers={**headers["user"], **key})
+    moved = client.post(
+        "/api/v1/jobs",
+        json={**body, "not_before": at(hours=4)},
+        headers={**headers["user"], **key},
+    )
+
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.get_json()["id"] == first.get_json()["id"]
+    assert moved.status_code == 409
+    assert moved.get_json()["error"]["code"] == "idempotency_conflict"
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("2026-12-05T10:00:00", "Not a valid aware datetime."),
+        ("tomorrow", "Not a valid datetime."),
+        (12, "Not a valid datetime."),
+        (at(days=400), "must be within a year of now"),
+        (at(days=-400), "must be within a year of now"),
+        ("0001-01-01T00:00:00+14:00", "must be within a year of now"),
+    ],
+    ids=["no-offset", "words", "number", "too-far", "too-long-ago", "year-one"],
+)
+def test_a_not_before_it_cannot_use_is_422_naming_it_and_nothing_is_written(
+    client, headers, db, value, problem
+):
+    response = client.post(
+        "/api/v1/jobs", json=manifest(1, not_before=value), headers=headers["user"]
+    )
+
+    assert response.status_code == 422
+    assert response.get_json()["error"]["details"]["fields"]["not_before"] == [problem]
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
