@@ -76,6 +76,23 @@ class LabelPairs(fields.List):
         return labels
 
 
+def _within_a_year(value: datetime) -> None:
+    if abs(value - datetime.now(UTC)) > MAX_SCHEDULE_DISTANCE:
+        raise ValidationError("must be within a year of now")
+
+
+class Schedule(fields.AwareDateTime):
+    """When a job may start (ISO 8601 with an offset): no task of it is claimed before."""
+
+    def __init__(self, **kwargs):
+        super().__init__(
+            load_default=None,
+            validate=_within_a_year,
+            metadata={"description": "schedule the job: no task is claimed before this time"},
+            **kwargs,
+        )
+
+
 LABELS = fields.Dict(
     keys=fields.Str(validate=validate.Length(min=1, max=64)),
     values=fields.Str(validate=validate.Length(max=256)),
@@ -106,15 +123,7 @@ class JobCreateSchema(RequestSchema):
     tasks = fields.List(
         fields.Nested(TaskSpecSchema), required=True, validate=validate.Length(min=1)
     )
-    not_before = fields.AwareDateTime(
-        load_default=None,
-        metadata={"description": "schedule the job: no task is claimed before this time"},
-    )
-
-    @validates("not_before")
-    def _within_a_year(self, value: datetime | None, **kwargs) -> None:
-        if value is not None and abs(value - datetime.now(UTC)) > MAX_SCHEDULE_DISTANCE:
-            raise ValidationError("must be within a year of now")
+    not_before = Schedule()
 
 
 class CsvJobFormSchema(RequestSchema):
@@ -125,6 +134,7 @@ class CsvJobFormSchema(RequestSchema):
     chunks = Int(minimum=1, maximum=64, load_default=1)
     priority = Int(minimum=0, maximum=255, column="smallint", load_default=0)
     labels = LabelPairs(data_key="label")
+    not_before = Schedule()
 
 
 class JobListQuerySchema(RequestSchema):

@@ -8,6 +8,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from uuid import UUID
 
@@ -41,6 +42,7 @@ class CsvJobRequest:
     chunks: int = 1
     priority: int = 0
     labels: dict | None = None
+    not_before: datetime | None = None
 
 
 def submit_csv_job(
@@ -100,9 +102,12 @@ def submit_csv_job(
                 request.chunks,
                 request.priority,
                 labels,
+                # Only when given, so a replay of a request from before sql/0020 still matches.
+                *([request.not_before.isoformat()] if request.not_before else []),
             ),
             trace_id=trace_id,
             max_attempts=rt.limits.max_attempts,
+            not_before=request.not_before,
         )
         new_tasks = [
             _chunk_task(job_id, plan, split, request, rt.limits.max_attempts)

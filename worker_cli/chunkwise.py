@@ -110,6 +110,18 @@ def uuid_text(text: str) -> str:
         raise argparse.ArgumentTypeError(f"not a UUID: {text!r}") from None
 
 
+def aware_time(text: str) -> str:
+    """An ISO 8601 time with its offset (`Z` for UTC), normalised; anything else is a usage
+    error."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give the time's offset (Z for UTC): {text!r}")
+    return moment.isoformat()
+
+
 def default_idempotency_key(
     file_sha256: str,
     *,
@@ -118,6 +130,7 @@ def default_idempotency_key(
     chunks: int,
     priority: int,
     labels: dict[str, str],
+    not_before: str | None = None,
 ) -> str:
     """A key naming the file's bytes and every parameter, so re-running a submit finds its job."""
     request = {
@@ -128,6 +141,8 @@ def default_idempotency_key(
         "priority": priority,
         "labels": dict(sorted(labels.items())),
     }
+    if not_before is not None:  # absent otherwise, so keys from before it stay the same
+        request["not_before"] = not_before
     canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return KEY_PREFIX + hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -154,6 +169,7 @@ def submit(cli: Invocation, args: argparse.Namespace) -> int:
         chunks=args.chunks,
         priority=args.priority,
         labels=labels,
+        not_before=args.not_before,
     )
 
     def upload(*, trace_id: str) -> dict:
@@ -166,6 +182,7 @@ def submit(cli: Invocation, args: argparse.Namespace) -> int:
                 chunks=args.chunks,
                 priority=args.priority,
                 labels=labels,
+                not_before=args.not_before,
                 idempotency_key=key,
                 trace_id=trace_id,
             )
@@ -426,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--delimiter", type=delimiter_char, default=",")
     sub.add_argument("--chunks", type=int, default=1, help="chunks to split into, 1-64")
     sub.add_argument("--priority", type=int, default=0, help="0-255, higher runs first")
+    sub.add_argument(
+        "--not-before", type=aware_time, metavar="TIME", help="schedule it: ISO 8601, e.g. ...Z"
+    )
     sub.add_argument(
         "--idempotency-key", help="default: derived from the file's SHA-256 and the parameters"
     )

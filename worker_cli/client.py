@@ -333,6 +333,7 @@ class CoordinatorClient:
         chunks: int = 1,
         priority: int = 0,
         labels: dict[str, str] | None = None,
+        not_before: str | None = None,
         idempotency_key: str | None = None,
         filename: str | None = None,
         trace_id: str | None = None,
@@ -351,6 +352,8 @@ class CoordinatorClient:
             ("priority", str(priority)),
         ]
         fields += [("label", f"{key}={value}") for key, value in (labels or {}).items()]
+        if not_before is not None:
+            fields.append(("not_before", not_before))
         params = None
         if form or len(urlencode(fields)) > QUERY_BUDGET:
             name = filename or os.path.basename(getattr(file, "name", "") or "upload.csv")

@@ -1,4 +1,4 @@
-"""A manifest job may be scheduled: admitted now, its tasks claimed from its not_before on."""
+"""A job may be scheduled: admitted now, its tasks claimed from its not_before on."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from devstack.sample_csv import generate_csv
+from tests.integration.csv_worker import files_under, upload, upload_body
 from tests.integration.manifests import WORKER, manifest
 
 
@@ -95,3 +97,31 @@ def test_a_not_before_it_cannot_use_is_422_naming_it_and_nothing_is_written(
     assert response.status_code == 422
     assert response.get_json()["error"]["details"]["fields"]["not_before"] == [problem]
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
+@pytest.mark.parametrize("send", [upload, upload_body], ids=["form", "query"])
+def test_a_csv_upload_may_be_scheduled_too(send, client, headers, worker, time_passes):
+    data = generate_csv(100, seed=3)
+
+    response = send(client, headers["user"], data, chunks=2, not_before=at(hours=1))
+
+    assert response.status_code == 201, response.get_json()
+    assert response.get_json()["not_before"] is not None
+    assert worker.claim(capacity=2) == []
+    time_passes()
+    assert len(worker.claim(capacity=2)) == 2
+
+
+def test_a_csv_upload_with_a_not_before_it_cannot_use_writes_nothing(
+    client, headers, db, archive_dir
+):
+    response = upload_body(
+        client, headers["user"], generate_csv(100, seed=3), not_before="next tuesday"
+    )
+
+    assert response.status_code == 422
+    assert response.get_json()["error"]["details"]["fields"]["not_before"] == [
+        "Not a valid datetime."
+    ]
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+    assert files_under(archive_dir) == []

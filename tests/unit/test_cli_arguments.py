@@ -91,6 +91,8 @@ def test_missing_url_or_token_is_a_usage_error_naming_it(missing):
         ["jobs", "--label", "=value"],
         ["events", "--after", "yesterday"],
         ["events", "--job", "not-a-uuid"],
+        ["submit", "data.csv", "--column", "v", "--not-before", "tomorrow"],
+        ["submit", "data.csv", "--column", "v", "--not-before", "2026-12-06T10:00:00"],
     ],
 )
 def test_bad_usage_exits_2_without_calling_the_coordinator(argv):

@@ -37,11 +37,25 @@ def test_label_order_does_not_change_the_key():
         {"priority": 1},
         {"labels": {"team": "b", "run": "7"}},
         {"labels": {"team": "a"}},
+        {"not_before": "2026-12-06T00:00:00+00:00"},
     ],
 )
 def test_any_changed_parameter_changes_the_key(change):
     assert default_idempotency_key(DIGEST, **{**PARAMS, **change}) != default_idempotency_key(
         DIGEST, **PARAMS
+    )
+
+
+def test_a_submit_without_a_schedule_keeps_the_key_it_had_before_schedules():
+    # The key of stop 30's chunkwise for these parameters, so re-runs still find their jobs.
+    assert (
+        default_idempotency_key(DIGEST, **PARAMS)
+        == KEY_PREFIX
+        + hashlib.sha256(
+            b'{"chunks":4,"column":"value","delimiter":",","file_sha256":"'
+            + DIGEST.encode()
+            + b'","labels":{"run":"7","team":"a"},"priority":0}'
+        ).hexdigest()
     )
 
 

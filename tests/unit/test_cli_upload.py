@@ -122,6 +122,14 @@ def test_submit_sends_the_file_as_the_body_and_the_parameters_in_the_query(tmp_p
     ]
 
 
+def test_submit_sends_a_schedule_only_when_given(tmp_path):
+    sent, _ = capture_submit(tmp_path, not_before="2026-12-06T00:00:00+00:00")
+    query = parse_qsl(urlsplit(sent["url"]).query)
+    assert query[-1] == ("not_before", "2026-12-06T00:00:00+00:00")
+    sent, _ = capture_submit(tmp_path)
+    assert "not_before" not in dict(parse_qsl(urlsplit(sent["url"]).query))
+
+
 def test_file_body_reads_the_file_in_blocks_from_where_it_stands(tmp_path):
     path = tmp_path / "data.csv"
     path.write_bytes(b"skip,me\n" + b"x" * 10)
