@@ -117,8 +117,10 @@ def admit_job(
         ), announced AS (
             INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
             SELECT job.id, job.owner_id, 'job.created',
-                   jsonb_build_object('chunks_total', job.chunks_total,
-                                      'workload', job.workload),
+                   -- not_before only for a scheduled job
+                   jsonb_strip_nulls(jsonb_build_object('chunks_total', job.chunks_total,
+                                                        'workload', job.workload,
+                                                        'not_before', job.not_before)),
                    job.trace_id
             FROM job
         ), audited AS (

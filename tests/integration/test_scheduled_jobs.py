@@ -125,3 +125,16 @@ def test_a_csv_upload_with_a_not_before_it_cannot_use_writes_nothing(
     ]
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
     assert files_under(archive_dir) == []
+
+
+def test_a_scheduled_jobs_creation_event_says_when_it_may_start(submit, client, headers):
+    job = submit(manifest(1, not_before=at(hours=1)))
+    submit(manifest(1))
+
+    feed = client.get("/api/v1/events", headers=headers["user"]).get_json()["events"]
+
+    scheduled, unscheduled = (e["payload"] for e in feed)
+    assert datetime.fromisoformat(scheduled["not_before"]) == datetime.fromisoformat(
+        job["not_before"]
+    )
+    assert "not_before" not in unscheduled
