@@ -59,11 +59,13 @@ def figures(conn: Connection) -> QueueFigures:
               AS chunks,
           (SELECT coalesce(json_object_agg(status, n), '{}') FROM t WHERE figure = 'jobs')
               AS jobs,
-          -- Ready and waiting apart, so each reads its own partial index (sql/0019).
+          -- How long a claimable task has waited for a worker: a ready one since it was
+          -- created, one whose retry wait or schedule has ended since that ended; a task
+          -- still waiting is not late. Each half reads its own partial index (sql/0019).
           (SELECT extract(epoch FROM now() - least(
               (SELECT min(created_at) FROM tasks WHERE status = 'pending' AND not_before IS NULL),
-              (SELECT min(created_at) FROM tasks
-               WHERE status = 'pending' AND not_before IS NOT NULL)))) AS oldest_pending,
+              (SELECT min(not_before) FROM tasks
+               WHERE status = 'pending' AND not_before <= now())))) AS oldest_pending,
           (SELECT count(*) FROM tasks WHERE status = 'leased') AS active_leases,
           (SELECT extract(epoch FROM now() - min(a.leased_at))
               FROM tasks t JOIN task_attempts a ON a.task_id = t.id AND a.attempt = t.attempt

@@ -138,3 +138,21 @@ def test_a_scheduled_jobs_creation_event_says_when_it_may_start(submit, client, 
         job["not_before"]
     )
     assert "not_before" not in unscheduled
+
+
+def test_a_job_waiting_for_its_time_is_not_counted_late_until_its_time_has_come(
+    submit, client, headers, db
+):
+    submit(manifest(1, not_before=at(hours=1)))
+    db.execute("UPDATE tasks SET created_at = now() - interval '1 day'")
+
+    def oldest() -> float | None:
+        queue = client.get("/api/v1/queue", headers=headers["operator"]).get_json()
+        return queue["oldest_pending_seconds"]
+
+    waiting = oldest()
+    db.execute("UPDATE tasks SET not_before = now() - interval '10 minutes'")
+    due = oldest()
+
+    assert waiting is None
+    assert 590 <= due <= 700  # since its time came, not since the day-old job was created
