@@ -69,12 +69,20 @@ class QueueCollector:
         jobs_family = GaugeMetricFamily("chunkwise_jobs", "Jobs by status.", labels=["status"])
         for status, n in sorted(f.jobs_by_status.items()):
             jobs_family.add_metric([status], n)
+        waiting = GaugeMetricFamily(
+            "chunkwise_waiting_chunks",
+            "Pending chunks not yet claimable: waiting out a retry delay or a schedule.",
+            labels=["workload"],
+        )
+        for workload, n in sorted(f.waiting_by_workload.items()):
+            waiting.add_metric([workload], n)
         families = [
             chunks,
             jobs_family,
+            waiting,
             _gauge(
                 "chunkwise_oldest_pending_chunk_age_seconds",
-                "Age of the oldest chunk waiting for a worker (0 when none).",
+                "How long the longest-waiting claimable chunk has waited (0 when none).",
                 f.oldest_pending_seconds or 0.0,
             ),
             _gauge("chunkwise_active_leases", "Chunks leased to workers now.", f.active_leases),

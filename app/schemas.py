@@ -609,6 +609,10 @@ class QueueSchema(ResponseSchema):
 
     chunks = fields.List(fields.Nested(StateCountSchema), attribute="figures.chunks")
     jobs_by_status = fields.Dict(attribute="figures.jobs_by_status")
+    waiting = fields.Dict(
+        attribute="figures.waiting_by_workload",
+        metadata={"description": "pending chunks by workload waiting out a retry or a schedule"},
+    )
     oldest_pending_seconds = fields.Float(
         attribute="figures.oldest_pending_seconds", allow_none=True
     )

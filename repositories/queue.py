@@ -38,6 +38,8 @@ class QueueFigures:
     retries_by_code: dict[str, int]
     failed_chunks_by_code: dict[str, int]
     unfinished_jobs: list[JobProgress]
+    # Pending tasks not yet claimable: waiting out a retry delay or their job's schedule.
+    waiting_by_workload: dict[str, int]
 
 
 def figures(conn: Connection) -> QueueFigures:
@@ -79,7 +81,11 @@ def figures(conn: Connection) -> QueueFigures:
               WHERE figure = 'tasks' AND status = 'failed' GROUP BY error_code) f) AS failed,
           (SELECT coalesce(json_agg(p), '[]') FROM (
               SELECT status, chunks_total, chunks_completed FROM jobs
-              WHERE status IN ('queued', 'running', 'merging')) p) AS unfinished
+              WHERE status IN ('queued', 'running', 'merging')) p) AS unfinished,
+          -- Counted from tasks_waiting_idx (sql/0019): as many rows as are waiting.
+          (SELECT coalesce(json_object_agg(workload, n), '{}') FROM (
+              SELECT workload, count(*) AS n FROM tasks
+              WHERE status = 'pending' AND not_before > now() GROUP BY workload) w) AS waiting
         """
     ).fetchone()
     return QueueFigures(
@@ -92,6 +98,7 @@ def figures(conn: Connection) -> QueueFigures:
         retries_by_code=row["retries"],
         failed_chunks_by_code=row["failed"],
         unfinished_jobs=[JobProgress(**p) for p in row["unfinished"]],
+        waiting_by_workload=row["waiting"],
     )
 
 

@@ -296,6 +296,10 @@ def queue_view(queue: dict) -> str:
         ("jobs", jobs or "none"),
         ("oldest pending chunk", format_age(queue.get("oldest_pending_seconds"))),
         (
+            "waiting",
+            ", ".join(f"{w} {n}" for w, n in sorted((queue.get("waiting") or {}).items())) or None,
+        ),
+        (
             "active leases",
             f"{queue['active_leases']} of {queue['max_leases_total']} "
             f"(at most {queue['max_leases_per_worker']} per worker)",

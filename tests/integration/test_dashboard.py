@@ -553,6 +553,14 @@ def test_a_scheduled_jobs_page_says_when_it_may_start(sign_in, submit):
     assert 'id="not-before"' not in browser.get(f"/ui/jobs/{unscheduled['id']}").text
 
 
+def test_the_queue_page_counts_the_chunks_waiting_by_workload(sign_in, submit):
+    submit(manifest(2, not_before=(datetime.now(UTC) + timedelta(hours=1)).isoformat()))
+
+    page = sign_in("operator").get("/ui/queue").text
+
+    assert re.search(r'<td id="waiting">echo 2</td>', page)
+
+
 def test_a_csv_jobs_chunks_show_their_record_ranges(sign_in):
     browser = sign_in("user")
     answer = submit_through_form(browser)

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from app.metrics import QueueCollector
 from devstack.sample_csv import generate_csv
 from tests.integration.csv_worker import files_under, upload, upload_body
 from tests.integration.manifests import WORKER, manifest
@@ -156,3 +157,17 @@ def test_a_job_waiting_for_its_time_is_not_counted_late_until_its_time_has_come(
 
     assert waiting is None
     assert 590 <= due <= 700  # since its time came, not since the day-old job was created
+
+
+def test_waiting_chunks_are_counted_by_workload_for_operators_and_metrics(
+    submit, client, headers, rt
+):
+    submit(manifest(2, not_before=at(hours=1)))
+    submit(manifest(1, workload="render", not_before=at(hours=1)))
+    submit(manifest(1))
+
+    queue = client.get("/api/v1/queue", headers=headers["operator"]).get_json()
+    [family] = [f for f in QueueCollector(rt).collect() if f.name == "chunkwise_waiting_chunks"]
+
+    assert queue["waiting"] == {"echo": 2, "render": 1}
+    assert {s.labels["workload"]: s.value for s in family.samples} == {"echo": 2, "render": 1}

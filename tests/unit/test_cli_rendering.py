@@ -93,6 +93,7 @@ QUEUE = {
     "max_leases_total": 8,
     "max_leases_per_worker": 2,
     "max_queued_chunks": 256,
+    "waiting": {"render": 4, "csv_stats": 1},
 }
 WORKERS = {
     "workers": [
@@ -242,6 +243,7 @@ def test_queue_view_pivots_chunk_states_by_workload():
     assert "oldest pending chunk  1 min 15 s" in text
     assert "active leases         2 of 8 (at most 2 per worker)" in text
     assert "unfinished chunks     5 of 256" in text
+    assert "waiting               csv_stats 1, render 4" in text
 
 
 def test_worker_table_shows_heartbeat_age_leases_of_the_limit_and_peak_memory():
