@@ -470,8 +470,8 @@ class ChunkSchema(ResponseSchema):
 
 
 def _retry_time(task) -> str | None:
-    """The time before which a task re-queued after a failure is not claimed; None unless
-    the task is pending with such a time."""
+    """The time before which a pending task (re-queued after a failure, or of a scheduled
+    job) is not claimed; None unless the task is pending with such a time."""
     if task.status != "pending" or task.not_before is None:
         return None
     return task.not_before.isoformat()

@@ -225,7 +225,7 @@ def chunk_detail(chunk: dict) -> str:
         ("attempt", f"{chunk['attempt']} of {chunk['max_attempts']}"),
         ("lease owner", chunk.get("lease_owner")),
         ("lease expires", format_time(chunk.get("lease_expires_at"))),
-        ("retry at", format_time(chunk.get("not_before"))),
+        ("not before", format_time(chunk.get("not_before"))),
         ("input sha256", chunk.get("input_sha256")),
         ("summary", _totals(chunk.get("summary"))),
         ("metrics", chunk.get("metrics") or None),

@@ -550,6 +550,7 @@ def test_a_scheduled_jobs_page_says_when_it_may_start(sign_in, submit):
     page = browser.get(f"/ui/jobs/{scheduled['id']}").text
 
     assert f'<td id="not-before">{when:%Y-%m-%d %H:%M:%S}' in page
+    assert chunk_row(page, 0)[1] == f"pending starts at {when:%Y-%m-%d %H:%M:%S} UTC"
     assert 'id="not-before"' not in browser.get(f"/ui/jobs/{unscheduled['id']}").text
 
 

@@ -216,11 +216,11 @@ def test_chunk_detail_lists_every_attempt():
     assert text.splitlines()[-1].split()[:3] == ["1", "worker-1", "completed"]
 
 
-def test_chunk_detail_says_when_a_chunk_waiting_out_a_retry_runs_again():
+def test_chunk_detail_says_when_a_waiting_chunk_may_run():
     waiting = chunk(2, "pending", not_before="2026-01-02T03:05:00+00:00")
 
-    assert "\nretry at      2026-01-02 03:05:00\n" in tables.chunk_detail(waiting)
-    assert "retry at" not in tables.chunk_detail(chunk(2))
+    assert "\nnot before    2026-01-02 03:05:00\n" in tables.chunk_detail(waiting)
+    assert "not before" not in tables.chunk_detail(chunk(2))
 
 
 def test_a_scheduled_jobs_detail_says_when_it_may_start():
