@@ -357,6 +357,8 @@ def _csv_job_request() -> csvjobs.CsvJobRequest:
     text = form.get("labels", "")
     lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     delimiter = DELIMITERS.get(form.get("delimiter", ""), ",")
+    if start := form.get("not_before", "").strip():
+        fields["not_before"] = _in_utc(start)
     try:
         loaded = CSV_JOB_FORM.load(
             {**fields, "delimiter": delimiter, "label": [line for _, line in lines]}
@@ -364,6 +366,16 @@ def _csv_job_request() -> csvjobs.CsvJobRequest:
     except ValidationError as exc:
         raise ValidationError(ui_forms.labels_by_line(exc.messages, lines)) from exc
     return csvjobs.CsvJobRequest(**loaded)
+
+
+def _in_utc(local: str) -> str:
+    # A datetime-local box sends no offset; the form labels its time UTC. Anything else is
+    # left for the schema to refuse in its own words.
+    try:
+        moment = datetime.fromisoformat(local)
+    except ValueError:
+        return local
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
 
 
 def _csv_problems(upload) -> dict[str, list[str]]:

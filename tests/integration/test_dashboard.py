@@ -599,6 +599,28 @@ def test_a_job_submitted_through_the_form_is_the_job_the_api_shows(sign_in, clie
     assert job["input_digest"] in page.text and f'id="revision">{job["revision"]}<' in page.text
 
 
+def test_a_job_scheduled_through_the_form_starts_at_that_utc_time(sign_in, client, headers):
+    when = (datetime.now(UTC) + timedelta(hours=2)).replace(microsecond=0, tzinfo=None)
+
+    job_id = job_id_of(submit_through_form(sign_in("user"), not_before=when.isoformat()))
+
+    job = client.get(f"/api/v1/jobs/{job_id}", headers=headers["user"]).get_json()
+    assert datetime.fromisoformat(job["not_before"]) == when.replace(tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("start", "problem"),
+    [("soon", "Not a valid datetime."), ("2001-01-01T00:00", "must be within a year of now")],
+)
+def test_a_start_time_the_form_cannot_use_is_shown_at_its_box(sign_in, db, start, problem):
+    answer = submit_through_form(sign_in("user"), not_before=start)
+
+    assert answer.status_code == 422
+    assert problem in answer.text and 'aria-invalid="true"' in control(answer.text, "not_before")
+    assert f'value="{start}"' in control(answer.text, "not_before")
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
 def test_a_resubmitted_form_returns_the_job_it_made(sign_in, db):
     browser = sign_in("user")
     form = browser.get("/ui/submit")
