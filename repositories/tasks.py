@@ -44,7 +44,8 @@ class Task:
     started_at: datetime | None
     completed_at: datetime | None
     version: int
-    # A task re-queued after a failure is not claimed before this (sql/0019).
+    # A task re-queued after a failure, or of a scheduled job, is not claimed before this
+    # (sql/0019, sql/0020).
     not_before: datetime | None = None
 
 
@@ -127,9 +128,9 @@ def claim(
     A cap of None is no cap, and then its count is never taken. With caps, the caller takes
     the workload's claim turn first (see services.tasks) so the arithmetic cannot be raced;
     SKIP LOCKED keeps claims from waiting on rows another transaction is finishing. A claim
-    locks up to `capacity` ready rows of each workload, and as many whose retry waits have
-    ended, until it commits, and leases the first ones in claim order that its room allows;
-    the rest stay pending.
+    locks up to `capacity` ready rows of each workload, and as many whose waits (a retry's or
+    a schedule's) have ended, until it commits, and leases the first ones in claim order that
+    its room allows; the rest stay pending.
     """
     rows = conn.execute(
         """
@@ -156,8 +157,9 @@ def claim(
                 FOR UPDATE SKIP LOCKED
             ) AS h
         ), due AS (
-            -- And the tasks whose retry waits have ended, the longest ended first, from
-            -- tasks_waiting_idx (sql/0019): no claim reads past the ones still waiting.
+            -- And the tasks whose waits (a retry's, a schedule's) have ended, the longest
+            -- ended first, from tasks_waiting_idx (sql/0019): no claim reads past the ones
+            -- still waiting.
             SELECT d.* FROM unnest(%(workloads)b::text[]) AS w(name)
             CROSS JOIN LATERAL (
                 SELECT t.id, t.priority, t.created_at, t.job_id, t.chunk_index FROM tasks t
