@@ -19,6 +19,16 @@ def user(rt, tokens) -> auth.Principal:
 
 
 @pytest.fixture
+def time_passes(db):
+    """Move every waiting task's not_before into the past, as the clock would."""
+
+    def elapse() -> None:
+        db.execute("UPDATE tasks SET not_before = now() - interval '1 second'")
+
+    return elapse
+
+
+@pytest.fixture
 def submit(client, headers) -> Callable[..., dict]:
     """POST a manifest job as the user (or `as_`) and return the created job."""
 

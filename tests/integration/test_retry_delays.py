@@ -37,16 +37,6 @@ def fail(task_call):
     return report
 
 
-@pytest.fixture
-def time_passes(db):
-    """Move every waiting task's not_before into the past, as the clock would."""
-
-    def elapse() -> None:
-        db.execute("UPDATE tasks SET not_before = now() - interval '1 second'")
-
-    return elapse
-
-
 def waits(task: dict) -> float:
     """Seconds from now until the task may be claimed again, as its answer says."""
     until = datetime.fromisoformat(task["not_before"])

@@ -17,16 +17,6 @@ def at(**delta: float) -> str:
     return (datetime.now(UTC) + timedelta(**delta)).isoformat()
 
 
-@pytest.fixture
-def time_passes(db):
-    """Move every waiting task's not_before into the past, as the clock would."""
-
-    def elapse() -> None:
-        db.execute("UPDATE tasks SET not_before = now() - interval '1 second'")
-
-    return elapse
-
-
 def test_a_scheduled_job_is_queued_and_its_tasks_wait_for_its_time(
     submit, claim, client, headers, time_passes
 ):
