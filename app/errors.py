@@ -34,7 +34,7 @@ STATUS: dict[type[ChunkwiseError], int] = {
     Unauthenticated: 401,
     Forbidden: 403,
     NotFound: 404,
-    Conflict: 409,  # also LeaseLost: lease_lost, stale_attempt, task_cancelled
+    Conflict: 409,  # also LeaseLost: lease_lost, stale_attempt, task_cancelled, timed_out
     PayloadTooLarge: 413,
     InvalidInput: 422,
     QueueFull: 429,

@@ -37,6 +37,7 @@ FAILURE_CLASSES = {
     "invalid_input": "invalid_input",
     "input_unavailable": "transient_read",
     "lease_expired": "lost_worker",
+    "timed_out": "timed_out",
 }
 
 
@@ -129,7 +130,7 @@ def _by_class(name: str, doc: str, by_code: dict[str, int]) -> CounterMetricFami
     for code, n in by_code.items():
         cls = FAILURE_CLASSES.get(code, "other")
         totals[cls] = totals.get(cls, 0) + n
-    for cls in ("invalid_input", "transient_read", "lost_worker", "other"):
+    for cls in ("invalid_input", "transient_read", "lost_worker", "timed_out", "other"):
         family.add_metric([cls], totals.get(cls, 0))
     return family
 

@@ -25,6 +25,9 @@ def whole_text(pattern: str, error: str) -> dict:
 # than a plan.
 MAX_SCHEDULE_DISTANCE = timedelta(days=366)
 
+# A day: longer than that, a task is better split, or checkpointed and retried.
+MAX_TIMEOUT_SECONDS = 86400
+
 HEX64 = whole_text(r"^[0-9a-f]{64}", "must be 64 lowercase hex digits")
 
 
@@ -124,6 +127,15 @@ class JobCreateSchema(RequestSchema):
         fields.Nested(TaskSpecSchema), required=True, validate=validate.Length(min=1)
     )
     not_before = Schedule()
+    timeout_seconds = Int(
+        minimum=1,
+        maximum=MAX_TIMEOUT_SECONDS,
+        load_default=None,
+        metadata={
+            "description": "the longest one attempt at a task may run: past it no heartbeat "
+            "renews the lease and no result is taken, and the task is retried as timed_out"
+        },
+    )
 
 
 class CsvJobFormSchema(RequestSchema):
@@ -381,6 +393,7 @@ class JobSchema(ResponseSchema):
     # What a retry grants each unfinished task again; null for jobs from before sql/0012.
     max_attempts = fields.Int(attribute="job.max_attempts", allow_none=True)
     not_before = fields.DateTime(attribute="job.not_before", allow_none=True)
+    timeout_seconds = fields.Int(attribute="job.timeout_seconds", allow_none=True)
     chunks_total = fields.Int(attribute="job.chunks_total")
     chunks_completed = fields.Int(attribute="counts.completed")
     chunks_by_state = fields.Nested(ChunksByStateSchema, attribute="counts")
@@ -443,6 +456,7 @@ class ChunkSchema(ResponseSchema):
     max_attempts = fields.Int(attribute="task.max_attempts")
     lease_owner = fields.Str(attribute="task.lease_owner", allow_none=True)
     lease_expires_at = fields.DateTime(attribute="task.lease_expires_at", allow_none=True)
+    deadline = fields.Method("_deadline", metadata=NULLABLE_DATETIME)
     input_sha256 = fields.Str(attribute="task.input_sha256")
     result_uri = fields.Str(attribute="task.result_uri", allow_none=True)
     result_sha256 = fields.Str(attribute="task.result_sha256", allow_none=True)
@@ -455,6 +469,11 @@ class ChunkSchema(ResponseSchema):
 
     def _not_before(self, view):
         return _retry_time(view.task)
+
+    def _deadline(self, view):
+        # Only the running attempt's: a claim sets it afresh for each.
+        t = view.task
+        return t.deadline.isoformat() if t.status == "leased" and t.deadline else None
 
     def _record_start(self, view):
         return _csv_parameter(view.task, "record_start")
@@ -523,6 +542,11 @@ class ClaimedTaskSchema(Schema):
     parameters = fields.Method("_parameters", metadata={"type": "object"})
     checkpoint = fields.Dict(attribute="task.checkpoint", allow_none=True)
     lease_expires_at = fields.DateTime(attribute="task.lease_expires_at")
+    deadline = fields.DateTime(
+        attribute="task.deadline",
+        allow_none=True,
+        metadata={"description": "when the job's timeout_seconds ends this attempt"},
+    )
     heartbeat_seconds = fields.Int()  # filled in by ClaimResponseSchema
 
     def _parameters(self, claimed):

@@ -42,6 +42,7 @@ class Job:
     chunks_completed: int
     max_attempts: int | None  # None for jobs admitted before sql/0012
     not_before: datetime | None = None  # a scheduled job's tasks wait until then (sql/0020)
+    timeout_seconds: int | None = None  # the longest one attempt at a task may run (sql/0021)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class NewJob:
     trace_id: str
     max_attempts: int
     not_before: datetime | None = None
+    timeout_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -95,21 +97,23 @@ def admit_job(
         ), job AS (
             INSERT INTO jobs (id, owner_id, workload, input_uri, input_sha256, parameters,
                               labels, priority, chunks_total, idempotency_key, request_sha256,
-                              trace_id, max_attempts, not_before)
+                              trace_id, max_attempts, not_before, timeout_seconds)
             SELECT %(id)s, %(owner_id)s, %(workload)s, %(input_uri)s, %(input_sha256)s,
                    %(parameters)s, %(labels)s, %(priority)s, %(chunks_total)s,
                    %(idempotency_key)s, %(request_sha256)s, %(trace_id)s, %(max_attempts)s,
-                   %(not_before)s
+                   %(not_before)s, %(timeout_seconds)s
             FROM room
             ON CONFLICT ON CONSTRAINT jobs_idempotency_key DO NOTHING
             RETURNING *
         ), tasks AS (
             INSERT INTO tasks (id, job_id, chunk_index, workload, priority, input_uri,
-                               input_sha256, parameters, max_attempts, not_before)
+                               input_sha256, parameters, max_attempts, not_before,
+                               timeout_seconds)
             SELECT t.id, job.id, t.chunk_index, %(workload)s, %(priority)s, t.input_uri,
                    t.input_sha256, t.parameters, t.max_attempts,
                    -- A time already past leaves the tasks with the ready ones (sql/0019).
-                   CASE WHEN job.not_before > now() THEN job.not_before END
+                   CASE WHEN job.not_before > now() THEN job.not_before END,
+                   job.timeout_seconds
             FROM job, unnest(%(task_ids)b::uuid[], %(indexes)b::int[], %(uris)b::text[],
                              %(shas)b::text[], %(task_parameters)b::jsonb[],
                              %(task_max_attempts)b::int[])

@@ -47,6 +47,9 @@ class Task:
     # A task re-queued after a failure, or of a scheduled job, is not claimed before this
     # (sql/0019, sql/0020).
     not_before: datetime | None = None
+    # A job's timeout_seconds, and the time the current attempt must end by (sql/0021).
+    timeout_seconds: int | None = None
+    deadline: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -175,7 +178,11 @@ def claim(
         ), leased AS (
             UPDATE tasks t SET status = 'leased', attempt = t.attempt + 1,
                 lease_owner = %(worker)s,
-                lease_expires_at = now() + make_interval(secs => %(lease)s),
+                -- An attempt's lease never outlasts its deadline (LEAST ignores the NULL of
+                -- a task without a timeout).
+                lease_expires_at = LEAST(now() + make_interval(secs => %(lease)s),
+                                         now() + make_interval(secs => t.timeout_seconds)),
+                deadline = now() + make_interval(secs => t.timeout_seconds),
                 heartbeat_at = now(),
                 started_at = COALESCE(t.started_at, now()),
                 not_before = NULL,
@@ -254,10 +261,12 @@ def renew_many(
         ), mine AS (
             SELECT t.id, v.checkpoint FROM tasks t JOIN v ON v.id = t.id
             WHERE t.lease_owner = %(worker)s AND t.attempt = v.attempt AND t.status = 'leased'
+              AND (t.deadline IS NULL OR t.deadline > now())
             ORDER BY t.id
             FOR UPDATE OF t
         )
-        UPDATE tasks t SET lease_expires_at = now() + make_interval(secs => %(lease)s),
+        UPDATE tasks t SET lease_expires_at = LEAST(now() + make_interval(secs => %(lease)s),
+                                                    t.deadline),
             heartbeat_at = now(),
             checkpoint = COALESCE(mine.checkpoint, t.checkpoint),
             version = t.version + 1
@@ -318,6 +327,7 @@ def complete_many(conn: Connection, worker_id: str, outcomes: Sequence[Outcome])
         ), mine AS (
             SELECT t.id, v.uri, v.sha, v.metrics FROM tasks t JOIN v ON v.id = t.id
             WHERE t.lease_owner = %(worker)s AND t.attempt = v.attempt AND t.status = 'leased'
+              AND (t.deadline IS NULL OR t.deadline > now())
             ORDER BY t.id
             FOR UPDATE OF t
         )
@@ -365,7 +375,7 @@ def fail(
                        ) AS retry
             FROM tasks
             WHERE id = %(id)s AND lease_owner = %(worker)s AND attempt = %(attempt)s
-              AND status = 'leased'
+              AND status = 'leased' AND (deadline IS NULL OR deadline > now())
             FOR UPDATE
         )
         UPDATE tasks t SET
@@ -416,9 +426,11 @@ def jobs_with_expired_leases(
 def expire(
     conn: Connection, job_id: UUID, *, now: datetime | None, lost_budget: int, limit: int = 500
 ) -> list[ExpiredLease]:
-    """Take back a job's leases that ran out: pending while budgets remain, else failed
-    (lease_expired).
+    """Take back a job's leases that ran out: pending while budgets remain, else failed.
 
+    A lease that ran out at its attempt's deadline is the task's own doing (timed_out) and
+    spends only an attempt; any other is a lost worker's (lease_expired) and spends the lost
+    budget too. Either is retried at once: a timed-out attempt has already waited its timeout.
     The job is locked before its tasks, the order completions and cancels lock them in, and
     both with SKIP LOCKED: a sweep never waits, and a busy job's leases wait for the next pass.
     """
@@ -426,23 +438,30 @@ def expire(
         """
         WITH due AS MATERIALIZED (
             SELECT id FROM jobs WHERE id = %(job)s FOR UPDATE SKIP LOCKED
-        ), expired AS (
-            SELECT id, lease_owner,
-                   (attempt < max_attempts AND lost_retries < %(budget)s) AS retry
+        ), overdue AS (
+            SELECT id, lease_owner, attempt < max_attempts AS attempts_left, lost_retries,
+                   deadline <= COALESCE(%(now)s, now()) AS timed_out, timeout_seconds
             FROM tasks
             WHERE job_id IN (SELECT id FROM due)
               AND status = 'leased' AND lease_expires_at < COALESCE(%(now)s, now())
             ORDER BY lease_expires_at
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
+        ), expired AS (
+            SELECT id, lease_owner, timed_out IS TRUE AS timed_out, timeout_seconds,
+                   attempts_left AND (timed_out OR lost_retries < %(budget)s) AS retry
+            FROM overdue
         )
         UPDATE tasks t SET
             status = CASE WHEN e.retry THEN 'pending' ELSE 'failed' END,
             completed_at = CASE WHEN e.retry THEN NULL ELSE now() END,
-            lost_retries = t.lost_retries + 1,
+            lost_retries = t.lost_retries + (NOT e.timed_out)::int,
             lease_owner = NULL, lease_expires_at = NULL,
-            error_code = 'lease_expired',
-            error_message = 'the lease expired before the worker reported a result',
+            error_code = CASE WHEN e.timed_out THEN 'timed_out' ELSE 'lease_expired' END,
+            error_message = CASE WHEN e.timed_out
+                THEN format('the attempt ran past its job''s timeout_seconds (%%s)',
+                            e.timeout_seconds)
+                ELSE 'the lease expired before the worker reported a result' END,
             version = t.version + 1
         FROM expired e WHERE t.id = e.id
         RETURNING t.*, e.lease_owner AS expired_owner

@@ -52,7 +52,7 @@ class Conflict(ChunkwiseError):
 
 
 class LeaseLost(Conflict):
-    """The caller does not hold the current lease: lease_lost, stale_attempt or task_cancelled."""
+    """The caller's lease is gone: lease_lost, stale_attempt, task_cancelled or timed_out."""
 
     code = "lease_lost"
 

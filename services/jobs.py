@@ -54,6 +54,7 @@ class JobSpec:
     max_attempts: int | None = None
     labels: dict | None = None
     not_before: datetime | None = None
+    timeout_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -152,12 +153,15 @@ def create_job(
                 (i, t.input_uri, t.input_sha256, t.parameters)
                 for i, t in zip(indexes, spec.tasks, strict=True)
             ],
-            # Only when given, so a replay of a request from before sql/0020 still matches.
+            # Only when given, so a replay of a request from before sql/0020 (sql/0021)
+            # still matches.
             *([spec.not_before.isoformat()] if spec.not_before else []),
+            *([{"timeout_seconds": spec.timeout_seconds}] if spec.timeout_seconds else []),
         ),
         trace_id=trace_id,
         max_attempts=max_attempts,
         not_before=spec.not_before,
+        timeout_seconds=spec.timeout_seconds,
     )
     new_tasks = [
         NewTask(

@@ -488,9 +488,11 @@ def _expire(
     expired = task_rows.expire(conn, job_id, now=now, lost_budget=LOST_RETRY_BUDGET)
     for lease in expired:
         t = lease.task
-        closed = attempt_rows.finish(
-            conn, t.id, t.attempt, "lease_expired", "lease_expired", t.error_message
-        )
+        if t.error_code == "timed_out":  # closed as a failure is, the handler's own doing
+            outcome, said = ("retried" if t.status == "pending" else "failed"), "timed out"
+        else:
+            outcome, said = "lease_expired", "lease expired"
+        closed = attempt_rows.finish(conn, t.id, t.attempt, outcome, t.error_code, t.error_message)
         # The sweeper logs under the attempt's own trace id, so the expiry joins the
         # worker's and the coordinator's lines for that attempt.
         with logcontext.scope(
@@ -498,7 +500,7 @@ def _expire(
             trace_id=closed.trace_id if closed else None,
         ):
             logger.warning(
-                "lease expired", extra={"event": "lease_expired", "next_status": t.status}
+                f"attempt {said}", extra={"event": t.error_code, "next_status": t.status}
             )
     if any(lease.task.status == "failed" for lease in expired):
         job = job_rows.get(conn, job_id, for_update=True)
@@ -537,6 +539,12 @@ def _lease_error(conn: Connection, task_id: UUID, worker_id: str, attempt: int) 
     }
     if task.status == "cancelled":
         return LeaseLost("the task's job was cancelled", code="task_cancelled", details=details)
+    if _timed_out(conn, task, worker_id, attempt):
+        return LeaseLost(
+            f"attempt {attempt} ran past its job's timeout_seconds ({task.timeout_seconds})",
+            code="timed_out",
+            details=details,
+        )
     if task.attempt != attempt:
         # One code for both, so a worker has one thing to handle: this attempt is not the lease.
         said = "is stale" if attempt < task.attempt else "was never leased"
@@ -548,6 +556,17 @@ def _lease_error(conn: Connection, task_id: UUID, worker_id: str, attempt: int) 
     return LeaseLost(
         "this worker does not hold the task's current lease", code="lease_lost", details=details
     )
+
+
+def _timed_out(conn: Connection, task: Task, worker_id: str, attempt: int) -> bool:
+    """Whether the caller's attempt ended at its deadline: still leased to the caller past it
+    (the fence refused nothing else), or closed as timed out by the sweep."""
+    if task.timeout_seconds is None:
+        return False
+    if task.status == "leased" and task.attempt == attempt:
+        return task.lease_owner == worker_id
+    record = attempt_rows.find(conn, task.id, attempt)
+    return record is not None and record.worker_id == worker_id and record.error_code == "timed_out"
 
 
 def _replayed_result(

@@ -25,9 +25,9 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0020.job_schedules"
-# The column the latest migration adds to jobs.
-SCHEDULE_COLUMN = "not_before"
+LATEST = "0021.task_timeouts"
+# The columns the latest migration adds, by table.
+TIMEOUT_COLUMNS = {"jobs": {"timeout_seconds"}, "tasks": {"timeout_seconds", "deadline"}}
 # The column 0019 adds to tasks, and the claim index it splits in two.
 RETRY_COLUMN = "not_before"
 RETRY_INDEXES, CLAIM_INDEX = {"tasks_ready_idx", "tasks_waiting_idx"}, "tasks_claim_idx"
@@ -141,6 +141,13 @@ def indexes(url: str) -> set[str]:
         return {name for (name,) in rows.fetchall()}
 
 
+def has_timeout_columns(url: str) -> dict[str, bool]:
+    """Whether each table 0021 changes has all of its columns (False: none of them)."""
+    found = {table: wanted & columns(url, table) for table, wanted in TIMEOUT_COLUMNS.items()}
+    assert all(f in (set(), TIMEOUT_COLUMNS[t]) for t, f in found.items()), found
+    return {table: bool(f) for table, f in found.items()}
+
+
 def columns(url: str, table: str) -> set[str]:
     """Names of a public table's columns."""
     with psycopg.connect(url) as conn:
@@ -185,16 +192,17 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert not functions_joining_transition_tables(empty_database_url)
 
     assert indexes(empty_database_url) >= RETRY_INDEXES | FEED_INDEXES
-    assert SCHEDULE_COLUMN in columns(empty_database_url, "jobs")
+    assert has_timeout_columns(empty_database_url) == {"jobs": True, "tasks": True}
 
     migrations.rollback_latest(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
-    assert SCHEDULE_COLUMN not in columns(empty_database_url, "jobs")
+    assert has_timeout_columns(empty_database_url) == {"jobs": False, "tasks": False}
+    assert "not_before" in columns(empty_database_url, "jobs")  # 0020's stays
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
     assert triggers(empty_database_url) == TRIGGERS
-    assert SCHEDULE_COLUMN in columns(empty_database_url, "jobs")
+    assert has_timeout_columns(empty_database_url) == {"jobs": True, "tasks": True}
 
 
 def test_rolling_back_the_retry_delays_migration_restores_the_one_claim_index(
