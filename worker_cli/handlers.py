@@ -81,6 +81,9 @@ class ClaimedTask:
     lease_expires_at: str | None = None
     parameters: dict = field(default_factory=dict)
     checkpoint: dict | None = None
+    # When the job's timeout_seconds ends this attempt (None: no timeout). Past it the
+    # coordinator takes no result, and the next heartbeat stops the chunk (timed_out).
+    deadline: str | None = None
 
     @classmethod
     def from_payload(cls, payload: dict) -> ClaimedTask:
@@ -99,6 +102,7 @@ class ClaimedTask:
             lease_expires_at=payload.get("lease_expires_at"),
             parameters=dict(payload.get("parameters") or {}),
             checkpoint=payload.get("checkpoint"),
+            deadline=payload.get("deadline"),
         )
 
     def log_fields(self) -> dict:

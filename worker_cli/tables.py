@@ -157,6 +157,7 @@ def job_detail(job: dict) -> str:
         ("input", job.get("input_digest")),
         ("created", format_time(job.get("created_at"))),
         ("not before", format_time(job.get("not_before"))),
+        ("timeout", _timeout(job.get("timeout_seconds"))),
         ("started", format_time(job.get("started_at"))),
         ("completed", format_time(job.get("completed_at"))),
         ("trace id", job.get("trace_id")),
@@ -165,6 +166,10 @@ def job_detail(job: dict) -> str:
         ("partial result", _totals(job.get("partial_result"))),
     ]
     return render_pairs(pairs)
+
+
+def _timeout(seconds: int | None) -> str | None:
+    return f"{seconds} s an attempt" if seconds else None
 
 
 def result_block(result: dict) -> str:
@@ -225,6 +230,7 @@ def chunk_detail(chunk: dict) -> str:
         ("attempt", f"{chunk['attempt']} of {chunk['max_attempts']}"),
         ("lease owner", chunk.get("lease_owner")),
         ("lease expires", format_time(chunk.get("lease_expires_at"))),
+        ("deadline", format_time(chunk.get("deadline"))),
         ("not before", format_time(chunk.get("not_before"))),
         ("input sha256", chunk.get("input_sha256")),
         ("summary", _totals(chunk.get("summary"))),

@@ -554,6 +554,24 @@ def test_a_scheduled_jobs_page_says_when_it_may_start(sign_in, submit):
     assert 'id="not-before"' not in browser.get(f"/ui/jobs/{unscheduled['id']}").text
 
 
+def test_a_timed_jobs_page_shows_its_timeout_and_a_running_chunk_its_deadline(
+    sign_in, submit, claim
+):
+    timed = submit(manifest(2, timeout_seconds=600))
+    [leased] = claim()
+    deadline = datetime.fromisoformat(leased["deadline"])
+    browser = sign_in("user")
+
+    page = browser.get(f"/ui/jobs/{timed['id']}").text
+
+    assert '<td id="timeout">10 min 0 s an attempt</td>' in page
+    assert chunk_row(page, leased["chunk_index"])[6].endswith(
+        f"ends by {deadline:%Y-%m-%d %H:%M:%S} UTC"
+    )
+    assert chunk_row(page, 1 - leased["chunk_index"])[6] == "—"
+    assert 'id="timeout"' not in browser.get(f"/ui/jobs/{submit(manifest(1))['id']}").text
+
+
 def test_the_queue_page_counts_the_chunks_waiting_by_workload(sign_in, submit):
     submit(manifest(2, not_before=(datetime.now(UTC) + timedelta(hours=1)).isoformat()))
 

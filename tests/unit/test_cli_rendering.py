@@ -230,6 +230,15 @@ def test_a_scheduled_jobs_detail_says_when_it_may_start():
     assert "not before" not in tables.job_detail(job())
 
 
+def test_a_timed_jobs_detail_names_its_timeout_and_a_running_chunk_its_deadline():
+    running = chunk(2, "leased", deadline="2026-01-02T03:05:00+00:00")
+
+    assert "\ntimeout     90 s an attempt\n" in tables.job_detail(job(timeout_seconds=90))
+    assert "timeout" not in tables.job_detail(job())
+    assert "\ndeadline      2026-01-02 03:05:00\n" in tables.chunk_detail(running)
+    assert "deadline" not in tables.chunk_detail(chunk(2))
+
+
 def test_records_done_counts_only_completed_chunks():
     assert tables.records_done([chunk(0), chunk(1, "leased"), chunk(2)]) == 10000
 

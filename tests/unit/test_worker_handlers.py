@@ -118,6 +118,14 @@ def test_plugin_manifest_is_submitted_with_the_workers_metrics(plugins):
     assert result["metrics"]["bytes"] == 6 and "peak_rss_bytes" in result["metrics"]
 
 
+def test_a_claimed_task_tells_its_handler_its_deadline_when_its_job_has_a_timeout():
+    payload = task_payload("t1")
+    deadline = "2026-12-05T03:00:00+00:00"
+
+    assert ClaimedTask.from_payload(payload).deadline is None
+    assert ClaimedTask.from_payload({**payload, "deadline": deadline}).deadline == deadline
+
+
 # -- the task context ---------------------------------------------------------------------
 
 

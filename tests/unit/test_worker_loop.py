@@ -35,6 +35,7 @@ class Gate:
         self.release = threading.Event()
         self.started = threading.Event()
         self.stopped = threading.Event()
+        self.stop_reason: str | None = None
         self.checkpoints = 0
 
     def __call__(self, task, context) -> dict:
@@ -45,6 +46,7 @@ class Gate:
                 self.checkpoints += 1
                 context.save_checkpoint({"records_done": self.checkpoints})
         except BaseException:
+            self.stop_reason = context.stop_reason
             self.stopped.set()
             raise
         return body
@@ -298,16 +300,18 @@ def test_failed_heartbeat_is_retried_soon_and_resends_its_checkpoint(failure):
     assert wait_until_idle(worker)
 
 
-def test_409_heartbeat_stops_the_computation_and_submits_nothing():
+@pytest.mark.parametrize("code", ["task_cancelled", "timed_out", "lease_lost"])
+def test_409_heartbeat_stops_the_computation_and_submits_nothing(code):
     gate = Gate()
     clock, client, worker = setup([task_payload("t1")], handler=gate, capacity=1)
     worker.run_once()
     assert gate.started.wait(WAIT)
-    client.heartbeat_replies = [LeaseLost("cancelled", status=409, code="task_cancelled")]
+    client.heartbeat_replies = [LeaseLost("refused", status=409, code=code)]
 
     worker.send_due_heartbeats(clock.now + 10)
 
     assert gate.stopped.wait(WAIT), "the handler should be stopped at its next checkpoint"
+    assert gate.stop_reason == code
     assert wait_until_idle(worker)
     assert client.results == [] and client.failures == []
     worker.send_due_heartbeats(clock.now + 100)
