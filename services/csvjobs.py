@@ -113,6 +113,7 @@ def submit_csv_job(
             _chunk_task(job_id, plan, split, request, rt.limits.max_attempts)
             for plan in split.plans
         ]
+        job_rules.check_size(rt, WORKLOAD, len(new_tasks))
         staged = archive.stage(rt.archive_dir, upload)
         try:
             return job_rules.admit(

@@ -56,6 +56,11 @@ class JobSpec:
     not_before: datetime | None = None
     timeout_seconds: int | None = None
 
+    @classmethod
+    def from_dict(cls, values: dict) -> JobSpec:
+        """A job spec from plain values: a request's, or a schedule's stored job."""
+        return cls(**{**values, "tasks": [TaskSpec(**t) for t in values["tasks"]]})
+
 
 @dataclass(frozen=True)
 class JobView:
@@ -117,6 +122,22 @@ def create_job(
     idempotency_key: str | None = None,
 ) -> JobView:
     """Create a manifest job and all its tasks in one transaction (or nothing)."""
+    new_job, new_tasks = plan_job(
+        rt, principal, spec, trace_id=trace_id, idempotency_key=idempotency_key
+    )
+    return admit(rt, principal, new_job, new_tasks)
+
+
+def plan_job(
+    rt: Runtime,
+    principal: Principal,
+    spec: JobSpec,
+    *,
+    trace_id: str,
+    idempotency_key: str | None = None,
+) -> tuple[NewJob, list[NewTask]]:
+    """Check a manifest job against every rule admission holds it to but the queue's room,
+    and build its rows; nothing is written."""
     rules = rt.workloads.get(spec.workload)
     if rules is None:
         raise InvalidInput.field("workload", f"unknown workload {spec.workload!r}")
@@ -174,7 +195,8 @@ def create_job(
         )
         for index, t in zip(indexes, spec.tasks, strict=True)
     ]
-    return admit(rt, principal, new_job, new_tasks)
+    check_size(rt, spec.workload, len(new_tasks))
+    return new_job, new_tasks
 
 
 def task_id(job_id: UUID, chunk_index: int) -> UUID:
@@ -189,17 +211,13 @@ def admit(
     new_tasks: list[NewTask],
     on_admitted: Callable[[], object] | None = None,
 ) -> JobView:
-    """Insert a job with its tasks if it fits the queue, or return the idempotent original.
+    """Insert a job with its tasks (check_size has passed them) if it fits the queue, or return
+    the idempotent original.
 
     `on_admitted` runs once the job is in, before it commits: the CSV path stores its upload
     there, so a rejected job leaves nothing behind and a failed store admits nothing.
     """
-    caps = rt.workloads.of(new_job.workload).caps
-    # A job larger than the whole queue could never be admitted: that is bad input, not a 429.
-    most = min(caps.max_tasks_per_job, caps.max_queued_tasks)
-    if len(new_tasks) > most:
-        raise InvalidInput.field("tasks", f"a job may have at most {most} tasks")
-    limit = caps.max_queued_tasks
+    limit = rt.workloads.of(new_job.workload).caps.max_queued_tasks
     with rt.pool.connection() as conn:
         # With nothing to run before the commit, a job that fits is one statement committing
         # on its own: most admissions are a single round trip.
@@ -223,6 +241,15 @@ def admit(
             },
         )
     return view
+
+
+def check_size(rt: Runtime, workload: str, tasks: int) -> None:
+    """Refuse a job larger than its workload allows one job, or than its whole queue: that
+    could never be admitted, so it is bad input, not a 429."""
+    caps = rt.workloads.of(workload).caps
+    most = min(caps.max_tasks_per_job, caps.max_queued_tasks)
+    if tasks > most:
+        raise InvalidInput.field("tasks", f"a job may have at most {most} tasks")
 
 
 def _try_admit(

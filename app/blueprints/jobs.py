@@ -44,11 +44,10 @@ def create_job():
         )
     else:
         body = input_rules.load_json(JOB_CREATE)
-        spec = jobs.JobSpec(**{**body, "tasks": [jobs.TaskSpec(**t) for t in body["tasks"]]})
         view = jobs.create_job(
             get_runtime(),
             current_principal(),
-            spec,
+            jobs.JobSpec.from_dict(body),
             trace_id=current_trace_id(),
             idempotency_key=key,
         )
