@@ -19,7 +19,7 @@ from app import (
     ui_session,
     uploads,
 )
-from app.blueprints import chunks, events, health, jobs, queue, tasks, ui
+from app.blueprints import chunks, events, health, jobs, queue, schedules, tasks, ui
 from app.config import load_settings
 from app.migrations import migration_ids
 
@@ -45,7 +45,17 @@ def create_app(
     cli.init_app(app)
     ui_session.init_app(app, settings)
     path_ids.init_app(app)  # before the blueprints: their routes use its converter
-    blueprints = (health.bp, jobs.bp, chunks.bp, tasks.bp, events.bp, queue.bp, openapi.bp, ui.bp)
+    blueprints = (
+        health.bp,
+        jobs.bp,
+        chunks.bp,
+        tasks.bp,
+        events.bp,
+        queue.bp,
+        schedules.bp,
+        openapi.bp,
+        ui.bp,
+    )
     for blueprint in blueprints:
         app.register_blueprint(blueprint)
     return app

@@ -11,6 +11,7 @@ from flask import Blueprint, Flask, Response, current_app
 from marshmallow import fields
 
 from app import auth, schemas
+from services import schedules
 
 bp = Blueprint("openapi", __name__)
 bp.before_request(auth.any_token)
@@ -56,8 +57,21 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "tasks.result": (schemas.ResultSchema, schemas.TaskSchema, (404, 409)),
     "tasks.results": (schemas.ResultBatchSchema, schemas.ResultBatchResponseSchema, ()),
     "tasks.failure": (schemas.FailureSchema, schemas.TaskSchema, (404, 409)),
+    "schedules.put_schedule": (schemas.SchedulePutSchema, schemas.ScheduleSchema, (201, 409)),
+    "schedules.list_schedules": (None, schemas.ScheduleListSchema, ()),
+    "schedules.get_schedule": (None, schemas.ScheduleSchema, (404,)),
+    "schedules.delete_schedule": (None, None, (204, 404)),
 }
+# Answered 204 on success, never 200.
+NO_CONTENT_ENDPOINTS = {"schedules.delete_schedule"}
 QUERY_METHODS = {"GET"}
+# Every path parameter is an id but a schedule's name.
+PATH_SCHEMAS = {
+    "job_id": {"type": "string", "format": "uuid"},
+    "chunk_id": {"type": "string", "format": "uuid"},
+    "task_id": {"type": "string", "format": "uuid"},
+    "name": {"type": "string", "pattern": schedules.NAME_PATTERN},
+}
 # Responses that carry the job's version (app/blueprints/jobs.py _etag).
 ETAG_ENDPOINTS = {"jobs.create_job", "jobs.get_job"}
 
@@ -121,7 +135,9 @@ IF_NONE_MATCH_PARAMETER = {
 def _statuses(endpoint: str, path: str, has_body: bool) -> list[int]:
     """Every status the route can answer with: its own and those of its kind of route."""
     own = DOCUMENTED[endpoint][2]
-    statuses = {200, *own, 422}  # 422: a traceparent with a NUL, on any route
+    statuses = {*own, 422}  # 422: a traceparent with a NUL, on any route
+    if endpoint not in NO_CONTENT_ENDPOINTS:
+        statuses.add(200)
     if path.startswith("/api/v1/"):
         statuses |= {401, 403, 503}  # the token is looked up in PostgreSQL
     if has_body:
@@ -143,6 +159,8 @@ def _response(endpoint: str, status: int, response_schema) -> dict:
         }
     if endpoint in ETAG_ENDPOINTS and status in (200, 201, 304):
         headers["ETag"] = "ETag"
+    if status == 204 and endpoint in NO_CONTENT_ENDPOINTS:
+        return {"description": "deleted", "headers": headers}
     if status == 204:
         return {"description": "no task was leased within wait_seconds", "headers": headers}
     if status == 304:
@@ -186,17 +204,12 @@ def build_spec(app: Flask) -> dict:
             continue
         request_schema, response_schema, _ = DOCUMENTED[rule.endpoint]
         view = app.view_functions[rule.endpoint]
-        path = re.sub(r"<(?:[a-z]+:)?([a-z_]+)>", r"{\1}", rule.rule)
+        path = re.sub(r"<(?:[a-z_]+:)?([a-z_]+)>", r"{\1}", rule.rule)
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
             in_query = request_schema is not None and method in QUERY_METHODS
             has_body = request_schema is not None and not in_query
             parameters: list = [
-                {
-                    "in": "path",
-                    "name": arg,
-                    "required": True,
-                    "schema": {"type": "string", "format": "uuid"},
-                }
+                {"in": "path", "name": arg, "required": True, "schema": PATH_SCHEMAS[arg]}
                 for arg in sorted(rule.arguments)
             ]
             if in_query:

@@ -138,6 +138,26 @@ class JobCreateSchema(RequestSchema):
     )
 
 
+class SchedulePutSchema(RequestSchema):
+    """A schedule (named by its path): a manifest job submitted on a cron expression."""
+
+    cron = fields.Str(
+        required=True,
+        validate=validate.Length(min=1, max=200),
+        metadata={
+            "description": "five fields (minute hour day month weekday, in UTC), "
+            "or @hourly, @daily, @weekly, @monthly, @yearly",
+            "example": "*/15 * * * *",
+        },
+    )
+    job = fields.Nested(
+        JobCreateSchema,
+        required=True,
+        metadata={"description": "what each run submits, as POST /api/v1/jobs takes it"},
+    )
+    paused = Bool(load_default=False, metadata={"description": "no runs until false again"})
+
+
 class CsvJobFormSchema(RequestSchema):
     """The multipart form fields of a CSV statistics job (the file travels alongside)."""
 
@@ -414,6 +434,30 @@ class JobSchema(ResponseSchema):
     def _partial_result(self, view):
         # Never shown for a cancelled job, and only ever beside a failure, never as success.
         return view.job.partial_result if view.job.status == "failed" else None
+
+
+class ScheduleSchema(ResponseSchema):
+    """A schedule and its runs (dumped from repositories.schedules.Schedule)."""
+
+    name = fields.Str()
+    cron = fields.Str()
+    job = fields.Dict(metadata={"description": "what each run submits"})
+    paused = fields.Bool()
+    next_run_at = fields.DateTime()
+    last_run_at = fields.DateTime(allow_none=True)
+    last_job_id = fields.UUID(allow_none=True)
+    last_error = fields.Dict(
+        allow_none=True,
+        metadata={"description": "why the last run submitted no job ({code, message}), or null"},
+    )
+    created_at = fields.DateTime()
+    updated_at = fields.DateTime()
+
+
+class ScheduleListSchema(ResponseSchema):
+    """The caller's schedules by name."""
+
+    schedules = fields.List(fields.Nested(ScheduleSchema))
 
 
 class JobListSchema(ResponseSchema):

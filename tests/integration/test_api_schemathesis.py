@@ -166,6 +166,14 @@ def test_real_answers_on_real_resources_match_the_documented_schemas(api):
     [chunk, _] = call("chunks.list_chunks", "user", 200, path_parameters=ids)["chunks"]
     call("chunks.get_chunk", "user", 200, path_parameters={**ids, "chunk_id": chunk["id"]})
     call("events.list_events", "user", 200)
+    named = {"name": "nightly"}
+    schedule = {"body": {"cron": "0 3 * * *", "job": manifest(1)}, "path_parameters": named}
+    call("schedules.put_schedule", "user", 201, **schedule)
+    call("schedules.put_schedule", "user", 200, **schedule)
+    call("schedules.list_schedules", "user", 200)
+    call("schedules.get_schedule", "user", 200, path_parameters=named)
+    call("schedules.delete_schedule", "user", 204, path_parameters=named)
+    call("schedules.get_schedule", "user", 404, path_parameters=named)
     call("queue.queue_status", "operator", 200)
     call("queue.list_workers", "operator", 200)
 

@@ -25,8 +25,11 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0021.task_timeouts"
-# The columns the latest migration adds, by table.
+LATEST = "0022.schedules"
+# The table the latest migration adds.
+SCHEDULES_TABLE = "schedules"
+HEAD_TABLES = QUEUE_TABLES | CSV_TABLES | {SCHEDULES_TABLE}
+# The columns 0021 adds, by table.
 TIMEOUT_COLUMNS = {"jobs": {"timeout_seconds"}, "tasks": {"timeout_seconds", "deadline"}}
 # The column 0019 adds to tasks, and the claim index it splits in two.
 RETRY_COLUMN = "not_before"
@@ -184,7 +187,7 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert public_tables(empty_database_url) == set()
 
     migrations.apply(empty_database_url)
-    assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
+    assert public_tables(empty_database_url) == HEAD_TABLES
     assert triggers(empty_database_url) == TRIGGERS
     assert indexes(empty_database_url) >= STORAGE_INDEXES
     assert not {"tasks_leased_idx", TRAP_INDEX} & indexes(empty_database_url)
@@ -196,13 +199,20 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
 
     migrations.rollback_latest(empty_database_url)
     assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
-    assert has_timeout_columns(empty_database_url) == {"jobs": False, "tasks": False}
-    assert "not_before" in columns(empty_database_url, "jobs")  # 0020's stays
+    assert has_timeout_columns(empty_database_url) == {"jobs": True, "tasks": True}  # 0021's stay
 
     migrations.apply(empty_database_url)
-    assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
+    assert public_tables(empty_database_url) == HEAD_TABLES
     assert triggers(empty_database_url) == TRIGGERS
-    assert has_timeout_columns(empty_database_url) == {"jobs": True, "tasks": True}
+
+
+def test_rolling_back_the_task_timeouts_migration_drops_its_columns(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    roll_back_through(empty_database_url, "0021.task_timeouts")
+
+    assert has_timeout_columns(empty_database_url) == {"jobs": False, "tasks": False}
+    assert "not_before" in columns(empty_database_url, "jobs")  # 0020's stays
 
 
 def test_rolling_back_the_retry_delays_migration_restores_the_one_claim_index(
@@ -438,7 +448,7 @@ def test_applying_at_head_changes_nothing(database_url):
 
     migrations.apply(database_url)
 
-    assert public_tables(database_url) == before == QUEUE_TABLES | CSV_TABLES
+    assert public_tables(database_url) == before == HEAD_TABLES
 
 
 @pytest.fixture

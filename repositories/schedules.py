@@ -1,0 +1,158 @@
+"""Schedules: a user's manifest job, submitted on a cron expression (sql/0022)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from psycopg import Connection
+from psycopg.types.json import Jsonb
+
+from repositories import from_row
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One schedules row."""
+
+    id: UUID
+    owner_id: int
+    name: str
+    cron: str
+    job: dict
+    paused: bool
+    next_run_at: datetime
+    last_run_at: datetime | None
+    last_job_id: UUID | None
+    last_error: dict | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class DueSchedule:
+    """A schedule whose next run has come, locked, with its owner as the run's principal."""
+
+    schedule: Schedule
+    owner: str
+    owner_role: str
+
+
+def put(
+    conn: Connection,
+    *,
+    id: UUID,
+    owner_id: int,
+    name: str,
+    cron: str,
+    job: dict,
+    paused: bool,
+    next_run_at: datetime,
+) -> tuple[Schedule, bool]:
+    """Create the owner's schedule of this name, or replace what it does; (schedule, created).
+
+    A replacement with the same cron and the same paused state keeps its next run, so sending
+    the same schedule again changes nothing; any other change runs next at `next_run_at`.
+    """
+    row = conn.execute(
+        """
+        INSERT INTO schedules (id, owner_id, name, cron, job, paused, next_run_at)
+        VALUES (%(id)s, %(owner)s, %(name)s, %(cron)s, %(job)s, %(paused)s, %(next)s)
+        ON CONFLICT ON CONSTRAINT schedules_owner_name_key DO UPDATE SET
+            cron = EXCLUDED.cron, job = EXCLUDED.job, paused = EXCLUDED.paused,
+            next_run_at = CASE
+                WHEN schedules.cron = EXCLUDED.cron AND schedules.paused = EXCLUDED.paused
+                THEN schedules.next_run_at ELSE EXCLUDED.next_run_at END,
+            updated_at = now()
+        -- xmax is 0 only on a row this statement inserted.
+        RETURNING *, xmax = 0 AS created
+        """,
+        {
+            "id": id,
+            "owner": owner_id,
+            "name": name,
+            "cron": cron,
+            "job": Jsonb(job),
+            "paused": paused,
+            "next": next_run_at,
+        },
+    ).fetchone()
+    return from_row(Schedule, row), row["created"]
+
+
+def get(conn: Connection, owner_id: int, name: str) -> Schedule | None:
+    """The owner's schedule of this name."""
+    row = conn.execute(
+        "SELECT * FROM schedules WHERE owner_id = %(owner)s AND name = %(name)s",
+        {"owner": owner_id, "name": name},
+    ).fetchone()
+    return from_row(Schedule, row) if row else None
+
+
+def list_for_owner(conn: Connection, owner_id: int) -> list[Schedule]:
+    """The owner's schedules by name."""
+    rows = conn.execute(
+        "SELECT * FROM schedules WHERE owner_id = %(owner)s ORDER BY name", {"owner": owner_id}
+    ).fetchall()
+    return [from_row(Schedule, r) for r in rows]
+
+
+def count_for_owner(conn: Connection, owner_id: int) -> int:
+    """How many schedules the owner has."""
+    row = conn.execute(
+        "SELECT count(*) AS n FROM schedules WHERE owner_id = %(owner)s", {"owner": owner_id}
+    ).fetchone()
+    return row["n"]
+
+
+def delete(conn: Connection, owner_id: int, name: str) -> bool:
+    """Delete the owner's schedule of this name; whether there was one."""
+    cursor = conn.execute(
+        "DELETE FROM schedules WHERE owner_id = %(owner)s AND name = %(name)s",
+        {"owner": owner_id, "name": name},
+    )
+    return cursor.rowcount == 1
+
+
+def lock_due(conn: Connection, *, now: datetime, limit: int) -> list[DueSchedule]:
+    """Lock the running schedules whose next run is at or before `now`, the most overdue
+    first; SKIP LOCKED, so coordinators running passes at once share them out."""
+    rows = conn.execute(
+        """
+        SELECT s.*, u.name AS owner, u.role AS owner_role
+        FROM schedules s JOIN users u ON u.id = s.owner_id
+        WHERE NOT s.paused AND s.next_run_at <= %(now)s
+        ORDER BY s.next_run_at
+        LIMIT %(limit)s
+        FOR UPDATE OF s SKIP LOCKED
+        """,
+        {"now": now, "limit": limit},
+    ).fetchall()
+    return [DueSchedule(from_row(Schedule, r), r["owner"], r["owner_role"]) for r in rows]
+
+
+def record_run(
+    conn: Connection,
+    schedule_id: UUID,
+    *,
+    ran_at: datetime,
+    next_run_at: datetime,
+    job_id: UUID | None,
+    error: dict | None,
+) -> None:
+    """Note a run (the job it submitted, or why it could not) and when the next one is."""
+    conn.execute(
+        """
+        UPDATE schedules SET last_run_at = %(ran)s, next_run_at = %(next)s,
+            last_job_id = COALESCE(%(job)s, last_job_id), last_error = %(error)s
+        WHERE id = %(id)s
+        """,
+        {
+            "id": schedule_id,
+            "ran": ran_at,
+            "next": next_run_at,
+            "job": job_id,
+            "error": Jsonb(error) if error is not None else None,
+        },
+    )

@@ -1,0 +1,209 @@
+"""Schedules: a manifest job submitted on a cron expression, by the maintenance pass."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from croniter import croniter
+
+from repositories import events as event_rows
+from repositories import schedules as schedule_rows
+from repositories.schedules import DueSchedule, Schedule
+from services import jobs
+from services.auth import Principal
+from services.errors import Conflict, InvalidInput, NotFound, QueueFull
+from services.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+MAX_SCHEDULES_PER_USER = 100
+# A name fits a path segment, a label's value and a log line as it is (app/path_ids.py).
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+NAME_RULE = "1 to 100 letters, digits, '.', '_' or '-', the first a letter or a digit"
+# The label every run's job carries, naming its schedule: GET /api/v1/jobs?label=schedule=NAME.
+SCHEDULE_LABEL = "schedule"
+# How many runs one maintenance pass submits; the rest wait for the next pass.
+RUNS_PER_PASS = 100
+# Cron's shorthands for the common five-field schedules (not @reboot: there is no boot).
+SHORTHANDS = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """A schedule as its owner describes it."""
+
+    name: str
+    cron: str
+    job: jobs.JobSpec
+    paused: bool = False
+
+
+def next_run_after(cron: str, moment: datetime) -> datetime:
+    """The first time after `moment` the five-field cron expression (UTC) names."""
+    if len(cron.split()) != 5 and cron.strip() not in SHORTHANDS:
+        raise InvalidInput.field(
+            "cron", "must be five fields (minute hour day month weekday) or @hourly, @daily, ..."
+        )
+    try:
+        return croniter(cron.strip(), moment.astimezone(UTC)).get_next(datetime)
+    except ValueError as exc:  # croniter's errors, a time that never comes (31 April) too
+        raise InvalidInput.field("cron", f"not a schedule cron can keep: {exc}") from exc
+
+
+def put_schedule(
+    rt: Runtime, principal: Principal, spec: ScheduleSpec, *, trace_id: str
+) -> tuple[Schedule, bool]:
+    """Create or replace the caller's schedule of this name; (schedule, created)."""
+    next_run = next_run_after(spec.cron, datetime.now(UTC))
+    if spec.job.not_before is not None:
+        raise _within_job(
+            InvalidInput.field("not_before", "a schedule's runs start at their own times")
+        )
+    try:
+        # Refused now, rather than at every run.
+        jobs.plan_job(rt, principal, _run_spec(spec.job, spec.name), trace_id=trace_id)
+    except InvalidInput as exc:
+        raise _within_job(exc) from exc
+    with rt.pool.connection() as conn, conn.transaction():
+        existing = schedule_rows.get(conn, principal.user_id, spec.name)
+        if existing is None and (
+            schedule_rows.count_for_owner(conn, principal.user_id) >= MAX_SCHEDULES_PER_USER
+        ):
+            raise Conflict(
+                f"a user may have at most {MAX_SCHEDULES_PER_USER} schedules",
+                code="schedule_limit",
+            )
+        schedule, created = schedule_rows.put(
+            conn,
+            id=uuid.uuid4(),
+            owner_id=principal.user_id,
+            name=spec.name,
+            cron=spec.cron.strip(),
+            job=_stored(spec.job),
+            paused=spec.paused,
+            next_run_at=next_run,
+        )
+        event_rows.audit(
+            conn,
+            actor=principal.name,
+            action="schedule.put",
+            target=str(schedule.id),
+            details={"name": spec.name, "cron": schedule.cron, "paused": spec.paused},
+            trace_id=trace_id,
+        )
+    return schedule, created
+
+
+def list_schedules(rt: Runtime, principal: Principal) -> list[Schedule]:
+    """The caller's schedules by name."""
+    with rt.pool.connection() as conn:
+        return schedule_rows.list_for_owner(conn, principal.user_id)
+
+
+def get_schedule(rt: Runtime, principal: Principal, name: str) -> Schedule:
+    """The caller's schedule of this name."""
+    with rt.pool.connection() as conn:
+        schedule = schedule_rows.get(conn, principal.user_id, name)
+    if schedule is None:
+        raise NotFound(f"no schedule named {name!r}")
+    return schedule
+
+
+def delete_schedule(rt: Runtime, principal: Principal, name: str, *, trace_id: str) -> None:
+    """Delete the caller's schedule of this name; the jobs it submitted stay."""
+    with rt.pool.connection() as conn, conn.transaction():
+        schedule = schedule_rows.get(conn, principal.user_id, name)
+        if schedule is None or not schedule_rows.delete(conn, principal.user_id, name):
+            raise NotFound(f"no schedule named {name!r}")
+        event_rows.audit(
+            conn,
+            actor=principal.name,
+            action="schedule.delete",
+            target=str(schedule.id),
+            details={"name": name},
+            trace_id=trace_id,
+        )
+
+
+def run_due_schedules(rt: Runtime, now: datetime | None = None) -> int:
+    """Submit the job of each schedule whose run has come; how many were submitted.
+
+    The schedules stay locked while their jobs are submitted, each under an Idempotency-Key
+    naming the schedule and the run's time: a pass that dies before its commit leaves the
+    runs due, and the next pass's submits replay the jobs already made instead of adding more.
+    """
+    now = now or datetime.now(UTC)
+    submitted = 0
+    with rt.pool.connection() as conn, conn.transaction():
+        for due in schedule_rows.lock_due(conn, now=now, limit=RUNS_PER_PASS):
+            job_id, error, next_run = _run(rt, due, now)
+            schedule_rows.record_run(
+                conn,
+                due.schedule.id,
+                ran_at=due.schedule.next_run_at,
+                next_run_at=next_run,
+                job_id=job_id,
+                error=error,
+            )
+            submitted += job_id is not None
+    return submitted
+
+
+def _run(
+    rt: Runtime, due: DueSchedule, now: datetime
+) -> tuple[uuid.UUID | None, dict | None, datetime]:
+    """Submit one run's job: (its id or None, why not, when the schedule runs next)."""
+    schedule = due.schedule
+    slot = schedule.next_run_at
+    owner = Principal(kind="user", name=due.owner, user_id=schedule.owner_id, role=due.owner_role)
+    log = {"schedule": schedule.name, "schedule_id": str(schedule.id), "slot": slot.isoformat()}
+    # Times missed while no coordinator ran are made up by this one run, not one each.
+    next_run = next_run_after(schedule.cron, max(now, slot))
+    try:
+        view = jobs.create_job(
+            rt,
+            owner,
+            _run_spec(jobs.JobSpec.from_dict(schedule.job), schedule.name),
+            trace_id=uuid.uuid4().hex,
+            idempotency_key=f"schedule:{schedule.id}:{slot.isoformat()}",
+        )
+    except QueueFull as exc:
+        # A late run beats a missed one: the same run is tried again by the next pass.
+        logger.warning("scheduled run waits for room", extra={"event": "schedule_deferred", **log})
+        return None, {"code": exc.code, "message": exc.message}, slot
+    except (InvalidInput, Conflict) as exc:
+        # A workload no longer allowed, a replay refused: trying again would fare no better.
+        logger.error(
+            "scheduled run refused",
+            extra={"event": "schedule_refused", "code": exc.code, **log},
+        )
+        return None, {"code": exc.code, "message": exc.message}, next_run
+    logger.info(
+        "scheduled run submitted",
+        extra={"event": "schedule_run", "job_id": str(view.job.id), **log},
+    )
+    return view.job.id, None, next_run
+
+
+def _run_spec(job: jobs.JobSpec, name: str) -> jobs.JobSpec:
+    """The job a run submits: the schedule's, labelled with the schedule's name."""
+    labels = dict(job.labels or {})
+    if SCHEDULE_LABEL in labels:
+        raise InvalidInput.field("labels", f"the label {SCHEDULE_LABEL!r} names the schedule")
+    return dataclasses.replace(job, labels={**labels, SCHEDULE_LABEL: name})
+
+
+def _stored(job: jobs.JobSpec) -> dict:
+    """A job spec as the schedules row keeps it (JSON)."""
+    stored = dataclasses.asdict(job)
+    del stored["not_before"]
+    return stored
+
+
+def _within_job(exc: InvalidInput) -> InvalidInput:
+    """The same refusal, its fields named within the schedule's `job`, as a body's are."""
+    return InvalidInput(f"job.{exc.message}", details={"fields": {"job": exc.details["fields"]}})

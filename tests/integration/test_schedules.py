@@ -1,0 +1,305 @@
+"""Schedules: a manifest job submitted on a cron expression by the maintenance pass, each
+run exactly once however many coordinators run passes, and every bad field named."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from repositories import schedules as schedule_rows
+from services import schedules
+from tests.integration.csv_worker import settings
+from tests.integration.manifests import manifest
+
+EVERY_5_MINUTES = "*/5 * * * *"
+IN_AN_HOUR = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+
+
+@pytest.fixture
+def put(client, headers):
+    """PUT a schedule as the user (or `as_`) and return the response."""
+
+    def put_schedule(name: str, cron: str = EVERY_5_MINUTES, job: dict | None = None, **extra):
+        body = {"cron": cron, "job": job if job is not None else manifest(2), **extra}
+        return client.put(f"/api/v1/schedules/{name}", json=body, headers=headers["user"])
+
+    return put_schedule
+
+
+@pytest.fixture
+def make_due(db):
+    """Move every schedule's next run into the past by `ago`, as the clock would."""
+
+    def due(ago: timedelta = timedelta(seconds=1)) -> None:
+        db.execute("UPDATE schedules SET next_run_at = now() - %s", (ago,))
+
+    return due
+
+
+def jobs_of(client, headers, name: str) -> list[dict]:
+    """The jobs a schedule's runs submitted, newest first (by the label every run carries)."""
+    answer = client.get(f"/api/v1/jobs?label=schedule={name}", headers=headers["user"])
+    return answer.get_json()["jobs"]
+
+
+def schedule_row(db, name: str) -> dict:
+    """The schedules row of this name."""
+    return db.execute("SELECT * FROM schedules WHERE name = %s", (name,)).fetchone()
+
+
+def test_a_schedule_is_created_with_its_next_run_and_sending_it_again_changes_nothing(put):
+    created = put("nightly")
+    again = put("nightly")
+
+    assert created.status_code == 201 and again.status_code == 200
+    next_run = datetime.fromisoformat(created.get_json()["next_run_at"])
+    assert next_run.minute % 5 == 0 and next_run.second == 0
+    assert timedelta(0) < next_run - datetime.now(UTC) <= timedelta(minutes=5)
+    assert again.get_json()["next_run_at"] == created.get_json()["next_run_at"]
+    assert created.get_json()["job"]["tasks"][0]["input_uri"] == "s3://in/0"
+
+
+def test_a_new_cron_moves_the_next_run_and_a_new_job_keeps_it(put):
+    first = put("nightly").get_json()
+
+    new_job = put("nightly", job=manifest(3)).get_json()
+    new_cron = put("nightly", cron="0 3 * * *").get_json()
+
+    assert new_job["next_run_at"] == first["next_run_at"] and len(new_job["job"]["tasks"]) == 3
+    assert datetime.fromisoformat(new_cron["next_run_at"]).hour == 3
+
+
+def test_a_due_schedule_submits_its_job_once_labelled_with_its_name(
+    rt, put, make_due, client, headers, db
+):
+    put("nightly", job=manifest(2, labels={"team": "data"}, priority=7))
+    make_due()
+
+    assert schedules.run_due_schedules(rt) == 1
+    assert schedules.run_due_schedules(rt) == 0
+
+    [job] = jobs_of(client, headers, "nightly")
+    assert (job["chunks_total"], job["priority"]) == (2, 7)
+    assert job["labels"] == {"team": "data", "schedule": "nightly"}
+    row = schedule_row(db, "nightly")
+    assert str(row["last_job_id"]) == job["id"] and row["last_error"] is None
+    assert row["next_run_at"] > datetime.now(UTC)
+
+
+def test_runs_missed_while_no_coordinator_ran_are_made_up_by_one_run(
+    rt, put, make_due, client, headers, db
+):
+    put("often")
+    make_due(timedelta(days=1))
+
+    assert schedules.run_due_schedules(rt) == 1
+
+    assert len(jobs_of(client, headers, "often")) == 1
+    assert schedule_row(db, "often")["next_run_at"] > datetime.now(UTC)
+
+
+def test_a_pass_that_dies_before_its_commit_submits_nothing_twice(
+    rt, put, make_due, client, headers, monkeypatch, db
+):
+    put("nightly")
+    make_due()
+    record_run = schedule_rows.record_run
+
+    def die(*args, **kwargs):
+        raise RuntimeError("the coordinator died here")
+
+    monkeypatch.setattr(schedule_rows, "record_run", die)
+    with pytest.raises(RuntimeError):
+        schedules.run_due_schedules(rt)
+    [submitted] = jobs_of(client, headers, "nightly")
+    monkeypatch.setattr(schedule_rows, "record_run", record_run)
+
+    schedules.run_due_schedules(rt)
+
+    assert [j["id"] for j in jobs_of(client, headers, "nightly")] == [submitted["id"]]
+    assert str(schedule_row(db, "nightly")["last_job_id"]) == submitted["id"]
+
+
+def test_passes_run_at_once_by_several_coordinators_submit_each_run_once(
+    rt, put, make_due, client, headers
+):
+    names = [f"s{n}" for n in range(6)]
+    for name in names:
+        put(name)
+    make_due()
+    start = threading.Barrier(3)
+    counts: list[int] = []
+
+    def coordinator() -> None:
+        start.wait()
+        counts.append(schedules.run_due_schedules(rt))
+
+    threads = [threading.Thread(target=coordinator) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert sum(counts) == 6
+    assert [len(jobs_of(client, headers, name)) for name in names] == [1] * 6
+
+
+@settings(CHUNKWISE_MANIFEST_MAX_QUEUED_TASKS="2", CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB="2")
+def test_a_run_that_finds_the_queue_full_waits_for_room_and_then_runs(
+    rt, put, make_due, submit, client, headers, db
+):
+    blocking = submit(manifest(2))
+    put("nightly", job=manifest(1))
+    make_due()
+
+    assert schedules.run_due_schedules(rt) == 0
+    row = schedule_row(db, "nightly")
+    assert row["last_error"]["code"] == "queue_full" and row["next_run_at"] < datetime.now(UTC)
+
+    client.post(f"/api/v1/jobs/{blocking['id']}/cancel", headers=headers["user"])
+    assert schedules.run_due_schedules(rt) == 1
+    assert schedule_row(db, "nightly")["last_error"] is None
+
+
+def test_a_run_refused_for_good_moves_on_to_the_next_time_and_says_why(rt, put, make_due, db):
+    put("nightly")
+    make_due()
+    db.execute("UPDATE schedules SET job = jsonb_set(job, '{workload}', '\"gone\"')")
+
+    assert schedules.run_due_schedules(rt) == 0
+
+    row = schedule_row(db, "nightly")
+    assert row["last_error"]["code"] == "invalid_input" and "gone" in row["last_error"]["message"]
+    assert row["next_run_at"] > datetime.now(UTC) and row["last_job_id"] is None
+
+
+def test_a_paused_schedule_does_not_run_and_resumes_from_now(rt, put, make_due, db):
+    put("nightly", paused=True)
+    make_due(timedelta(hours=2))
+
+    assert schedules.run_due_schedules(rt) == 0
+    resumed = put("nightly", paused=False).get_json()
+
+    assert datetime.fromisoformat(resumed["next_run_at"]) > datetime.now(UTC)
+    assert resumed["paused"] is False
+
+
+def test_deleting_a_schedule_stops_its_runs_and_keeps_its_jobs(rt, put, make_due, client, headers):
+    put("nightly")
+    make_due()
+    schedules.run_due_schedules(rt)
+
+    deleted = client.delete("/api/v1/schedules/nightly", headers=headers["user"])
+
+    assert deleted.status_code == 204 and deleted.data == b""
+    assert client.get("/api/v1/schedules/nightly", headers=headers["user"]).status_code == 404
+    assert client.delete("/api/v1/schedules/nightly", headers=headers["user"]).status_code == 404
+    assert len(jobs_of(client, headers, "nightly")) == 1
+
+
+def test_a_users_schedules_are_listed_by_name_and_hidden_from_everyone_else(put, client, headers):
+    put("b-weekly", cron="@weekly")
+    put("a-hourly", cron="@hourly")
+
+    mine = client.get("/api/v1/schedules", headers=headers["user"]).get_json()["schedules"]
+    theirs = client.get("/api/v1/schedules", headers=headers["other"]).get_json()["schedules"]
+
+    assert [s["name"] for s in mine] == ["a-hourly", "b-weekly"]
+    assert theirs == []
+    assert client.get("/api/v1/schedules/a-hourly", headers=headers["other"]).status_code == 404
+    assert client.delete("/api/v1/schedules/a-hourly", headers=headers["other"]).status_code == 404
+    assert client.get("/api/v1/schedules", headers=headers["worker"]).status_code == 403
+
+
+def test_schedule_changes_are_in_the_audit_log(put, client, headers, db):
+    put("nightly")
+    client.delete("/api/v1/schedules/nightly", headers=headers["user"])
+
+    actions = db.execute(
+        "SELECT action, details FROM audit_log WHERE action LIKE 'schedule.%' ORDER BY id"
+    ).fetchall()
+    assert [a["action"] for a in actions] == ["schedule.put", "schedule.delete"]
+    assert actions[0]["details"]["cron"] == EVERY_5_MINUTES
+
+
+def test_a_user_may_keep_at_most_100_schedules_and_still_change_them(put, db):
+    db.execute(
+        "INSERT INTO schedules (id, owner_id, name, cron, job, next_run_at)"
+        " SELECT gen_random_uuid(), u.id, 'filler-' || n, '@daily', '{}', now() + interval '1 day'"
+        " FROM users u, generate_series(1, 99) AS n WHERE u.name = 'compute_user'"
+    )
+    assert put("the-100th").status_code == 201
+
+    refused = put("the-101st")
+
+    assert refused.status_code == 409 and refused.get_json()["error"]["code"] == "schedule_limit"
+    assert put("the-100th", cron="@hourly").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("cron", "problem"),
+    [
+        ("", "Length"),
+        ("* * * *", "five fields"),
+        ("* * * * * *", "five fields"),
+        ("61 * * * *", "not a schedule"),
+        ("0 0 31 4 *", "not a schedule"),
+        ("H * * * *", "not a schedule"),
+        ("@reboot", "five fields"),
+        (5, "Not a valid string"),
+        (None, "null"),
+    ],
+)
+def test_a_cron_that_names_no_schedule_is_422_and_writes_nothing(cron, problem, put, db):
+    refused = put("nightly", cron=cron)
+
+    assert refused.status_code == 422
+    [message] = refused.get_json()["error"]["details"]["fields"]["cron"]
+    assert problem.lower() in message.lower()
+    assert db.execute("SELECT count(*) AS n FROM schedules").fetchone()["n"] == 0
+
+
+@pytest.mark.parametrize(
+    ("job", "field"),
+    [
+        (manifest(1, workload="nope"), "workload"),
+        (manifest(1, not_before=IN_AN_HOUR), "not_before"),
+        (manifest(1, labels={"schedule": "x"}), "labels"),
+        (manifest(1, timeout_seconds=0), "timeout_seconds"),
+        ({**manifest(1), "tasks": []}, "tasks"),
+        ({**manifest(1), "tasks": [{"input_uri": "s3://x"}, {"input_uri": "s3://y"}]}, "tasks"),
+        ({k: v for k, v in manifest(1).items() if k != "input_uri"}, "input_uri"),
+    ],
+)
+def test_a_job_no_run_could_submit_is_422_naming_its_field_within_job(job, field, put, db):
+    refused = put("nightly", job=job)
+
+    assert refused.status_code == 422
+    assert field in refused.get_json()["error"]["details"]["fields"]["job"]
+    assert db.execute("SELECT count(*) AS n FROM schedules").fetchone()["n"] == 0
+
+
+@pytest.mark.parametrize("name", ["-leading-dash", "x" * 101, "has space", "ünicode", ".dot"])
+@pytest.mark.parametrize("method", ["put", "get", "delete"])
+def test_a_name_that_cannot_name_a_schedule_is_422_naming_it(name, method, client, headers):
+    body = {"cron": EVERY_5_MINUTES, "job": manifest(1)}
+
+    refused = client.open(
+        f"/api/v1/schedules/{name}", method=method.upper(), json=body, headers=headers["user"]
+    )
+
+    assert refused.status_code == 422
+    assert refused.get_json()["error"]["details"]["fields"] == {"name": [schedules.NAME_RULE]}
+
+
+def test_a_body_missing_its_job_or_with_an_unknown_field_is_422_naming_each(client, headers):
+    refused = client.put(
+        "/api/v1/schedules/nightly",
+        json={"cron": EVERY_5_MINUTES, "paused": "yes", "extra": 1},
+        headers=headers["user"],
+    )
+
+    assert refused.status_code == 422
+    assert set(refused.get_json()["error"]["details"]["fields"]) == {"job", "paused", "extra"}
