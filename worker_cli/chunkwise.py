@@ -122,6 +122,18 @@ def aware_time(text: str) -> str:
     return moment.isoformat()
 
 
+def json_file(path: str) -> dict:
+    """A JSON object read from a file ("-": standard input)."""
+    try:
+        with contextlib.nullcontext(sys.stdin) if path == "-" else open(path) as file:
+            document = json.load(file)
+    except (OSError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot read a JSON object from {path}: {exc}") from exc
+    if not isinstance(document, dict):
+        raise argparse.ArgumentTypeError(f"{path} holds JSON, but not an object")
+    return document
+
+
 def default_idempotency_key(
     file_sha256: str,
     *,
@@ -366,6 +378,39 @@ def events(cli: Invocation, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def put_schedule(cli: Invocation, args: argparse.Namespace) -> int:
+    """Create or replace a schedule: the manifest job in --job, submitted on --cron."""
+    schedule = cli.call(
+        cli.client.put_schedule, args.name, cron=args.cron, job=args.job, paused=args.paused
+    )
+    if cli.as_json:
+        cli.print_json(schedule)
+    elif schedule["paused"]:
+        cli.print(f"schedule {schedule['name']} is paused")
+    else:
+        next_run = tables.format_time(schedule["next_run_at"])
+        cli.print(f"schedule {schedule['name']} runs next at {next_run} UTC")
+    return EXIT_OK
+
+
+def list_schedules(cli: Invocation, args: argparse.Namespace) -> int:
+    """List your schedules with their next and last runs."""
+    listing = cli.call(cli.client.list_schedules)
+    cli.print_json(listing) if cli.as_json else cli.print(
+        tables.schedule_table(listing["schedules"])
+    )
+    return EXIT_OK
+
+
+def delete_schedule(cli: Invocation, args: argparse.Namespace) -> int:
+    """Delete a schedule; the jobs it submitted stay."""
+    # Not repeated on its own: a delete whose answer was lost would come back as 404.
+    cli.call(cli.client.delete_schedule, args.name, retry=False)
+    if not cli.as_json:
+        cli.print(f"schedule {args.name} deleted")
+    return EXIT_OK
+
+
 def queue(cli: Invocation, args: argparse.Namespace) -> int:
     """Show the queue: chunks by state and workload, oldest pending chunk, leases vs caps."""
     view = cli.call(cli.client.queue_status)
@@ -490,6 +535,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--max-events", type=int, help="with --follow: stop after this many")
     sub.add_argument("--timeout", type=float, help="with --follow: stop after this many seconds")
     sub.add_argument("--interval", type=float, default=1.0, help="seconds between empty polls")
+
+    sub = command("schedule", put_schedule, "submit a manifest job on a cron schedule (UTC)")
+    sub.add_argument("name", metavar="NAME")
+    sub.add_argument("--cron", required=True, help='five fields, e.g. "0 3 * * *", or @daily')
+    sub.add_argument(
+        "--job", type=json_file, required=True, metavar="FILE", help="the manifest job (JSON)"
+    )
+    sub.add_argument("--paused", action="store_true", help="keep it, but run nothing")
+    command("schedules", list_schedules, "list your schedules")
+    command("unschedule", delete_schedule, "delete a schedule").add_argument("name", metavar="NAME")
 
     command("queue", queue, "operators: the queue at a glance")
     command("workers", workers, "operators: every worker the coordinator has seen")

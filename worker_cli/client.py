@@ -490,6 +490,23 @@ class CoordinatorClient:
         params = {name: value for name, value in given.items() if value is not None}
         return self._request("GET", "/api/v1/events", params=params, trace_id=trace_id)
 
+    def put_schedule(
+        self, name: str, *, cron: str, job: dict, paused: bool, trace_id: str | None = None
+    ) -> dict:
+        """Create or replace the caller's schedule of this name; return it."""
+        body = {"cron": cron, "job": job, "paused": paused}
+        return self._request(
+            "PUT", f"/api/v1/schedules/{_segment(name)}", json=body, trace_id=trace_id
+        )
+
+    def list_schedules(self, *, trace_id: str | None = None) -> dict:
+        """The caller's schedules by name: {schedules}."""
+        return self._request("GET", "/api/v1/schedules", trace_id=trace_id)
+
+    def delete_schedule(self, name: str, *, trace_id: str | None = None) -> None:
+        """Delete the caller's schedule of this name."""
+        self._request("DELETE", f"/api/v1/schedules/{_segment(name)}", trace_id=trace_id)
+
     # -- operator endpoints -----------------------------------------------------------------
 
     def queue_status(self, *, trace_id: str | None = None) -> dict:

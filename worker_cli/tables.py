@@ -284,6 +284,22 @@ def event_line(event: dict) -> str:
 # -- operator views -------------------------------------------------------------------------
 
 
+def schedule_table(schedules: list[dict]) -> str:
+    """Schedules, one line each: when each runs next, and what its last run did."""
+    rows = [
+        (
+            s["name"],
+            s["cron"],
+            "paused" if s["paused"] else format_time(s["next_run_at"]),
+            format_time(s.get("last_run_at")),
+            # The job it submitted, or why it submitted none.
+            error_summary(s.get("last_error")) or s.get("last_job_id"),
+        )
+        for s in schedules
+    ]
+    return render_table(["NAME", "CRON", "NEXT RUN (UTC)", "LAST RUN", "LAST OUTCOME"], rows)
+
+
 def queue_view(queue: dict) -> str:
     """Chunks by workload and state, jobs by status, the oldest pending chunk, leases vs caps."""
     by_workload: dict[str, dict[str, int]] = {}

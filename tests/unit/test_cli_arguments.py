@@ -130,6 +130,20 @@ def test_submit_of_a_missing_file_is_a_usage_error(tmp_path):
     assert "absent.csv" in err
 
 
+@pytest.mark.parametrize(
+    ("content", "said"), [(None, "No such file"), ("{", "Expecting"), ("[1]", "not an object")]
+)
+def test_a_schedule_whose_job_file_holds_no_json_object_is_a_usage_error(content, said, tmp_path):
+    path = tmp_path / "job.json"
+    if content is not None:
+        path.write_text(content)
+
+    status, _, err = run_quietly(["schedule", "nightly", "--cron", "@daily", "--job", str(path)])
+
+    assert status == EXIT_USAGE
+    assert said in err and RecordingClient.built == []
+
+
 def test_help_exits_0(capsys):
     assert run(["--help"]) == EXIT_OK
     assert "submit" in capsys.readouterr().out

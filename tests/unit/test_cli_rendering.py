@@ -243,6 +243,26 @@ def test_records_done_counts_only_completed_chunks():
     assert tables.records_done([chunk(0), chunk(1, "leased"), chunk(2)]) == 10000
 
 
+def test_a_schedules_line_says_when_it_runs_next_and_what_its_last_run_did():
+    ran = {
+        "name": "nightly",
+        "cron": "0 3 * * *",
+        "paused": False,
+        "next_run_at": "2026-12-06T03:00:00+00:00",
+        "last_run_at": "2026-12-05T03:00:00+00:00",
+        "last_job_id": JOB_ID,
+        "last_error": None,
+    }
+    refused = {**ran, "name": "often", "last_error": {"code": "queue_full", "message": "full"}}
+    paused = {**ran, "name": "later", "paused": True, "last_run_at": None, "last_job_id": None}
+
+    lines = tables.schedule_table([ran, refused, paused]).splitlines()
+
+    assert lines[1].endswith(f"2026-12-06 03:00:00  2026-12-05 03:00:00  {JOB_ID}")
+    assert lines[2].endswith("queue_full: full")
+    assert " paused " in lines[3]
+
+
 def test_queue_view_pivots_chunk_states_by_workload():
     lines = tables.queue_view(QUEUE).splitlines()
     assert lines[0].split() == ["WORKLOAD", "PENDING", "LEASED", "COMPLETED", "FAILED", "CANCELLED"]

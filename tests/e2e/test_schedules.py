@@ -1,0 +1,48 @@
+"""A schedule put with the chunkwise command runs on the real stack: the coordinators'
+maintenance passes submit each run once, however many processes run them."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from devstack.observe import FAST, wait_for
+from tests.e2e.test_cli import as_json, chunkwise
+from tests.integration.manifests import manifest
+
+
+@pytest.fixture
+def stack_env() -> dict:
+    """The fast stack, with a workload manifest jobs may use."""
+    return {**FAST, "CHUNKWISE_ALLOWED_WORKLOADS": "echo"}
+
+
+def test_a_scheduled_run_is_submitted_once_by_the_coordinators_and_the_schedule_deleted(stack, db):
+    job_file = stack.run_dir / "job.json"
+    job_file.write_text(json.dumps(manifest(2)))
+
+    put = chunkwise(stack, "schedule", "nightly", "--cron", "0 3 * * *", "--job", str(job_file))
+    assert put.returncode == 0, put.stderr
+    assert put.stdout.startswith("schedule nightly runs next at ") and "03:00:00 UTC" in put.stdout
+    listed = chunkwise(stack, "schedules")
+    assert listed.stdout.splitlines()[1].split()[:6] == ["nightly", "0", "3", "*", "*", "*"]
+
+    db.execute("UPDATE schedules SET next_run_at = now() - interval '1 second'")
+
+    def runs() -> list[dict]:
+        return as_json(chunkwise(stack, "jobs", "--label", "schedule=nightly", "--json"))["jobs"]
+
+    [job] = wait_for(runs, timeout=20, what="the scheduled run's job")
+    time.sleep(2)  # several more passes of each coordinator process
+    assert [j["id"] for j in runs()] == [job["id"]]
+    assert job["chunks_total"] == 2
+    [schedule] = as_json(chunkwise(stack, "schedules", "--json"))["schedules"]
+    assert schedule["last_job_id"] == job["id"] and schedule["last_error"] is None
+
+    deleted = chunkwise(stack, "unschedule", "nightly")
+    assert (deleted.returncode, deleted.stdout) == (0, "schedule nightly deleted\n")
+    assert as_json(chunkwise(stack, "schedules", "--json"))["schedules"] == []
+    gone = chunkwise(stack, "unschedule", "nightly")
+    assert gone.returncode == 3 and "not_found" in gone.stderr
