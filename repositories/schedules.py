@@ -81,11 +81,11 @@ def put(
     return from_row(Schedule, row), row["created"]
 
 
-def get(conn: Connection, owner_id: int, name: str) -> Schedule | None:
-    """The owner's schedule of this name."""
+def get(conn: Connection, owner_id: int, name: str, *, for_update: bool = False) -> Schedule | None:
+    """The owner's schedule of this name (locked, for a change that depends on it)."""
+    query = "SELECT * FROM schedules WHERE owner_id = %(owner)s AND name = %(name)s"
     row = conn.execute(
-        "SELECT * FROM schedules WHERE owner_id = %(owner)s AND name = %(name)s",
-        {"owner": owner_id, "name": name},
+        query + " FOR UPDATE" if for_update else query, {"owner": owner_id, "name": name}
     ).fetchone()
     return from_row(Schedule, row) if row else None
 
@@ -104,6 +104,23 @@ def count_for_owner(conn: Connection, owner_id: int) -> int:
         "SELECT count(*) AS n FROM schedules WHERE owner_id = %(owner)s", {"owner": owner_id}
     ).fetchone()
     return row["n"]
+
+
+def set_paused(
+    conn: Connection, schedule_id: UUID, *, paused: bool, next_run_at: datetime
+) -> Schedule:
+    """Pause or resume a schedule; one resumed runs next at `next_run_at`."""
+    row = conn.execute(
+        """
+        -- On the right of SET, paused is the row's value before this update.
+        UPDATE schedules SET paused = %(paused)s, updated_at = now(),
+            next_run_at = CASE WHEN paused THEN %(next)s ELSE next_run_at END
+        WHERE id = %(id)s
+        RETURNING *
+        """,
+        {"id": schedule_id, "paused": paused, "next": next_run_at},
+    ).fetchone()
+    return from_row(Schedule, row)
 
 
 def delete(conn: Connection, owner_id: int, name: str) -> bool:

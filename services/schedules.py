@@ -113,6 +113,27 @@ def get_schedule(rt: Runtime, principal: Principal, name: str) -> Schedule:
     return schedule
 
 
+def pause_schedule(
+    rt: Runtime, principal: Principal, name: str, *, paused: bool, trace_id: str
+) -> Schedule:
+    """Pause the caller's schedule, or resume it from now."""
+    with rt.pool.connection() as conn, conn.transaction():
+        schedule = schedule_rows.get(conn, principal.user_id, name, for_update=True)
+        if schedule is None:
+            raise NotFound(f"no schedule named {name!r}")
+        next_run = next_run_after(schedule.cron, datetime.now(UTC))
+        changed = schedule_rows.set_paused(conn, schedule.id, paused=paused, next_run_at=next_run)
+        event_rows.audit(
+            conn,
+            actor=principal.name,
+            action="schedule.pause" if paused else "schedule.resume",
+            target=str(schedule.id),
+            details={"name": name},
+            trace_id=trace_id,
+        )
+    return changed
+
+
 def delete_schedule(rt: Runtime, principal: Principal, name: str, *, trace_id: str) -> None:
     """Delete the caller's schedule of this name; the jobs it submitted stay."""
     with rt.pool.connection() as conn, conn.transaction():

@@ -25,7 +25,7 @@ from app.attempt_timeline import build_timeline
 from app.runtime import get_runtime
 from app.tracing import current_trace_id
 from app.uploads import uploaded
-from services import chunks, csvjobs, jobs, logcontext, metrics, queue
+from services import chunks, csvjobs, jobs, logcontext, metrics, queue, schedules
 from services.errors import (
     ChunkwiseError,
     Forbidden,
@@ -409,6 +409,42 @@ def _submit_form(values, problems: dict[str, list[str]], messages: list[str], st
         ),
         status,
     )
+
+
+# --- schedules ------------------------------------------------------------------------------
+
+
+@bp.get("/schedules")
+def schedules_page():
+    """The signed-in user's schedules: when each runs next and what its last run did."""
+    listed = schedules.list_schedules(get_runtime(), g.principal)
+    return render_template("ui/schedules.html", schedules=listed)
+
+
+@bp.post("/schedules/<schedule_name:name>/pause")
+def pause_schedule(name: str):
+    """Pause the schedule, then show the schedules again."""
+    return _set_paused(name, paused=True)
+
+
+@bp.post("/schedules/<schedule_name:name>/resume")
+def resume_schedule(name: str):
+    """Resume the schedule from now, then show the schedules again."""
+    return _set_paused(name, paused=False)
+
+
+def _set_paused(name: str, *, paused: bool):
+    schedules.pause_schedule(
+        get_runtime(), g.principal, name, paused=paused, trace_id=current_trace_id()
+    )
+    return redirect(url_for("ui.schedules_page"), 303)
+
+
+@bp.post("/schedules/<schedule_name:name>/delete")
+def delete_schedule(name: str):
+    """Delete the schedule (its jobs stay), then show the schedules again."""
+    schedules.delete_schedule(get_runtime(), g.principal, name, trace_id=current_trace_id())
+    return redirect(url_for("ui.schedules_page"), 303)
 
 
 # --- operators ------------------------------------------------------------------------------

@@ -282,6 +282,36 @@ def test_long_unbroken_text_does_not_widen_the_job_page_or_the_list(stack, dashb
         assert width <= VIEWPORT["width"] + 20, (path, width)
 
 
+@pytest.mark.parametrize("stack_env", [ECHO_ALLOWED], ids=["echo jobs allowed"])
+def test_a_user_pauses_and_deletes_a_schedule_from_its_page(stack, dashboard):
+    user = stack.api(stack.tokens.user)
+    job = {
+        "workload": "echo",
+        "input_uri": "s3://in/",
+        "parameters": {},
+        "tasks": [{"input_uri": "s3://in/0", "input_sha256": "0" * 64}],
+    }
+    for name, cron in (("nightly", "0 3 * * *"), ("hourly", "@hourly")):
+        body = {"cron": cron, "job": job}
+        answer = user.put(f"{stack.url}/api/v1/schedules/{name}", json=body, timeout=10)
+        assert answer.status_code == 201, answer.text
+    page = dashboard.sign_in(stack.tokens.user)
+    page.click("nav >> text=Schedules")
+    nightly = page.locator('tr[data-schedule="nightly"]')
+
+    nightly.locator("button", has_text="Pause").click()
+    expect(nightly.locator(".status-paused")).to_have_text("paused")
+    dashboard.shoot(page, "schedules")
+    dashboard.confirm_answer = True
+    nightly.locator("button", has_text="Delete").click()
+
+    expect(page.locator("tr[data-schedule]")).to_have_count(1)
+    assert "The jobs it submitted stay" in dashboard.confirmations[0]
+    listed = user.get(f"{stack.url}/api/v1/schedules", timeout=10).json()["schedules"]
+    assert [(s["name"], s["paused"]) for s in listed] == [("hourly", False)]
+    dashboard.assert_no_script_errors()
+
+
 def test_a_killed_workers_attempt_shows_as_expired_on_the_timeline(stack, jobs, dashboard):
     job = jobs.submit(generate_csv(20_000, seed=24), 4)
     stack.start_worker(

@@ -14,7 +14,7 @@ import pytest
 from app import create_app, uploads
 from app.runtime import close
 from devstack.sample_csv import generate_csv
-from services import auth
+from services import auth, schedules
 from tests.integration.csv_worker import settings
 from tests.integration.manifests import WORKER, manifest
 
@@ -105,7 +105,14 @@ def job_id_of(answer) -> str:
 
 
 def test_every_page_sends_a_stranger_to_sign_in(client):
-    for path in ["/ui/", "/ui/submit", "/ui/queue", "/ui/workers", "/ui/jobs.json"]:
+    for path in [
+        "/ui/",
+        "/ui/submit",
+        "/ui/schedules",
+        "/ui/queue",
+        "/ui/workers",
+        "/ui/jobs.json",
+    ]:
         answer = client.get(path)
 
         assert answer.status_code == 302, path
@@ -570,6 +577,96 @@ def test_a_timed_jobs_page_shows_its_timeout_and_a_running_chunk_its_deadline(
     )
     assert chunk_row(page, 1 - leased["chunk_index"])[6] == "—"
     assert 'id="timeout"' not in browser.get(f"/ui/jobs/{submit(manifest(1))['id']}").text
+
+
+@pytest.fixture
+def put_schedule(client, headers):
+    """PUT a schedule through the API as the user."""
+
+    def put(name: str, cron: str = "0 3 * * *", **extra) -> dict:
+        body = {"cron": cron, "job": manifest(1), **extra}
+        answer = client.put(f"/api/v1/schedules/{name}", json=body, headers=headers["user"])
+        assert answer.status_code == 201, answer.get_json()
+        return answer.get_json()
+
+    return put
+
+
+def schedule_row_cells(html: str, name: str) -> list[str]:
+    """The cells of one schedule's row on the schedules page, as text."""
+    row = re.search(rf'<tr data-schedule="{re.escape(name)}".*?</tr>', html, re.S).group()
+    return [shown_text(cell).strip() for cell in re.findall(r"<td\b[^>]*>(.*?)</td>", row, re.S)]
+
+
+def test_the_schedules_page_lists_the_users_schedules_with_their_runs(
+    sign_in, put_schedule, rt, db
+):
+    nightly = put_schedule("nightly")
+    put_schedule("later", paused=True)
+    db.execute(
+        "UPDATE schedules SET next_run_at = now() - interval '1 second' WHERE name = 'nightly'"
+    )
+    schedules.run_due_schedules(rt)
+    last_job = str(
+        db.execute("SELECT last_job_id FROM schedules WHERE name = 'nightly'").fetchone()[
+            "last_job_id"
+        ]
+    )
+
+    page = sign_in("user").get("/ui/schedules").text
+
+    cells = schedule_row_cells(page, "nightly")
+    assert cells[:2] == ["nightly", "0 3 * * *"] and cells[2].endswith("03:00:00 UTC")
+    assert cells[4] == last_job and f'href="/ui/jobs/{last_job}"' in page
+    assert schedule_row_cells(page, "later")[2] == "paused"
+    assert nightly["name"] not in sign_in("other").get("/ui/schedules").text
+
+
+def test_pausing_resuming_and_deleting_a_schedule_from_its_page(sign_in, put_schedule, db):
+    put_schedule("nightly")
+    browser = sign_in("user")
+    token = csrf_of(browser.get("/ui/schedules"))
+
+    paused = browser.post("/ui/schedules/nightly/pause", data={"csrf_token": token})
+    assert (paused.status_code, paused.headers["Location"]) == (303, "/ui/schedules")
+    assert db.execute("SELECT paused FROM schedules").fetchone()["paused"] is True
+    assert ">Resume</button>" in browser.get("/ui/schedules").text
+
+    db.execute("UPDATE schedules SET next_run_at = now() - interval '1 day'")
+    browser.post("/ui/schedules/nightly/resume", data={"csrf_token": token})
+    row = db.execute("SELECT paused, next_run_at > now() AS ahead FROM schedules").fetchone()
+    assert row == {"paused": False, "ahead": True}
+
+    browser.post("/ui/schedules/nightly/delete", data={"csrf_token": token})
+    assert db.execute("SELECT count(*) AS n FROM schedules").fetchone()["n"] == 0
+    actions = db.execute(
+        "SELECT action FROM audit_log WHERE action LIKE 'schedule.%' ORDER BY id"
+    ).fetchall()
+    assert [a["action"] for a in actions] == [
+        "schedule.put",
+        "schedule.pause",
+        "schedule.resume",
+        "schedule.delete",
+    ]
+
+
+def test_a_schedule_action_without_the_csrf_token_or_on_anothers_schedule_is_refused(
+    sign_in, put_schedule, db
+):
+    put_schedule("nightly")
+    mine, theirs = sign_in("user"), sign_in("other")
+
+    forged = mine.post("/ui/schedules/nightly/delete", data={"csrf_token": "forged"})
+    foreign = theirs.post(
+        "/ui/schedules/nightly/delete", data={"csrf_token": csrf_of(theirs.get("/ui/schedules"))}
+    )
+    malformed = mine.post(
+        "/ui/schedules/-bad/pause", data={"csrf_token": csrf_of(mine.get("/ui/schedules"))}
+    )
+
+    assert forged.status_code == 403 and foreign.status_code == 404
+    assert malformed.status_code == 422 and "name:" in malformed.text
+    assert db.execute("SELECT count(*) AS n FROM schedules").fetchone()["n"] == 1
 
 
 def test_the_queue_page_counts_the_chunks_waiting_by_workload(sign_in, submit):
