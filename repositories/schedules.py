@@ -123,13 +123,13 @@ def set_paused(
     return from_row(Schedule, row)
 
 
-def delete(conn: Connection, owner_id: int, name: str) -> bool:
-    """Delete the owner's schedule of this name; whether there was one."""
-    cursor = conn.execute(
-        "DELETE FROM schedules WHERE owner_id = %(owner)s AND name = %(name)s",
+def delete(conn: Connection, owner_id: int, name: str) -> UUID | None:
+    """Delete the owner's schedule of this name; its id, or None if there was none."""
+    row = conn.execute(
+        "DELETE FROM schedules WHERE owner_id = %(owner)s AND name = %(name)s RETURNING id",
         {"owner": owner_id, "name": name},
-    )
-    return cursor.rowcount == 1
+    ).fetchone()
+    return row["id"] if row else None
 
 
 def lock_due(conn: Connection, *, now: datetime, limit: int) -> list[DueSchedule]:

@@ -137,14 +137,14 @@ def pause_schedule(
 def delete_schedule(rt: Runtime, principal: Principal, name: str, *, trace_id: str) -> None:
     """Delete the caller's schedule of this name; the jobs it submitted stay."""
     with rt.pool.connection() as conn, conn.transaction():
-        schedule = schedule_rows.get(conn, principal.user_id, name)
-        if schedule is None or not schedule_rows.delete(conn, principal.user_id, name):
+        deleted = schedule_rows.delete(conn, principal.user_id, name)
+        if deleted is None:
             raise NotFound(f"no schedule named {name!r}")
         event_rows.audit(
             conn,
             actor=principal.name,
             action="schedule.delete",
-            target=str(schedule.id),
+            target=str(deleted),
             details={"name": name},
             trace_id=trace_id,
         )
