@@ -77,10 +77,26 @@ class QueueCollector:
         )
         for workload, n in sorted(f.waiting_by_workload.items()):
             waiting.add_metric([workload], n)
+        schedules = GaugeMetricFamily(
+            "chunkwise_schedules", "Every user's schedules, active or paused.", labels=["state"]
+        )
+        schedules.add_metric(["active"], f.schedules.active)
+        schedules.add_metric(["paused"], f.schedules.paused)
         families = [
             chunks,
             jobs_family,
             waiting,
+            schedules,
+            _gauge(
+                "chunkwise_failing_schedules",
+                "Schedules whose last run submitted no job (a full queue, or refused).",
+                f.schedules.failing,
+            ),
+            _gauge(
+                "chunkwise_schedule_lag_seconds",
+                "How late the most overdue scheduled run is (0 when none is due).",
+                f.schedules.lag_seconds or 0.0,
+            ),
             _gauge(
                 "chunkwise_oldest_pending_chunk_age_seconds",
                 "How long the longest-waiting claimable chunk has waited (0 when none).",

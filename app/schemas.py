@@ -672,6 +672,18 @@ class StateCountSchema(Schema):
     count = fields.Int()
 
 
+class ScheduleFiguresSchema(Schema):
+    """Every user's schedules: how many, and whether their runs keep up."""
+
+    active = fields.Int()
+    paused = fields.Int()
+    failing = fields.Int(metadata={"description": "schedules whose last run submitted no job"})
+    lag_seconds = fields.Float(
+        allow_none=True,
+        metadata={"description": "how late the most overdue run is (null: none is due)"},
+    )
+
+
 class QueueSchema(ResponseSchema):
     """The queue at a glance (dumped from services.queue.QueueView)."""
 
@@ -689,6 +701,7 @@ class QueueSchema(ResponseSchema):
     max_leases_total = fields.Int(attribute="limits.max_leases_total")
     max_leases_per_worker = fields.Int(attribute="limits.max_leases_per_worker")
     max_queued_chunks = fields.Int(attribute="limits.max_queued_chunks")
+    schedules = fields.Nested(ScheduleFiguresSchema, attribute="figures.schedules")
 
 
 class WorkerSchema(Schema):

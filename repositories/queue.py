@@ -26,6 +26,18 @@ class JobProgress:
 
 
 @dataclass(frozen=True)
+class ScheduleFigures:
+    """Every user's schedules (sql/0022): how many, and whether their runs keep up."""
+
+    active: int
+    paused: int
+    # Whose last run submitted no job (queue_full, or refused for good).
+    failing: int
+    # How far behind its time the most overdue active schedule's run is (None: none is).
+    lag_seconds: float | None
+
+
+@dataclass(frozen=True)
 class QueueFigures:
     """A snapshot of the queue."""
 
@@ -40,6 +52,7 @@ class QueueFigures:
     unfinished_jobs: list[JobProgress]
     # Pending tasks not yet claimable: waiting out a retry delay or their job's schedule.
     waiting_by_workload: dict[str, int]
+    schedules: ScheduleFigures
 
 
 def figures(conn: Connection) -> QueueFigures:
@@ -85,7 +98,15 @@ def figures(conn: Connection) -> QueueFigures:
           -- Counted from tasks_waiting_idx (sql/0019): as many rows as are waiting.
           (SELECT coalesce(json_object_agg(workload, n), '{}') FROM (
               SELECT workload, count(*) AS n FROM tasks
-              WHERE status = 'pending' AND not_before > now() GROUP BY workload) w) AS waiting
+              WHERE status = 'pending' AND not_before > now() GROUP BY workload) w) AS waiting,
+          -- A user has at most 100: counted from the table itself.
+          (SELECT json_build_object(
+              'active', count(*) FILTER (WHERE NOT paused),
+              'paused', count(*) FILTER (WHERE paused),
+              'failing', count(*) FILTER (WHERE last_error IS NOT NULL),
+              'lag_seconds', extract(epoch FROM now() - min(next_run_at)
+                                     FILTER (WHERE NOT paused AND next_run_at < now())))
+           FROM schedules) AS schedules
         """
     ).fetchone()
     return QueueFigures(
@@ -99,6 +120,7 @@ def figures(conn: Connection) -> QueueFigures:
         failed_chunks_by_code=row["failed"],
         unfinished_jobs=[JobProgress(**p) for p in row["unfinished"]],
         waiting_by_workload=row["waiting"],
+        schedules=ScheduleFigures(**row["schedules"]),
     )
 
 

@@ -328,8 +328,17 @@ def queue_view(queue: dict) -> str:
         ),
         ("oldest lease", format_age(queue.get("oldest_lease_seconds"))),
         ("unfinished chunks", f"{unfinished} of {queue['max_queued_chunks']} admitted at most"),
+        ("schedules", _schedule_figures(queue.get("schedules"))),
     ]
     return f"{table}\n\n{render_pairs(pairs)}"
+
+
+def _schedule_figures(figures: dict | None) -> str | None:
+    if not figures:
+        return None
+    said = f"{figures['active']} active, {figures['paused']} paused, {figures['failing']} failing"
+    lag = figures.get("lag_seconds")
+    return f"{said}; a run {format_age(lag)} late" if lag else said
 
 
 def leases_against(held: int, limit: int | None) -> str:

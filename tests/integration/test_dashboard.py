@@ -669,6 +669,15 @@ def test_a_schedule_action_without_the_csrf_token_or_on_anothers_schedule_is_ref
     assert db.execute("SELECT count(*) AS n FROM schedules").fetchone()["n"] == 1
 
 
+def test_the_queue_page_counts_the_schedules(sign_in, put_schedule):
+    put_schedule("nightly")
+    put_schedule("later", paused=True)
+
+    page = sign_in("operator").get("/ui/queue").text
+
+    assert '<td id="schedules">1 active, 1 paused; 0 failing</td>' in page
+
+
 def test_the_queue_page_counts_the_chunks_waiting_by_workload(sign_in, submit):
     submit(manifest(2, not_before=(datetime.now(UTC) + timedelta(hours=1)).isoformat()))
 

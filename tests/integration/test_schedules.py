@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from app.metrics import QueueCollector
 from repositories import schedules as schedule_rows
 from services import schedules
 from tests.integration.csv_worker import settings
@@ -303,3 +304,31 @@ def test_a_body_missing_its_job_or_with_an_unknown_field_is_422_naming_each(clie
 
     assert refused.status_code == 422
     assert set(refused.get_json()["error"]["details"]["fields"]) == {"job", "paused", "extra"}
+
+
+@settings(CHUNKWISE_MANIFEST_MAX_QUEUED_TASKS="2", CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB="2")
+def test_operators_see_how_many_schedules_fail_and_how_late_a_run_is(
+    rt, put, make_due, submit, client, headers
+):
+    submit(manifest(2))  # the queue is full
+    put("nightly", job=manifest(1))
+    put("hourly", cron="@hourly", paused=True)
+    put("weekly", cron="@weekly")
+    make_due(timedelta(minutes=10))
+    schedules.run_due_schedules(rt)
+
+    figures = client.get("/api/v1/queue", headers=headers["operator"]).get_json()["schedules"]
+    metrics = {
+        (f.name, tuple(s.labels.values())): s.value
+        for f in QueueCollector(rt).collect()
+        for s in f.samples
+        if "schedule" in f.name
+    }
+
+    # The paused one is moved too, but no lag counts it.
+    assert (figures["active"], figures["paused"], figures["failing"]) == (2, 1, 2)
+    assert 590 <= figures["lag_seconds"] <= 700
+    assert metrics[("chunkwise_schedules", ("active",))] == 2
+    assert metrics[("chunkwise_schedules", ("paused",))] == 1
+    assert metrics[("chunkwise_failing_schedules", ())] == 2
+    assert 590 <= metrics[("chunkwise_schedule_lag_seconds", ())] <= 700

@@ -94,6 +94,7 @@ QUEUE = {
     "max_leases_per_worker": 2,
     "max_queued_chunks": 256,
     "waiting": {"render": 4, "csv_stats": 1},
+    "schedules": {"active": 3, "paused": 1, "failing": 1, "lag_seconds": 125.0},
 }
 WORKERS = {
     "workers": [
@@ -261,6 +262,14 @@ def test_a_schedules_line_says_when_it_runs_next_and_what_its_last_run_did():
     assert lines[1].endswith(f"2026-12-06 03:00:00  2026-12-05 03:00:00  {JOB_ID}")
     assert lines[2].endswith("queue_full: full")
     assert " paused " in lines[3]
+
+
+def test_queue_view_counts_the_schedules_and_says_how_late_a_run_is():
+    text = tables.queue_view(QUEUE)
+    on_time = tables.queue_view({**QUEUE, "schedules": {**QUEUE["schedules"], "lag_seconds": None}})
+
+    assert "\nschedules             3 active, 1 paused, 1 failing; a run 2 min 5 s late" in text
+    assert on_time.endswith("schedules             3 active, 1 paused, 1 failing")
 
 
 def test_queue_view_pivots_chunk_states_by_workload():
