@@ -440,6 +440,7 @@ class ScheduleSchema(ResponseSchema):
     """A schedule and its runs (dumped from repositories.schedules.Schedule)."""
 
     name = fields.Str()
+    owner = fields.Str()
     cron = fields.Str()
     job = fields.Dict(metadata={"description": "what each run submits"})
     paused = fields.Bool()
@@ -455,7 +456,7 @@ class ScheduleSchema(ResponseSchema):
 
 
 class ScheduleListSchema(ResponseSchema):
-    """The caller's schedules by name."""
+    """The caller's schedules by name (an operator's: everyone's, by owner and name)."""
 
     schedules = fields.List(fields.Nested(ScheduleSchema))
 

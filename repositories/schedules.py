@@ -18,6 +18,7 @@ class Schedule:
 
     id: UUID
     owner_id: int
+    owner: str  # the owner's name
     name: str
     cron: str
     job: dict
@@ -32,10 +33,9 @@ class Schedule:
 
 @dataclass(frozen=True)
 class DueSchedule:
-    """A schedule whose next run has come, locked, with its owner as the run's principal."""
+    """A schedule whose next run has come, locked, with its owner's role for the run."""
 
     schedule: Schedule
-    owner: str
     owner_role: str
 
 
@@ -66,7 +66,7 @@ def put(
                 THEN schedules.next_run_at ELSE EXCLUDED.next_run_at END,
             updated_at = now()
         -- xmax is 0 only on a row this statement inserted.
-        RETURNING *, xmax = 0 AS created
+        RETURNING *, xmax = 0 AS created, (SELECT name FROM users WHERE id = owner_id) AS owner
         """,
         {
             "id": id,
@@ -81,19 +81,33 @@ def put(
     return from_row(Schedule, row), row["created"]
 
 
+_GET = """
+    SELECT s.*, u.name AS owner FROM schedules s JOIN users u ON u.id = s.owner_id
+    WHERE s.owner_id = %(owner)s AND s.name = %(name)s
+"""
+_GET_FOR_UPDATE = """
+    SELECT s.*, u.name AS owner FROM schedules s JOIN users u ON u.id = s.owner_id
+    WHERE s.owner_id = %(owner)s AND s.name = %(name)s
+    FOR UPDATE OF s
+"""
+
+
 def get(conn: Connection, owner_id: int, name: str, *, for_update: bool = False) -> Schedule | None:
     """The owner's schedule of this name (locked, for a change that depends on it)."""
-    query = "SELECT * FROM schedules WHERE owner_id = %(owner)s AND name = %(name)s"
-    row = conn.execute(
-        query + " FOR UPDATE" if for_update else query, {"owner": owner_id, "name": name}
-    ).fetchone()
+    query = _GET_FOR_UPDATE if for_update else _GET
+    row = conn.execute(query, {"owner": owner_id, "name": name}).fetchone()
     return from_row(Schedule, row) if row else None
 
 
-def list_for_owner(conn: Connection, owner_id: int) -> list[Schedule]:
-    """The owner's schedules by name."""
+def list_schedules(conn: Connection, owner_id: int | None) -> list[Schedule]:
+    """One owner's schedules by name, or (None) everyone's by owner and name."""
     rows = conn.execute(
-        "SELECT * FROM schedules WHERE owner_id = %(owner)s ORDER BY name", {"owner": owner_id}
+        """
+        SELECT s.*, u.name AS owner FROM schedules s JOIN users u ON u.id = s.owner_id
+        WHERE %(owner)s::bigint IS NULL OR s.owner_id = %(owner)s
+        ORDER BY u.name, s.name
+        """,
+        {"owner": owner_id},
     ).fetchall()
     return [from_row(Schedule, r) for r in rows]
 
@@ -116,7 +130,7 @@ def set_paused(
         UPDATE schedules SET paused = %(paused)s, updated_at = now(),
             next_run_at = CASE WHEN paused THEN %(next)s ELSE next_run_at END
         WHERE id = %(id)s
-        RETURNING *
+        RETURNING *, (SELECT name FROM users WHERE id = owner_id) AS owner
         """,
         {"id": schedule_id, "paused": paused, "next": next_run_at},
     ).fetchone()
@@ -146,7 +160,7 @@ def lock_due(conn: Connection, *, now: datetime, limit: int) -> list[DueSchedule
         """,
         {"now": now, "limit": limit},
     ).fetchall()
-    return [DueSchedule(from_row(Schedule, r), r["owner"], r["owner_role"]) for r in rows]
+    return [DueSchedule(from_row(Schedule, r), r["owner_role"]) for r in rows]
 
 
 def record_run(

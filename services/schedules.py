@@ -99,9 +99,10 @@ def put_schedule(
 
 
 def list_schedules(rt: Runtime, principal: Principal) -> list[Schedule]:
-    """The caller's schedules by name."""
+    """The caller's schedules by name; an operator's, everyone's by owner and name."""
+    owner_id = None if principal.is_operator else principal.user_id
     with rt.pool.connection() as conn:
-        return schedule_rows.list_for_owner(conn, principal.user_id)
+        return schedule_rows.list_schedules(conn, owner_id)
 
 
 def get_schedule(rt: Runtime, principal: Principal, name: str) -> Schedule:
@@ -180,7 +181,7 @@ def _run(
     """Submit one run's job: (its id or None, why not, when the schedule runs next)."""
     schedule = due.schedule
     slot = schedule.next_run_at
-    owner = Principal(kind="user", name=due.owner, user_id=schedule.owner_id, role=due.owner_role)
+    owner = Principal("user", schedule.owner, schedule.owner_id, due.owner_role)
     log = {"schedule": schedule.name, "schedule_id": str(schedule.id), "slot": slot.isoformat()}
     # Times missed while no coordinator ran are made up by this one run, not one each.
     next_run = next_run_after(schedule.cron, max(now, slot))

@@ -34,7 +34,7 @@ def put_schedule(name: str):
 
 @bp.get("")
 def list_schedules():
-    """The caller's schedules by name, each with its next and last run."""
+    """The caller's schedules (an operator's: everyone's), each with its next and last run."""
     return SCHEDULE_LIST.dump(
         {"schedules": schedules.list_schedules(get_runtime(), current_principal())}
     )

@@ -620,6 +620,9 @@ def test_the_schedules_page_lists_the_users_schedules_with_their_runs(
     assert cells[4] == last_job and f'href="/ui/jobs/{last_job}"' in page
     assert schedule_row_cells(page, "later")[2] == "paused"
     assert nightly["name"] not in sign_in("other").get("/ui/schedules").text
+    as_operator = sign_in("operator").get("/ui/schedules").text
+    assert schedule_row_cells(as_operator, "nightly")[1] == "compute_user"
+    assert "<button" not in re.search(r'<tr data-schedule="nightly".*?</tr>', as_operator, re.S)[0]
 
 
 def test_pausing_resuming_and_deleting_a_schedule_from_its_page(sign_in, put_schedule, db):

@@ -200,18 +200,37 @@ def test_deleting_a_schedule_stops_its_runs_and_keeps_its_jobs(rt, put, make_due
     assert len(jobs_of(client, headers, "nightly")) == 1
 
 
-def test_a_users_schedules_are_listed_by_name_and_hidden_from_everyone_else(put, client, headers):
+def test_a_users_schedules_are_listed_by_name_and_hidden_from_other_users(put, client, headers):
     put("b-weekly", cron="@weekly")
     put("a-hourly", cron="@hourly")
 
     mine = client.get("/api/v1/schedules", headers=headers["user"]).get_json()["schedules"]
     theirs = client.get("/api/v1/schedules", headers=headers["other"]).get_json()["schedules"]
 
-    assert [s["name"] for s in mine] == ["a-hourly", "b-weekly"]
+    assert [(s["name"], s["owner"]) for s in mine] == [
+        ("a-hourly", "compute_user"),
+        ("b-weekly", "compute_user"),
+    ]
     assert theirs == []
     assert client.get("/api/v1/schedules/a-hourly", headers=headers["other"]).status_code == 404
     assert client.delete("/api/v1/schedules/a-hourly", headers=headers["other"]).status_code == 404
     assert client.get("/api/v1/schedules", headers=headers["worker"]).status_code == 403
+
+
+def test_an_operator_lists_everyones_schedules_but_changes_only_their_own(put, client, headers):
+    put("nightly")
+    mine = {"cron": "@daily", "job": manifest(1)}
+    client.put("/api/v1/schedules/nightly", json=mine, headers=headers["operator"])
+
+    listed = client.get("/api/v1/schedules", headers=headers["operator"]).get_json()["schedules"]
+    theirs = client.delete("/api/v1/schedules/nightly", headers=headers["operator"])
+
+    assert [(s["owner"], s["name"]) for s in listed] == [
+        ("compute_user", "nightly"),
+        ("operator", "nightly"),
+    ]
+    assert theirs.status_code == 204  # the operator's own nightly
+    assert client.get("/api/v1/schedules/nightly", headers=headers["user"]).status_code == 200
 
 
 def test_schedule_changes_are_in_the_audit_log(put, client, headers, db):
