@@ -289,6 +289,7 @@ def schedule_table(schedules: list[dict]) -> str:
     rows = [
         (
             s["name"],
+            s.get("owner"),
             s["cron"],
             "paused" if s["paused"] else format_time(s["next_run_at"]),
             format_time(s.get("last_run_at")),
@@ -297,7 +298,8 @@ def schedule_table(schedules: list[dict]) -> str:
         )
         for s in schedules
     ]
-    return render_table(["NAME", "CRON", "NEXT RUN (UTC)", "LAST RUN", "LAST OUTCOME"], rows)
+    headers = ["NAME", "OWNER", "CRON", "NEXT RUN (UTC)", "LAST RUN", "LAST OUTCOME"]
+    return render_table(headers, rows)
 
 
 def queue_view(queue: dict) -> str:

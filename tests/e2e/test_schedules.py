@@ -27,7 +27,8 @@ def test_a_scheduled_run_is_submitted_once_by_the_coordinators_and_the_schedule_
     assert put.returncode == 0, put.stderr
     assert put.stdout.startswith("schedule nightly runs next at ") and "03:00:00 UTC" in put.stdout
     listed = chunkwise(stack, "schedules")
-    assert listed.stdout.splitlines()[1].split()[:6] == ["nightly", "0", "3", "*", "*", "*"]
+    row = listed.stdout.splitlines()[1].split()
+    assert row[:7] == ["nightly", "compute_user", "0", "3", "*", "*", "*"]
 
     db.execute("UPDATE schedules SET next_run_at = now() - interval '1 second'")
 

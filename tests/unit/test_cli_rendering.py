@@ -247,6 +247,7 @@ def test_records_done_counts_only_completed_chunks():
 def test_a_schedules_line_says_when_it_runs_next_and_what_its_last_run_did():
     ran = {
         "name": "nightly",
+        "owner": "ana",
         "cron": "0 3 * * *",
         "paused": False,
         "next_run_at": "2026-12-06T03:00:00+00:00",
@@ -259,6 +260,7 @@ def test_a_schedules_line_says_when_it_runs_next_and_what_its_last_run_did():
 
     lines = tables.schedule_table([ran, refused, paused]).splitlines()
 
+    assert lines[1].split()[:2] == ["nightly", "ana"]
     assert lines[1].endswith(f"2026-12-06 03:00:00  2026-12-05 03:00:00  {JOB_ID}")
     assert lines[2].endswith("queue_full: full")
     assert " paused " in lines[3]
