@@ -8,6 +8,7 @@ from marshmallow import Schema, ValidationError, fields, post_dump, validate, va
 
 from app.input_rules import COLUMN_RANGES, Bool, Int, RequestSchema
 from services.csvjobs import WORKLOAD as CSV_WORKLOAD
+from services.jobs import EVENT_TYPES
 from services.runtime import MAX_RETRY_DELAY_SECONDS
 
 
@@ -214,6 +215,13 @@ class EventQuerySchema(RequestSchema):
     )
     limit = Int(minimum=1, maximum=1000, load_default=100)
     job_id = fields.UUID(load_default=None, metadata={"description": "only this job's events"})
+    types = fields.List(
+        fields.Str(validate=validate.OneOf(EVENT_TYPES)),
+        data_key="type",
+        load_default=None,
+        validate=validate.Length(max=len(EVENT_TYPES)),
+        metadata={"description": "only these events (repeat it for several); none: every one"},
+    )
 
 
 # A claim leases at most as many tasks as one batch of results can report.

@@ -64,17 +64,38 @@ def publish_many(conn: Connection, events: Sequence[dict]) -> None:
     )
 
 
+# A page of one type of event reads this many events of every type at most, so a follower
+# of a rare type (job.failed) beside a million chunk.completed never waits on a long scan.
+SCAN_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class EventPage:
+    """A page of the feed, and the id to read on from."""
+
+    events: list[Event]
+    # The last event read; past the last one of the wrong types when a page is not full.
+    next_after: int
+
+
 def list_events(
-    conn: Connection, *, owner_id: int | None, after: int, limit: int, job_id: UUID | None = None
-) -> list[Event]:
+    conn: Connection,
+    *,
+    owner_id: int | None,
+    after: int,
+    limit: int,
+    job_id: UUID | None = None,
+    types: Sequence[str] | None = None,
+) -> EventPage:
     """Events after the event `after` in the feed's order (only the owner's when owner_id is
-    given, one job's when job_id is), among those whose transactions finished before any still
-    running began.
+    given, one job's when job_id is, of these types when types are), among those whose
+    transactions finished before any still running began.
 
     The order is (transaction id, id) rather than id alone: ids are drawn as events are
     written, so a later id can commit first, but a transaction that commits later has a larger
     transaction id than every one already finished (sql/0018). An `after` no event has (one
-    retention deleted, or past the last) stands for the last event before it.
+    retention deleted, or past the last) stands for the last event before it. With types, at
+    most SCAN_LIMIT events are read, and a page short of `limit` moves on past all of them.
     """
     rows = conn.execute(
         """
@@ -82,17 +103,35 @@ def list_events(
             SELECT coalesce(
                 (SELECT xact FROM outbox WHERE id <= %(after)s ORDER BY id DESC LIMIT 1), '0'
             ) AS xact
+        ), scanned AS (
+            SELECT outbox.* FROM outbox, mark
+            WHERE (outbox.xact, outbox.id) > (mark.xact, %(after)s)
+              AND outbox.xact < pg_snapshot_xmin(pg_current_snapshot())
+              AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
+              AND (%(job)s::uuid IS NULL OR job_id = %(job)s)
+            ORDER BY outbox.xact, outbox.id LIMIT %(scan)s
+        ), wanted AS (
+            SELECT * FROM scanned WHERE %(types)s::text[] IS NULL OR event = ANY(%(types)s)
+            ORDER BY xact, id LIMIT %(limit)s
         )
-        SELECT outbox.* FROM outbox, mark
-        WHERE (outbox.xact, outbox.id) > (mark.xact, %(after)s)
-          AND outbox.xact < pg_snapshot_xmin(pg_current_snapshot())
-          AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
-          AND (%(job)s::uuid IS NULL OR job_id = %(job)s)
-        ORDER BY outbox.xact, outbox.id LIMIT %(limit)s
+        -- One row even when nothing is wanted, to carry how far the scan went.
+        SELECT w.*, (SELECT id FROM scanned ORDER BY xact DESC, id DESC LIMIT 1) AS scanned_to
+        FROM (VALUES (1)) AS one LEFT JOIN wanted w ON true
+        ORDER BY w.xact, w.id
         """,
-        {"after": after, "owner": owner_id, "job": job_id, "limit": limit},
+        {
+            "after": after,
+            "owner": owner_id,
+            "job": job_id,
+            "types": list(types) if types else None,
+            "limit": limit,
+            "scan": max(limit, SCAN_LIMIT) if types else limit,
+        },
     ).fetchall()
-    return [from_row(Event, r) for r in rows]
+    events = [from_row(Event, r) for r in rows if r["id"] is not None]
+    if len(events) == limit:
+        return EventPage(events, events[-1].id)
+    return EventPage(events, rows[0]["scanned_to"] or after)
 
 
 def record(

@@ -19,7 +19,7 @@ from repositories import events as event_rows
 from repositories import jobs as job_rows
 from repositories import tasks as task_rows
 from repositories import users as user_rows
-from repositories.events import Event
+from repositories.events import EventPage
 from repositories.jobs import ChunkCounts, Job, NewJob
 from repositories.tasks import NewTask, Task
 from services.auth import Principal
@@ -30,6 +30,15 @@ logger = logging.getLogger(__name__)
 
 UNRECOVERABLE_ERRORS = frozenset({"invalid_input", "sum_overflow"})
 MAX_LABELS = 32
+# Every event the outbox holds, as GET /api/v1/events names them.
+EVENT_TYPES = (
+    "job.created",
+    "chunk.completed",
+    "job.succeeded",
+    "job.failed",
+    "job.cancelled",
+    "job.retried",
+)
 
 
 @dataclass(frozen=True)
@@ -491,13 +500,21 @@ def _queue_full(rt: Runtime, workload: str, queued: int, requested: int, limit: 
 
 
 def list_events(
-    rt: Runtime, principal: Principal, *, after: int, limit: int, job_id: UUID | None = None
-) -> list[Event]:
+    rt: Runtime,
+    principal: Principal,
+    *,
+    after: int,
+    limit: int,
+    job_id: UUID | None = None,
+    types: Sequence[str] | None = None,
+) -> EventPage:
     """Outbox events after an id, in order: the owner's, or everyone's for an operator; only
-    one job's when job_id is given."""
+    one job's when job_id is given, only these types when types are."""
     owner = None if principal.is_operator else principal.user_id
     with rt.pool.connection() as conn:
-        return event_rows.list_events(conn, owner_id=owner, after=after, limit=limit, job_id=job_id)
+        return event_rows.list_events(
+            conn, owner_id=owner, after=after, limit=limit, job_id=job_id, types=types
+        )
 
 
 def _view(conn: Connection, job: Job) -> JobView:

@@ -351,8 +351,9 @@ def retry(cli: Invocation, args: argparse.Namespace) -> int:
 
 def events(cli: Invocation, args: argparse.Namespace) -> int:
     """Print outbox events after --after; with --follow, keep polling for new ones."""
+    filters = {"limit": args.limit, "job_id": args.job, "types": args.type}
     if not args.follow:
-        page = cli.call(cli.client.list_events, after=args.after, limit=args.limit, job_id=args.job)
+        page = cli.call(cli.client.list_events, after=args.after, **filters)
         if cli.as_json:
             cli.print_json(page)
         else:
@@ -363,7 +364,7 @@ def events(cli: Invocation, args: argparse.Namespace) -> int:
     deadline = None if args.timeout is None else cli.clock() + args.timeout
     try:
         while deadline is None or cli.clock() < deadline:
-            page = cli.call(cli.client.list_events, after=after, limit=args.limit, job_id=args.job)
+            page = cli.call(cli.client.list_events, after=after, **filters)
             for event in page["events"]:
                 # One document per line: a feed that never ends cannot be one JSON array.
                 cli.print(json.dumps(event) if cli.as_json else tables.event_line(event))
@@ -531,6 +532,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--after", type=int, default=0, help="print events after this id")
     sub.add_argument("--limit", type=int, help="events per request, 1-1000")
     sub.add_argument("--job", type=uuid_text, metavar="JOB", help="only this job's events")
+    sub.add_argument(
+        "--type", action="append", metavar="EVENT", help="only these events, e.g. job.failed"
+    )
     sub.add_argument("--follow", action="store_true", help="keep polling until Ctrl-C")
     sub.add_argument("--max-events", type=int, help="with --follow: stop after this many")
     sub.add_argument("--timeout", type=float, help="with --follow: stop after this many seconds")

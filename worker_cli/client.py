@@ -483,10 +483,12 @@ class CoordinatorClient:
         after: int = 0,
         limit: int | None = None,
         job_id: str | None = None,
+        types: list[str] | None = None,
         trace_id: str | None = None,
     ) -> dict:
-        """Outbox events after an id, oldest first (one job's, if named): {events, next_after}."""
-        given = {"after": after, "limit": limit, "job_id": job_id}
+        """Outbox events after an id, oldest first (one job's, of some types, if named):
+        {events, next_after}."""
+        given = {"after": after, "limit": limit, "job_id": job_id, "type": types or None}
         params = {name: value for name, value in given.items() if value is not None}
         return self._request("GET", "/api/v1/events", params=params, trace_id=trace_id)
 

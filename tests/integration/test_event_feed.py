@@ -7,6 +7,7 @@ import threading
 import time
 
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 
 from repositories import events as event_rows
@@ -172,9 +173,9 @@ def test_a_follower_sees_every_event_once_while_writers_commit_out_of_order(subm
             while True:
                 finished = done.is_set()
                 page = event_rows.list_events(conn, owner_id=None, after=after, limit=7)
-                seen.extend(e.id for e in page)
-                after = page[-1].id if page else after
-                if finished and not page:
+                seen.extend(e.id for e in page.events)
+                after = page.next_after
+                if finished and not page.events:
                     return
 
     seen: list[int] = []
@@ -190,3 +191,78 @@ def test_a_follower_sees_every_event_once_while_writers_commit_out_of_order(subm
 
     assert len(written) == writers * events_each
     assert sorted(seen) == sorted([*written, *created_events(database_url, job["id"])])
+
+
+# --- only some types of event -----------------------------------------------------------------
+
+
+def feed(client, headers, query: str, who: str = "user") -> dict:
+    """One page of the feed."""
+    return client.get(f"/api/v1/events?{query}", headers=headers[who]).get_json()
+
+
+def test_a_follower_of_some_types_reads_only_those_and_moves_on_past_the_rest(
+    submit, claim, complete, client, headers
+):
+    done = submit(manifest(2))
+    for task in claim(WORKER, capacity=2):
+        complete(task)
+    dropped = submit(manifest(1))
+    client.post(f"/api/v1/jobs/{dropped['id']}/cancel", headers=headers["user"])
+    submit(manifest(1))  # the last event is of neither type
+    everything = feed(client, headers, "after=0")
+
+    page = feed(client, headers, "after=0&type=job.succeeded&type=job.cancelled")
+
+    assert [(e["event"], e["job_id"]) for e in page["events"]] == [
+        ("job.succeeded", done["id"]),
+        ("job.cancelled", dropped["id"]),
+    ]
+    assert page["next_after"] == everything["events"][-1]["id"]
+    assert feed(client, headers, f"after={page['next_after']}&type=job.succeeded")["events"] == []
+
+
+def test_a_full_page_of_one_type_resumes_after_its_last_event(submit, client, headers):
+    jobs = [submit(manifest(1))["id"] for _ in range(3)]
+
+    first = feed(client, headers, "after=0&type=job.created&limit=2")
+    second = feed(client, headers, f"after={first['next_after']}&type=job.created&limit=2")
+
+    assert first["next_after"] == first["events"][-1]["id"]
+    assert [e["job_id"] for e in first["events"] + second["events"]] == jobs
+
+
+def test_a_rare_type_behind_many_others_is_reached_a_bounded_scan_at_a_time(
+    submit, claim, complete, client, headers, monkeypatch
+):
+    monkeypatch.setattr(event_rows, "SCAN_LIMIT", 3)
+    job = submit(manifest(5))
+    for task in claim(WORKER, capacity=5):
+        complete(task)  # job.created, 5 chunk.completed, job.succeeded: 7 events
+    after, pages, found = 0, 0, []
+
+    while not found:
+        page = feed(client, headers, f"after={after}&type=job.succeeded&limit=1")
+        pages, found, after = pages + 1, page["events"], page["next_after"]
+
+    assert pages == 3 and found[0]["job_id"] == job["id"]
+
+
+def test_types_narrow_one_jobs_events_too(submit, claim, complete, client, headers):
+    job = submit(manifest(2))
+    submit(manifest(1))
+    for task in claim(WORKER, capacity=3):
+        complete(task)
+
+    page = feed(client, headers, f"after=0&job_id={job['id']}&type=chunk.completed")
+
+    assert [e["event"] for e in page["events"]] == ["chunk.completed"] * 2
+    assert {e["job_id"] for e in page["events"]} == {job["id"]}
+
+
+@pytest.mark.parametrize("query", ["type=job.exploded", "type=", "type=job.failed" + "&type=x" * 6])
+def test_an_event_type_the_feed_never_holds_is_422_naming_type(query, client, headers):
+    refused = client.get(f"/api/v1/events?{query}", headers=headers["user"])
+
+    assert refused.status_code == 422
+    assert "type" in refused.get_json()["error"]["details"]["fields"]

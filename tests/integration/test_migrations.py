@@ -259,7 +259,7 @@ def test_the_feed_order_migration_puts_the_events_already_there_first(empty_data
             "INSERT INTO outbox (job_id, owner_id, event, trace_id)"
             " SELECT id, owner_id, 'job.retried', 'new' FROM jobs ORDER BY id LIMIT 1"
         )
-        feed = event_rows.list_events(conn, owner_id=None, after=0, limit=10)
+        feed = event_rows.list_events(conn, owner_id=None, after=0, limit=10).events
     assert [(e.event, e.trace_id) for e in feed] == [
         ("job.succeeded", "old"),
         ("job.succeeded", "old"),

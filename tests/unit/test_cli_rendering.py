@@ -410,8 +410,9 @@ class CannedClient:
     def retry_job(self, job_id, *, trace_id):
         return job(status="running")
 
-    def list_events(self, *, after, limit, job_id, trace_id):
-        return {"events": [EVENT] if after < EVENT["id"] else [], "next_after": EVENT["id"]}
+    def list_events(self, *, after, limit, job_id, types, trace_id):
+        wanted = after < EVENT["id"] and (not types or EVENT["event"] in types)
+        return {"events": [EVENT] if wanted else [], "next_after": EVENT["id"]}
 
     def queue_status(self, *, trace_id):
         return QUEUE
@@ -447,6 +448,18 @@ def test_json_output_is_the_servers_document(argv, expected):
         == 0
     )
     assert expected(json.loads(out.getvalue()))
+
+
+@pytest.mark.parametrize(
+    ("types", "ids"), [([], [42]), (["job.failed"], []), (["job.failed", "job.succeeded"], [42])]
+)
+def test_events_are_asked_for_by_each_type_given(types, ids):
+    out = io.StringIO()
+    env = {"CHUNKWISE_URL": "http://c.test", "CHUNKWISE_TOKEN": "cwu_t"}
+    argv = ["events", "--json", *[arg for t in types for arg in ("--type", t)]]
+
+    assert run(argv, client_factory=CannedClient, out=out, err=io.StringIO(), environ=env) == 0
+    assert [e["id"] for e in json.loads(out.getvalue())["events"]] == ids
 
 
 def test_followed_events_in_json_are_one_document_per_line():
