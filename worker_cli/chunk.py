@@ -37,9 +37,25 @@ from worker_cli.schedule import Backoff, HeartbeatSchedule
 from worker_cli.worker_config import WorkerConfig
 
 HEARTBEAT_RETRY_SECONDS = 2.0
+# How long after its deadline a timed-out chunk's heartbeat goes: past it on the
+# coordinator's clock, though the two clocks differ a little.
+DEADLINE_BEAT_DELAY = 0.5
 MAX_ERROR_MESSAGE = 4000
 # What the coordinator refuses in any string (NUL, an unpaired surrogate; app/input_rules.py).
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def seconds_to_deadline(task: ClaimedTask, wall_clock: Callable[[], float]) -> float | None:
+    """How long the attempt has until its job's timeout ends it, or None without a timeout."""
+    if not task.deadline:
+        return None
+    try:
+        deadline = datetime.fromisoformat(task.deadline)
+    except (TypeError, ValueError):
+        return None
+    if deadline.tzinfo is None:
+        deadline = deadline.replace(tzinfo=UTC)
+    return max(0.0, deadline.timestamp() - wall_clock())
 
 
 def lease_seconds_left(task: ClaimedTask, wall_clock: Callable[[], float]) -> float:
@@ -65,7 +81,17 @@ class RunningChunk:
     task: ClaimedTask
     context: TaskContext
     lease_seconds: float
+    # When, on this worker's monotonic clock, the job's timeout ends the attempt (None: never).
+    deadline_at: float | None = None
     thread: threading.Thread | None = field(default=None, repr=False)
+
+    def next_beat(self, now: float) -> float:
+        """When to renew the lease next: a heartbeat interval on, or just past the deadline if
+        that comes first, so the coordinator's timed_out stops the chunk then, not later."""
+        due = now + self.task.heartbeat_seconds
+        if self.deadline_at is not None and now < self.deadline_at + DEADLINE_BEAT_DELAY:
+            due = min(due, self.deadline_at + DEADLINE_BEAT_DELAY)
+        return due
 
     @property
     def key(self) -> tuple:
@@ -481,7 +507,7 @@ class ChunkRunner:
             return
         if pending:
             context.checkpoint_sent(pending[0])
-        self.heartbeats.reschedule(chunk.key, now + task.heartbeat_seconds)
+        self.heartbeats.reschedule(chunk.key, chunk.next_beat(now))
         self._log(
             logging.INFO,
             "heartbeat",

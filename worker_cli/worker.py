@@ -13,7 +13,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from worker_cli.chunk import HEARTBEAT_RETRY_SECONDS, ChunkRunner, RunningChunk, lease_seconds_left
+from worker_cli.chunk import (
+    HEARTBEAT_RETRY_SECONDS,
+    ChunkRunner,
+    RunningChunk,
+    lease_seconds_left,
+    seconds_to_deadline,
+)
 from worker_cli.client import (
     CoordinatorClient,
     CoordinatorError,
@@ -273,15 +279,17 @@ class Worker:
         """Take a claimed task into a slot, schedule its heartbeats and start its thread."""
         now = self._clock()
         context = TaskContext(task, open_input=lambda: self.runner.open_input(task))
+        to_deadline = seconds_to_deadline(task, self._wall_clock)
         chunk = RunningChunk(
             task=task,
             context=context,
             lease_seconds=lease_seconds_left(task, self._wall_clock),
+            deadline_at=None if to_deadline is None else now + to_deadline,
         )
         with self._slots:
             self._running[chunk.key] = chunk
             self._claimed += 1
-        self.heartbeats.add(chunk.key, now + task.heartbeat_seconds)
+        self.heartbeats.add(chunk.key, chunk.next_beat(now))
         with log_scope(**task.log_fields()):
             self._log(
                 logging.INFO,

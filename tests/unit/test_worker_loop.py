@@ -6,6 +6,7 @@ import logging
 import signal
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -316,6 +317,39 @@ def test_409_heartbeat_stops_the_computation_and_submits_nothing(code):
     assert client.results == [] and client.failures == []
     worker.send_due_heartbeats(clock.now + 100)
     assert len(client.heartbeats) == 1
+
+
+def test_a_chunk_with_a_deadline_beats_just_after_it_and_stops_as_timed_out():
+    gate = Gate()
+    clock = FakeClock()
+    client = FakeClient(clock)
+    worker = make_worker(client, clock, gate, capacity=1)
+    deadline = datetime.now(UTC) + timedelta(seconds=3)
+    payload = {**task_payload("t1", data=b"x"), "deadline": deadline.isoformat()}
+    client.inputs[payload["input_uri"]] = b"x"
+    start = clock.now
+    worker.dispatch(ClaimedTask.from_payload(payload))
+    assert gate.started.wait(WAIT)
+    client.heartbeat_replies = [LeaseLost("late", status=409, code="timed_out")]
+
+    early = worker.send_due_heartbeats(start + 3.2)
+    just_after = worker.send_due_heartbeats(start + 3.6)
+
+    assert (early, just_after) == (0, 1)
+    assert gate.stopped.wait(WAIT) and gate.stop_reason == "timed_out"
+    assert wait_until_idle(worker)
+    assert client.results == [] and client.failures == []
+
+
+def test_a_chunk_without_a_deadline_beats_a_heartbeat_interval_after_its_claim():
+    clock = FakeClock()
+    client = FakeClient(clock)
+    worker, _ = dispatch_waiting(clock, client)
+
+    assert worker.send_due_heartbeats(clock.now + 9.9) == 0
+    assert worker.send_due_heartbeats(clock.now + 10) == 1
+    worker.release.set()
+    assert wait_until_idle(worker)
 
 
 class Held:
