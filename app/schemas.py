@@ -146,7 +146,8 @@ class SchedulePutSchema(RequestSchema):
         required=True,
         validate=validate.Length(min=1, max=200),
         metadata={
-            "description": "five fields (minute hour day month weekday, in UTC), "
+            "description": "five fields (minute hour day month weekday, on the clocks of "
+            "timezone), "
             "or @hourly, @daily, @weekly, @monthly, @yearly",
             "example": "*/15 * * * *",
         },
@@ -155,6 +156,14 @@ class SchedulePutSchema(RequestSchema):
         JobCreateSchema,
         required=True,
         metadata={"description": "what each run submits, as POST /api/v1/jobs takes it"},
+    )
+    timezone = fields.Str(
+        load_default="UTC",
+        validate=validate.Length(min=1, max=64),
+        metadata={
+            "description": "the IANA time zone the cron is read in",
+            "example": "Europe/Paris",
+        },
     )
     paused = Bool(load_default=False, metadata={"description": "no runs until false again"})
 
@@ -450,6 +459,7 @@ class ScheduleSchema(ResponseSchema):
     name = fields.Str()
     owner = fields.Str()
     cron = fields.Str()
+    timezone = fields.Str()
     job = fields.Dict(metadata={"description": "what each run submits"})
     paused = fields.Bool()
     next_run_at = fields.DateTime()

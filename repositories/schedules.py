@@ -21,6 +21,7 @@ class Schedule:
     owner: str  # the owner's name
     name: str
     cron: str
+    timezone: str  # an IANA name the cron is read in
     job: dict
     paused: bool
     next_run_at: datetime
@@ -46,23 +47,28 @@ def put(
     owner_id: int,
     name: str,
     cron: str,
+    timezone: str,
     job: dict,
     paused: bool,
     next_run_at: datetime,
 ) -> tuple[Schedule, bool]:
     """Create the owner's schedule of this name, or replace what it does; (schedule, created).
 
-    A replacement with the same cron and the same paused state keeps its next run, so sending
-    the same schedule again changes nothing; any other change runs next at `next_run_at`.
+    A replacement with the same cron, time zone and paused state keeps its next run, so
+    sending the same schedule again changes nothing; any other change runs next at
+    `next_run_at`.
     """
     row = conn.execute(
         """
-        INSERT INTO schedules (id, owner_id, name, cron, job, paused, next_run_at)
-        VALUES (%(id)s, %(owner)s, %(name)s, %(cron)s, %(job)s, %(paused)s, %(next)s)
+        INSERT INTO schedules (id, owner_id, name, cron, timezone, job, paused, next_run_at)
+        VALUES (%(id)s, %(owner)s, %(name)s, %(cron)s, %(timezone)s, %(job)s, %(paused)s,
+                %(next)s)
         ON CONFLICT ON CONSTRAINT schedules_owner_name_key DO UPDATE SET
-            cron = EXCLUDED.cron, job = EXCLUDED.job, paused = EXCLUDED.paused,
+            cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, job = EXCLUDED.job,
+            paused = EXCLUDED.paused,
             next_run_at = CASE
-                WHEN schedules.cron = EXCLUDED.cron AND schedules.paused = EXCLUDED.paused
+                WHEN (schedules.cron, schedules.timezone, schedules.paused)
+                     = (EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.paused)
                 THEN schedules.next_run_at ELSE EXCLUDED.next_run_at END,
             updated_at = now()
         -- xmax is 0 only on a row this statement inserted.
@@ -73,6 +79,7 @@ def put(
             "owner": owner_id,
             "name": name,
             "cron": cron,
+            "timezone": timezone,
             "job": Jsonb(job),
             "paused": paused,
             "next": next_run_at,

@@ -7,6 +7,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
@@ -40,25 +41,52 @@ class ScheduleSpec:
     cron: str
     job: jobs.JobSpec
     paused: bool = False
+    timezone: str = "UTC"
 
 
-def next_run_after(cron: str, moment: datetime) -> datetime:
-    """The first time after `moment` the five-field cron expression (UTC) names."""
+def next_run_after(
+    cron: str, moment: datetime, timezone: str = "UTC", *, previous: datetime | None = None
+) -> datetime:
+    """The first time after `moment` that the five-field cron expression names, read on the
+    clocks of `timezone` (an IANA name), in UTC.
+
+    Where a zone's clocks go back, an hour's wall-clock times come twice: a run never repeats
+    the wall-clock time of the `previous` run, so a daily 02:30 runs once that night, while a
+    run every 30 minutes keeps its pace. Where clocks go forward past a time, it runs at the
+    first time after the gap.
+    """
     if len(cron.split()) != 5 and cron.strip() not in SHORTHANDS:
         raise InvalidInput.field(
             "cron", "must be five fields (minute hour day month weekday) or @hourly, @daily, ..."
         )
+    zone = _zone(timezone)
     try:
-        return croniter(cron.strip(), moment.astimezone(UTC)).get_next(datetime)
+        times = croniter(cron.strip(), moment.astimezone(zone))
+        run = times.get_next(datetime)
+        if previous is not None and _wall(run) == _wall(previous.astimezone(zone)):
+            run = times.get_next(datetime)
     except ValueError as exc:  # croniter's errors, a time that never comes (31 April) too
         raise InvalidInput.field("cron", f"not a schedule cron can keep: {exc}") from exc
+    return run.astimezone(UTC)
+
+
+def _wall(moment: datetime) -> datetime:
+    """The time a clock on the wall shows: the date and time without their offset."""
+    return moment.replace(tzinfo=None)
+
+
+def _zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise InvalidInput.field("timezone", f"no IANA time zone is named {name!r}") from exc
 
 
 def put_schedule(
     rt: Runtime, principal: Principal, spec: ScheduleSpec, *, trace_id: str
 ) -> tuple[Schedule, bool]:
     """Create or replace the caller's schedule of this name; (schedule, created)."""
-    next_run = next_run_after(spec.cron, datetime.now(UTC))
+    next_run = next_run_after(spec.cron, datetime.now(UTC), spec.timezone)
     if spec.job.not_before is not None:
         raise _within_job(
             InvalidInput.field("not_before", "a schedule's runs start at their own times")
@@ -83,6 +111,7 @@ def put_schedule(
             owner_id=principal.user_id,
             name=spec.name,
             cron=spec.cron.strip(),
+            timezone=spec.timezone,
             job=_stored(spec.job),
             paused=spec.paused,
             next_run_at=next_run,
@@ -92,7 +121,12 @@ def put_schedule(
             actor=principal.name,
             action="schedule.put",
             target=str(schedule.id),
-            details={"name": spec.name, "cron": schedule.cron, "paused": spec.paused},
+            details={
+                "name": spec.name,
+                "cron": schedule.cron,
+                "timezone": spec.timezone,
+                "paused": spec.paused,
+            },
             trace_id=trace_id,
         )
     return schedule, created
@@ -122,7 +156,7 @@ def pause_schedule(
         schedule = schedule_rows.get(conn, principal.user_id, name, for_update=True)
         if schedule is None:
             raise NotFound(f"no schedule named {name!r}")
-        next_run = next_run_after(schedule.cron, datetime.now(UTC))
+        next_run = next_run_after(schedule.cron, datetime.now(UTC), schedule.timezone)
         changed = schedule_rows.set_paused(conn, schedule.id, paused=paused, next_run_at=next_run)
         event_rows.audit(
             conn,
@@ -184,7 +218,7 @@ def _run(
     owner = Principal("user", schedule.owner, schedule.owner_id, due.owner_role)
     log = {"schedule": schedule.name, "schedule_id": str(schedule.id), "slot": slot.isoformat()}
     # Times missed while no coordinator ran are made up by this one run, not one each.
-    next_run = next_run_after(schedule.cron, max(now, slot))
+    next_run = next_run_after(schedule.cron, max(now, slot), schedule.timezone, previous=slot)
     try:
         view = jobs.create_job(
             rt,

@@ -382,7 +382,12 @@ def events(cli: Invocation, args: argparse.Namespace) -> int:
 def put_schedule(cli: Invocation, args: argparse.Namespace) -> int:
     """Create or replace a schedule: the manifest job in --job, submitted on --cron."""
     schedule = cli.call(
-        cli.client.put_schedule, args.name, cron=args.cron, job=args.job, paused=args.paused
+        cli.client.put_schedule,
+        args.name,
+        cron=args.cron,
+        timezone=args.timezone,
+        job=args.job,
+        paused=args.paused,
     )
     if cli.as_json:
         cli.print_json(schedule)
@@ -540,9 +545,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--timeout", type=float, help="with --follow: stop after this many seconds")
     sub.add_argument("--interval", type=float, default=1.0, help="seconds between empty polls")
 
-    sub = command("schedule", put_schedule, "submit a manifest job on a cron schedule (UTC)")
+    sub = command("schedule", put_schedule, "submit a manifest job on a cron schedule")
     sub.add_argument("name", metavar="NAME")
     sub.add_argument("--cron", required=True, help='five fields, e.g. "0 3 * * *", or @daily')
+    sub.add_argument(
+        "--timezone", default="UTC", metavar="ZONE", help="whose clocks, e.g. Europe/Paris (UTC)"
+    )
     sub.add_argument(
         "--job", type=json_file, required=True, metavar="FILE", help="the manifest job (JSON)"
     )

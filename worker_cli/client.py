@@ -493,10 +493,17 @@ class CoordinatorClient:
         return self._request("GET", "/api/v1/events", params=params, trace_id=trace_id)
 
     def put_schedule(
-        self, name: str, *, cron: str, job: dict, paused: bool, trace_id: str | None = None
+        self,
+        name: str,
+        *,
+        cron: str,
+        job: dict,
+        paused: bool,
+        timezone: str = "UTC",
+        trace_id: str | None = None,
     ) -> dict:
         """Create or replace the caller's schedule of this name; return it."""
-        body = {"cron": cron, "job": job, "paused": paused}
+        body = {"cron": cron, "timezone": timezone, "job": job, "paused": paused}
         return self._request(
             "PUT", f"/api/v1/schedules/{_segment(name)}", json=body, trace_id=trace_id
         )

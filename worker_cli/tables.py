@@ -290,7 +290,7 @@ def schedule_table(schedules: list[dict]) -> str:
         (
             s["name"],
             s.get("owner"),
-            s["cron"],
+            s["cron"] if s.get("timezone", "UTC") == "UTC" else f"{s['cron']} ({s['timezone']})",
             "paused" if s["paused"] else format_time(s["next_run_at"]),
             format_time(s.get("last_run_at")),
             # The job it submitted, or why it submitted none.

@@ -24,7 +24,11 @@ def put_schedule(name: str):
     """Create the schedule of this name (201), or replace what it does (200)."""
     body = input_rules.load_json(SCHEDULE_PUT)
     spec = schedules.ScheduleSpec(
-        name=name, cron=body["cron"], job=jobs.JobSpec.from_dict(body["job"]), paused=body["paused"]
+        name=name,
+        cron=body["cron"],
+        job=jobs.JobSpec.from_dict(body["job"]),
+        paused=body["paused"],
+        timezone=body["timezone"],
     )
     schedule, created = schedules.put_schedule(
         get_runtime(), current_principal(), spec, trace_id=current_trace_id()

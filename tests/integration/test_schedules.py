@@ -351,3 +351,24 @@ def test_operators_see_how_many_schedules_fail_and_how_late_a_run_is(
     assert metrics[("chunkwise_schedules", ("paused",))] == 1
     assert metrics[("chunkwise_failing_schedules", ())] == 2
     assert 590 <= metrics[("chunkwise_schedule_lag_seconds", ())] <= 700
+
+
+def test_a_schedule_in_a_time_zone_runs_on_its_clocks_and_a_new_zone_moves_its_next_run(put):
+    in_utc = put("morning", cron="0 9 * * *").get_json()
+    in_tokyo = put("morning", cron="0 9 * * *", timezone="Asia/Tokyo").get_json()
+
+    assert (in_utc["timezone"], datetime.fromisoformat(in_utc["next_run_at"]).hour) == ("UTC", 9)
+    # 09:00 in Tokyo, which keeps no summer time, is midnight UTC.
+    assert (in_tokyo["timezone"], datetime.fromisoformat(in_tokyo["next_run_at"]).hour) == (
+        "Asia/Tokyo",
+        0,
+    )
+
+
+@pytest.mark.parametrize("zone", ["Mars/Olympus", "../etc/passwd", "", "x" * 65, 9])
+def test_a_time_zone_that_is_no_iana_name_is_422_naming_timezone_and_writes_nothing(zone, put, db):
+    refused = put("morning", timezone=zone)
+
+    assert refused.status_code == 422
+    assert "timezone" in refused.get_json()["error"]["details"]["fields"]
+    assert db.execute("SELECT count(*) AS n FROM schedules").fetchone()["n"] == 0

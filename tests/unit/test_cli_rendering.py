@@ -255,14 +255,20 @@ def test_a_schedules_line_says_when_it_runs_next_and_what_its_last_run_did():
         "last_job_id": JOB_ID,
         "last_error": None,
     }
-    refused = {**ran, "name": "often", "last_error": {"code": "queue_full", "message": "full"}}
+    refused = {
+        **ran,
+        "name": "often",
+        "timezone": "Asia/Tokyo",
+        "last_error": {"code": "queue_full", "message": "full"},
+    }
     paused = {**ran, "name": "later", "paused": True, "last_run_at": None, "last_job_id": None}
 
     lines = tables.schedule_table([ran, refused, paused]).splitlines()
 
     assert lines[1].split()[:2] == ["nightly", "ana"]
     assert lines[1].endswith(f"2026-12-06 03:00:00  2026-12-05 03:00:00  {JOB_ID}")
-    assert lines[2].endswith("queue_full: full")
+    assert lines[2].endswith("queue_full: full") and "0 3 * * * (Asia/Tokyo)" in lines[2]
+    assert "(UTC)" not in lines[1]
     assert " paused " in lines[3]
 
 
