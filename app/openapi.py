@@ -61,6 +61,7 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "schedules.list_schedules": (None, schemas.ScheduleListSchema, ()),
     "schedules.get_schedule": (None, schemas.ScheduleSchema, (404,)),
     "schedules.delete_schedule": (None, None, (204, 404)),
+    "schedules.run_schedule": (None, schemas.JobSchema, (201, 404, 409, 429)),
 }
 # Answered 204 on success, never 200.
 NO_CONTENT_ENDPOINTS = {"schedules.delete_schedule"}
@@ -166,7 +167,7 @@ def _response(endpoint: str, status: int, response_schema) -> dict:
     if status == 304:
         return {"description": "not modified: If-None-Match is current", "headers": headers}
     description = "created" if status == 201 else "OK"
-    if endpoint == "jobs.create_job" and status == 200:
+    if endpoint in ("jobs.create_job", "schedules.run_schedule") and status == 200:
         description = "the original job of an idempotent retry"
     if endpoint == "tasks.read_input":
         content = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
@@ -215,7 +216,7 @@ def build_spec(app: Flask) -> dict:
             if in_query:
                 parameters.append({"in": "query", "schema": request_schema})
             parameters.append(TRACEPARENT_PARAMETER)
-            if rule.endpoint == "jobs.create_job":
+            if rule.endpoint in ("jobs.create_job", "schedules.run_schedule"):
                 parameters.append(IDEMPOTENCY_KEY_PARAMETER)
             if rule.endpoint == "jobs.get_job":
                 parameters.append(IF_NONE_MATCH_PARAMETER)

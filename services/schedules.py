@@ -169,6 +169,20 @@ def pause_schedule(
     return changed
 
 
+def run_schedule_now(
+    rt: Runtime,
+    principal: Principal,
+    name: str,
+    *,
+    trace_id: str,
+    idempotency_key: str | None = None,
+) -> jobs.JobView:
+    """Submit the caller's schedule's job now, as a run would (paused or not); its times stay."""
+    schedule = get_schedule(rt, principal, name)
+    spec = _run_spec(jobs.JobSpec.from_dict(schedule.job), schedule.name)
+    return jobs.create_job(rt, principal, spec, trace_id=trace_id, idempotency_key=idempotency_key)
+
+
 def delete_schedule(rt: Runtime, principal: Principal, name: str, *, trace_id: str) -> None:
     """Delete the caller's schedule of this name; the jobs it submitted stay."""
     with rt.pool.connection() as conn, conn.transaction():

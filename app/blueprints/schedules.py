@@ -17,6 +17,7 @@ bp.before_request(auth.users_only)
 SCHEDULE_PUT = schemas.SchedulePutSchema()
 SCHEDULE = schemas.ScheduleSchema()
 SCHEDULE_LIST = schemas.ScheduleListSchema()
+JOB = schemas.JobSchema()
 
 
 @bp.put("/<schedule_name:name>")
@@ -48,6 +49,16 @@ def list_schedules():
 def get_schedule(name: str):
     """One of the caller's schedules."""
     return SCHEDULE.dump(schedules.get_schedule(get_runtime(), current_principal(), name))
+
+
+@bp.post("/<schedule_name:name>/run")
+def run_schedule(name: str):
+    """Submit the schedule's job now (201; 200 replaying an Idempotency-Key); its times stay."""
+    key = input_rules.check_header("Idempotency-Key", max_length=input_rules.IDEMPOTENCY_KEY_MAX)
+    view = schedules.run_schedule_now(
+        get_runtime(), current_principal(), name, trace_id=current_trace_id(), idempotency_key=key
+    )
+    return JOB.dump(view), 201 if view.created else 200
 
 
 @bp.delete("/<schedule_name:name>")

@@ -440,6 +440,13 @@ def _set_paused(name: str, *, paused: bool):
     return redirect(url_for("ui.schedules_page"), 303)
 
 
+@bp.post("/schedules/<schedule_name:name>/run")
+def run_schedule(name: str):
+    """Submit the schedule's job now, then show the job."""
+    view = schedules.run_schedule_now(get_runtime(), g.principal, name, trace_id=current_trace_id())
+    return redirect(url_for("ui.job_page", job_id=view.job.id), 303)
+
+
 @bp.post("/schedules/<schedule_name:name>/delete")
 def delete_schedule(name: str):
     """Delete the schedule (its jobs stay), then show the schedules again."""

@@ -171,6 +171,9 @@ def test_real_answers_on_real_resources_match_the_documented_schemas(api):
     call("schedules.put_schedule", "user", 201, **schedule)
     call("schedules.put_schedule", "user", 200, **schedule)
     call("schedules.list_schedules", "user", 200)
+    run = {"path_parameters": named, "headers": {"Idempotency-Key": "run"}}
+    call("schedules.run_schedule", "user", 201, **run)
+    call("schedules.run_schedule", "user", 200, **run)
     call("schedules.get_schedule", "user", 200, path_parameters=named)
     call("schedules.delete_schedule", "user", 204, path_parameters=named)
     call("schedules.get_schedule", "user", 404, path_parameters=named)

@@ -653,6 +653,18 @@ def test_pausing_resuming_and_deleting_a_schedule_from_its_page(sign_in, put_sch
     ]
 
 
+def test_run_now_on_the_schedules_page_submits_the_job_and_shows_it(sign_in, put_schedule, db):
+    put_schedule("nightly")
+    browser = sign_in("user")
+    token = csrf_of(browser.get("/ui/schedules"))
+
+    ran = browser.post("/ui/schedules/nightly/run", data={"csrf_token": token})
+
+    job = db.execute("SELECT id, labels FROM jobs").fetchone()
+    assert (ran.status_code, ran.headers["Location"]) == (303, f"/ui/jobs/{job['id']}")
+    assert job["labels"] == {"schedule": "nightly"}
+
+
 def test_a_schedule_action_without_the_csrf_token_or_on_anothers_schedule_is_refused(
     sign_in, put_schedule, db
 ):

@@ -372,3 +372,36 @@ def test_a_time_zone_that_is_no_iana_name_is_422_naming_timezone_and_writes_noth
     assert refused.status_code == 422
     assert "timezone" in refused.get_json()["error"]["details"]["fields"]
     assert db.execute("SELECT count(*) AS n FROM schedules").fetchone()["n"] == 0
+
+
+def test_running_a_schedule_now_submits_its_job_and_leaves_its_times(put, client, headers):
+    put("nightly", job=manifest(3), paused=True)
+    before = client.get("/api/v1/schedules/nightly", headers=headers["user"]).get_json()
+    key = {"Idempotency-Key": "run-1", **headers["user"]}
+
+    first = client.post("/api/v1/schedules/nightly/run", headers=key)
+    again = client.post("/api/v1/schedules/nightly/run", headers=key)
+
+    assert (first.status_code, again.status_code) == (201, 200)
+    job = first.get_json()
+    assert again.get_json()["id"] == job["id"]
+    assert (job["chunks_total"], job["labels"]) == (3, {"schedule": "nightly"})
+    after = client.get("/api/v1/schedules/nightly", headers=headers["user"]).get_json()
+    assert {k: after[k] for k in ("next_run_at", "last_run_at", "last_job_id", "paused")} == {
+        k: before[k] for k in ("next_run_at", "last_run_at", "last_job_id", "paused")
+    }
+
+
+@settings(CHUNKWISE_MANIFEST_MAX_QUEUED_TASKS="2", CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB="2")
+def test_running_a_schedule_now_is_refused_like_any_job_and_only_by_its_owner(
+    put, submit, client, headers
+):
+    put("nightly", job=manifest(1))
+    submit(manifest(2))
+
+    full = client.post("/api/v1/schedules/nightly/run", headers=headers["user"])
+    theirs = client.post("/api/v1/schedules/nightly/run", headers=headers["other"])
+    missing = client.post("/api/v1/schedules/nope/run", headers=headers["user"])
+
+    assert full.status_code == 429 and "Retry-After" in full.headers
+    assert (theirs.status_code, missing.status_code) == (404, 404)
