@@ -399,6 +399,19 @@ def put_schedule(cli: Invocation, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_schedule(cli: Invocation, args: argparse.Namespace) -> int:
+    """Submit a schedule's job now and print its id; with --wait, follow it to the end."""
+    # One key for this command's attempts: a retry after a lost answer finds the same job.
+    key = f"cli-run-{uuid.uuid4()}"
+    job = cli.call(cli.client.run_schedule, args.name, idempotency_key=key)
+    if not args.wait:
+        cli.print_json(job) if cli.as_json else cli.print(job["id"])
+        return EXIT_OK
+    if not cli.as_json:
+        cli.print(job["id"])
+    return finish_job(cli, wait_for_job(cli, job, args.interval), show_detail=True)
+
+
 def list_schedules(cli: Invocation, args: argparse.Namespace) -> int:
     """List your schedules with their next and last runs."""
     listing = cli.call(cli.client.list_schedules)
@@ -556,6 +569,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_argument("--paused", action="store_true", help="keep it, but run nothing")
     command("schedules", list_schedules, "list your schedules")
+    sub = command("run-schedule", run_schedule, "submit a schedule's job now")
+    sub.add_argument("name", metavar="NAME")
+    sub.add_argument("--wait", action="store_true", help="follow the job until it finishes")
+    sub.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
     command("unschedule", delete_schedule, "delete a schedule").add_argument("name", metavar="NAME")
 
     command("queue", queue, "operators: the queue at a glance")

@@ -508,6 +508,15 @@ class CoordinatorClient:
             "PUT", f"/api/v1/schedules/{_segment(name)}", json=body, trace_id=trace_id
         )
 
+    def run_schedule(self, name: str, *, idempotency_key: str, trace_id: str | None = None) -> dict:
+        """Submit the caller's schedule's job now; return the job."""
+        return self._request(
+            "POST",
+            f"/api/v1/schedules/{_segment(name)}/run",
+            headers={"Idempotency-Key": idempotency_key},
+            trace_id=trace_id,
+        )
+
     def list_schedules(self, *, trace_id: str | None = None) -> dict:
         """The caller's schedules by name: {schedules}."""
         return self._request("GET", "/api/v1/schedules", trace_id=trace_id)

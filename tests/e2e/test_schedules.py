@@ -47,3 +47,17 @@ def test_a_scheduled_run_is_submitted_once_by_the_coordinators_and_the_schedule_
     assert as_json(chunkwise(stack, "schedules", "--json"))["schedules"] == []
     gone = chunkwise(stack, "unschedule", "nightly")
     assert gone.returncode == 3 and "not_found" in gone.stderr
+
+
+def test_run_schedule_submits_the_schedules_job_now_and_prints_its_id(stack):
+    job_file = stack.run_dir / "job.json"
+    job_file.write_text(json.dumps(manifest(3)))
+    chunkwise(stack, "schedule", "nightly", "--cron", "@daily", "--job", str(job_file), "--paused")
+
+    ran = chunkwise(stack, "run-schedule", "nightly")
+
+    assert ran.returncode == 0, ran.stderr
+    job = as_json(chunkwise(stack, "status", ran.stdout.strip(), "--json"))
+    assert (job["chunks_total"], job["labels"]) == (3, {"schedule": "nightly"})
+    [schedule] = as_json(chunkwise(stack, "schedules", "--json"))["schedules"]
+    assert schedule["paused"] and schedule["last_job_id"] is None
