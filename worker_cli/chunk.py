@@ -47,31 +47,30 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 def seconds_to_deadline(task: ClaimedTask, wall_clock: Callable[[], float]) -> float | None:
     """How long the attempt has until its job's timeout ends it, or None without a timeout."""
-    if not task.deadline:
-        return None
-    try:
-        deadline = datetime.fromisoformat(task.deadline)
-    except (TypeError, ValueError):
-        return None
-    if deadline.tzinfo is None:
-        deadline = deadline.replace(tzinfo=UTC)
-    return max(0.0, deadline.timestamp() - wall_clock())
+    remaining = _seconds_until(task.deadline, wall_clock)
+    return None if remaining is None else max(0.0, remaining)
 
 
 def lease_seconds_left(task: ClaimedTask, wall_clock: Callable[[], float]) -> float:
     """Estimate how long the task's lease has left, from its expiry on the coordinator's clock."""
-    fallback = 3 * task.heartbeat_seconds
-    if not task.lease_expires_at:
-        return fallback
-    try:
-        expires = datetime.fromisoformat(task.lease_expires_at)
-    except (TypeError, ValueError):
-        return fallback
-    if expires.tzinfo is None:
-        expires = expires.replace(tzinfo=UTC)
+    remaining = _seconds_until(task.lease_expires_at, wall_clock)
+    if remaining is None:
+        return 3 * task.heartbeat_seconds
     # Hosts' clocks disagree; keep the estimate within what a sane lease could be.
-    remaining = expires.timestamp() - wall_clock()
     return min(max(remaining, task.heartbeat_seconds), 10 * task.heartbeat_seconds)
+
+
+def _seconds_until(moment: str | None, wall_clock: Callable[[], float]) -> float | None:
+    """Seconds from now to a time the coordinator sent (ISO 8601), or None if it sent none."""
+    if not moment:
+        return None
+    try:
+        at = datetime.fromisoformat(moment)
+    except (TypeError, ValueError):
+        return None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return at.timestamp() - wall_clock()
 
 
 @dataclass

@@ -199,13 +199,19 @@ def submit(cli: Invocation, args: argparse.Namespace) -> int:
                 trace_id=trace_id,
             )
 
-    job = cli.call(upload)
+    return print_or_follow(cli, cli.call(upload), args, show_detail=False)
+
+
+def print_or_follow(
+    cli: Invocation, job: dict, args: argparse.Namespace, *, show_detail: bool
+) -> int:
+    """Print a job just submitted (its id, or its JSON); with --wait, follow it to the end."""
     if not args.wait:
         cli.print_json(job) if cli.as_json else cli.print(job["id"])
         return EXIT_OK
     if not cli.as_json:
         cli.print(job["id"])
-    return finish_job(cli, wait_for_job(cli, job, args.interval), show_detail=False)
+    return finish_job(cli, wait_for_job(cli, job, args.interval), show_detail=show_detail)
 
 
 def status(cli: Invocation, args: argparse.Namespace) -> int:
@@ -404,12 +410,7 @@ def run_schedule(cli: Invocation, args: argparse.Namespace) -> int:
     # One key for this command's attempts: a retry after a lost answer finds the same job.
     key = f"cli-run-{uuid.uuid4()}"
     job = cli.call(cli.client.run_schedule, args.name, idempotency_key=key)
-    if not args.wait:
-        cli.print_json(job) if cli.as_json else cli.print(job["id"])
-        return EXIT_OK
-    if not cli.as_json:
-        cli.print(job["id"])
-    return finish_job(cli, wait_for_job(cli, job, args.interval), show_detail=True)
+    return print_or_follow(cli, job, args, show_detail=True)
 
 
 def list_schedules(cli: Invocation, args: argparse.Namespace) -> int:
