@@ -174,15 +174,16 @@ def record_run(
     conn: Connection,
     schedule_id: UUID,
     *,
-    ran_at: datetime,
+    ran_at: datetime | None,
     next_run_at: datetime,
     job_id: UUID | None,
     error: dict | None,
 ) -> None:
-    """Note a run (the job it submitted, or why it could not) and when the next one is."""
+    """Note a run (the job it submitted, or why it could not) and when the next one is; a
+    run still waiting (ran_at None) leaves the last run as it was."""
     conn.execute(
         """
-        UPDATE schedules SET last_run_at = %(ran)s, next_run_at = %(next)s,
+        UPDATE schedules SET last_run_at = COALESCE(%(ran)s, last_run_at), next_run_at = %(next)s,
             last_job_id = COALESCE(%(job)s, last_job_id), last_error = %(error)s
         WHERE id = %(id)s
         """,

@@ -211,10 +211,11 @@ def run_due_schedules(rt: Runtime, now: datetime | None = None) -> int:
     with rt.pool.connection() as conn, conn.transaction():
         for due in schedule_rows.lock_due(conn, now=now, limit=RUNS_PER_PASS):
             job_id, error, next_run = _run(rt, due, now)
+            waits = next_run == due.schedule.next_run_at  # for room in its queue
             schedule_rows.record_run(
                 conn,
                 due.schedule.id,
-                ran_at=due.schedule.next_run_at,
+                ran_at=None if waits else due.schedule.next_run_at,
                 next_run_at=next_run,
                 job_id=job_id,
                 error=error,

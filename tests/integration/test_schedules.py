@@ -158,10 +158,12 @@ def test_a_run_that_finds_the_queue_full_waits_for_room_and_then_runs(
     assert schedules.run_due_schedules(rt) == 0
     row = schedule_row(db, "nightly")
     assert row["last_error"]["code"] == "queue_full" and row["next_run_at"] < datetime.now(UTC)
+    assert row["last_run_at"] is None  # the run has not happened yet
 
     client.post(f"/api/v1/jobs/{blocking['id']}/cancel", headers=headers["user"])
     assert schedules.run_due_schedules(rt) == 1
-    assert schedule_row(db, "nightly")["last_error"] is None
+    ran = schedule_row(db, "nightly")
+    assert ran["last_error"] is None and ran["last_run_at"] == row["next_run_at"]
 
 
 def test_a_run_refused_for_good_moves_on_to_the_next_time_and_says_why(rt, put, make_due, db):
