@@ -1,16 +1,17 @@
-"""Transaction-level advisory locks: turns that writers of one workload take one at a time."""
+"""Transaction-level advisory locks: turns that writers of one thing take one at a time."""
 
 from __future__ import annotations
 
 from psycopg import Connection
 
-# The first key says what the turn is for; the second is the workload's name, hashed.
-CLAIM = 0x43484B57  # "CHKW": claiming tasks of a workload with lease caps
+# The first key says what the turn is for; the second names the thing, hashed.
+CLAIM = 0x43484B57  # "CHKW": claiming tasks of a workload (its name) with lease caps
+SCHEDULES = 0x43485343  # "CHSC": adding a schedule to a user's (their id) under the cap
 
 
-def take_turn(conn: Connection, purpose: int, workload: str) -> None:
-    """Wait for this transaction's turn at `purpose` for one workload; it ends at commit."""
+def take_turn(conn: Connection, purpose: int, key: str) -> None:
+    """Wait for this transaction's turn at `purpose` for one thing; it ends at commit."""
     conn.execute(
-        "SELECT pg_advisory_xact_lock(%(purpose)s, hashtext(%(workload)s))",
-        {"purpose": purpose, "workload": workload},
+        "SELECT pg_advisory_xact_lock(%(purpose)s, hashtext(%(key)s))",
+        {"purpose": purpose, "key": key},
     )

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from repositories import events as event_rows
+from repositories import locks
 from repositories import schedules as schedule_rows
 from repositories.schedules import DueSchedule, Schedule
 from services import jobs
@@ -97,6 +98,8 @@ def put_schedule(
     except InvalidInput as exc:
         raise _within_job(exc) from exc
     with rt.pool.connection() as conn, conn.transaction():
+        # One change to a user's schedules at a time, so the cap's count cannot be raced.
+        locks.take_turn(conn, locks.SCHEDULES, str(principal.user_id))
         existing = schedule_rows.get(conn, principal.user_id, spec.name)
         if existing is None and (
             schedule_rows.count_for_owner(conn, principal.user_id) >= MAX_SCHEDULES_PER_USER

@@ -10,7 +10,8 @@ import pytest
 
 from app.metrics import QueueCollector
 from repositories import schedules as schedule_rows
-from services import schedules
+from services import jobs, schedules
+from services.errors import Conflict
 from tests.integration.csv_worker import settings
 from tests.integration.manifests import manifest
 
@@ -258,6 +259,36 @@ def test_a_user_may_keep_at_most_100_schedules_and_still_change_them(put, db):
 
     assert refused.status_code == 409 and refused.get_json()["error"]["code"] == "schedule_limit"
     assert put("the-100th", cron="@hourly").status_code == 200
+
+
+def test_racing_creates_never_take_a_user_past_100_schedules(rt, user, db):
+    db.execute(
+        "INSERT INTO schedules (id, owner_id, name, cron, job, next_run_at)"
+        " SELECT gen_random_uuid(), u.id, 'filler-' || n, '@daily', '{}', now() + interval '1 day'"
+        " FROM users u, generate_series(1, 95) AS n WHERE u.name = 'compute_user'"
+    )
+    spec = jobs.JobSpec.from_dict(manifest(1))
+    start = threading.Barrier(10)
+    outcomes: list[str] = []
+
+    def create(n: int) -> None:
+        start.wait()
+        try:
+            schedules.put_schedule(
+                rt, user, schedules.ScheduleSpec(f"racer-{n}", "@daily", spec), trace_id="t"
+            )
+            outcomes.append("created")
+        except Conflict as exc:
+            outcomes.append(exc.code)
+
+    threads = [threading.Thread(target=create, args=(n,)) for n in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert sorted(outcomes) == ["created"] * 5 + ["schedule_limit"] * 5
+    assert db.execute("SELECT count(*) AS n FROM schedules").fetchone()["n"] == 100
 
 
 @pytest.mark.parametrize(
