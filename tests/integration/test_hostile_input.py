@@ -56,6 +56,8 @@ def claim_request(**extra: object) -> dict:
     return {"worker_id": WORKER, "workloads": ["echo"], **extra}
 
 
+JOB = manifest(1, labels={"team": "x"})
+
 # (endpoint, method, path, principal, body); {task} is the leased task's id.
 JSON_ENDPOINTS = {
     "create job": ("post", "/api/v1/jobs", "user", manifest(1, labels={"team": "x"})),
@@ -65,6 +67,7 @@ JSON_ENDPOINTS = {
     "failure": ("post", "/api/v1/tasks/{task}/failure", "worker", failure()),
     "results": ("post", "/api/v1/tasks/results", "worker", batch()),
     "heartbeats": ("post", "/api/v1/tasks/heartbeats", "worker", heartbeats()),
+    "put schedule": ("put", "/api/v1/schedules/nightly", "user", {"cron": "@daily", "job": JOB}),
 }
 
 # Every string a JSON body can carry, named fields and free-form values: (endpoint, path).
@@ -96,6 +99,13 @@ JSON_STRINGS = [
     ("results", ("results", 0, "metrics", "note")),
     ("heartbeats", ("worker_id",)),
     ("heartbeats", ("heartbeats", 0, "checkpoint", "position")),
+    ("put schedule", ("cron",)),
+    ("put schedule", ("timezone",)),
+    ("put schedule", ("job", "workload")),
+    ("put schedule", ("job", "parameters", "k")),
+    ("put schedule", ("job", "labels", "team")),
+    ("put schedule", ("job", "tasks", 0, "input_uri")),
+    ("put schedule", ("job", "tasks", 0, "parameters", "k")),
 ]
 
 # Every free-form object of a JSON body, whose keys are strings too: (endpoint, path).
@@ -110,6 +120,11 @@ JSON_OBJECTS = [
     ("failure", ("details",)),
     ("results", ("results", 0, "metrics")),
     ("heartbeats", ("heartbeats", 0, "checkpoint")),
+    ("put schedule", ()),
+    ("put schedule", ("job",)),
+    ("put schedule", ("job", "parameters")),
+    ("put schedule", ("job", "labels")),
+    ("put schedule", ("job", "tasks", 0, "parameters")),
 ]
 
 # Integers one past what their column holds (or what the field allows): (endpoint, path, value).
@@ -118,12 +133,16 @@ JSON_INTEGERS = [
     ("create job", ("tasks", 0, "chunk_index"), INT32_MAX + 1),
     ("create job", ("priority",), 2**15),
     ("create job", ("max_attempts",), 2**63),
+    ("create job", ("timeout_seconds",), 2**31),
     ("claim", ("capacity",), 2**31),
     ("heartbeat", ("attempt",), INT32_MAX + 1),
     ("result", ("attempt",), 2**64),
     ("failure", ("attempt",), -(2**31) - 1),
     ("results", ("results", 0, "attempt"), 2**31),
     ("heartbeats", ("heartbeats", 0, "attempt"), 2**31),
+    ("put schedule", ("job", "priority"), 2**15),
+    ("put schedule", ("job", "timeout_seconds"), 2**63),
+    ("put schedule", ("job", "tasks", 0, "chunk_index"), 2**40),
 ]
 
 
@@ -699,22 +718,35 @@ def test_a_label_filter_on_a_legal_value_still_finds_the_job(submit, client, hea
 # --- headers ----------------------------------------------------------------------------------
 
 
-def test_an_idempotency_key_with_a_nul_is_422_naming_the_header(client, headers, db):
-    response = client.post(
-        "/api/v1/jobs", json=manifest(1), headers={**headers["user"], "Idempotency-Key": NUL}
+@pytest.fixture(params=["/api/v1/jobs", "/api/v1/schedules/nightly/run"])
+def keyed_post(request, client, headers):
+    """Every POST that takes an Idempotency-Key, as a call taking that header's value."""
+    path, body = request.param, manifest(1)
+    if "schedules" in path:
+        client.put(
+            "/api/v1/schedules/nightly",
+            json={"cron": "@daily", "job": body},
+            headers=headers["user"],
+        )
+        body = None
+    return lambda key: client.post(
+        path, json=body, headers={**headers["user"], "Idempotency-Key": key}
     )
+
+
+def test_an_idempotency_key_with_a_nul_is_422_naming_the_header(keyed_post, db):
+    response = keyed_post(NUL)
 
     [message] = assert_invalid_input(response, ("Idempotency-Key",))
     assert "NUL" in message
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
 
 
-def test_an_overlong_idempotency_key_is_422_naming_the_header(client, headers):
-    response = client.post(
-        "/api/v1/jobs", json=manifest(1), headers={**headers["user"], "Idempotency-Key": "k" * 201}
-    )
+def test_an_overlong_idempotency_key_is_422_naming_the_header(keyed_post, db):
+    response = keyed_post("k" * 201)
 
     assert_invalid_input(response, ("Idempotency-Key",))
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
 
 
 @pytest.mark.parametrize(
