@@ -62,10 +62,21 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "schedules.get_schedule": (None, schemas.ScheduleSchema, (404,)),
     "schedules.delete_schedule": (None, None, (204, 404)),
     "schedules.run_schedule": (None, schemas.JobSchema, (201, 404, 409, 429)),
+    "schedules.pause_schedule": (None, schemas.ScheduleSchema, (404,)),
+    "schedules.resume_schedule": (None, schemas.ScheduleSchema, (404,)),
 }
 # Answered 204 on success, never 200.
 NO_CONTENT_ENDPOINTS = {"schedules.delete_schedule"}
 QUERY_METHODS = {"GET"}
+# Routes naming one schedule, which take ?owner= whatever their method.
+OWNER_ENDPOINTS = {
+    "schedules.put_schedule",
+    "schedules.get_schedule",
+    "schedules.run_schedule",
+    "schedules.pause_schedule",
+    "schedules.resume_schedule",
+    "schedules.delete_schedule",
+}
 # Every path parameter is an id but a schedule's name.
 PATH_SCHEMAS = {
     "job_id": {"type": "string", "format": "uuid"},
@@ -92,7 +103,7 @@ RETRY_AFTER_HEADER = {
 ERROR_DESCRIPTIONS = {
     400: "malformed: not a JSON object, not UTF-8, nested too deep, or a form cut short",
     401: "no valid bearer token",
-    403: "this kind of token may not call this route",
+    403: "this kind of token may not call this route, or a user named another's schedule",
     404: "no such resource, or not the caller's",
     409: "conflicts with the current state (the error code says which)",
     413: "the body or upload is larger than the limit",
@@ -215,6 +226,8 @@ def build_spec(app: Flask) -> dict:
             ]
             if in_query:
                 parameters.append({"in": "query", "schema": request_schema})
+            if rule.endpoint in OWNER_ENDPOINTS:
+                parameters.append({"in": "query", "schema": schemas.ScheduleOwnerQuerySchema})
             parameters.append(TRACEPARENT_PARAMETER)
             if rule.endpoint in ("jobs.create_job", "schedules.run_schedule"):
                 parameters.append(IDEMPOTENCY_KEY_PARAMETER)

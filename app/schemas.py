@@ -168,6 +168,19 @@ class SchedulePutSchema(RequestSchema):
     paused = Bool(load_default=False, metadata={"description": "no runs until false again"})
 
 
+class ScheduleOwnerQuerySchema(RequestSchema):
+    """Whose schedule the path names."""
+
+    owner = fields.Str(
+        validate=validate.Length(min=1, max=200),
+        load_default=None,
+        metadata={
+            "description": "the schedule's owner, if not the caller: operators pause, resume, "
+            "run and delete anyone's schedules; only its owner puts one"
+        },
+    )
+
+
 class CsvJobFormSchema(RequestSchema):
     """The multipart form fields of a CSV statistics job (the file travels alongside)."""
 

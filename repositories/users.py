@@ -107,10 +107,21 @@ class TokenRecord:
     revoked_at: datetime | None
 
 
-def user_id(conn: Connection, name: str) -> int | None:
-    """The id of the user with this name, or None."""
-    row = conn.execute("SELECT id FROM users WHERE name = %(name)s", {"name": name}).fetchone()
-    return row["id"] if row else None
+@dataclass(frozen=True)
+class User:
+    """One users row."""
+
+    id: int
+    name: str
+    role: str
+
+
+def find_user(conn: Connection, name: str) -> User | None:
+    """The user with this name, or None."""
+    row = conn.execute(
+        "SELECT id, name, role FROM users WHERE name = %(name)s", {"name": name}
+    ).fetchone()
+    return from_row(User, row) if row else None
 
 
 def list_tokens(conn: Connection, *, revoked: bool) -> list[TokenRecord]:

@@ -85,10 +85,10 @@ def issue_token(pool: ConnectionPool, user_name: str) -> IssuedToken:
     """A further token for an existing user; the user's other tokens stay live until revoked."""
     token = new_token("user")
     with pool.connection() as conn, conn.transaction():
-        user_id = users.user_id(conn, user_name)
-        if user_id is None:
+        user = users.find_user(conn, user_name)
+        if user is None:
             raise NotFound(f"no user is named {user_name!r}")
-        _register(conn, token, "user", user_name, user_id)
+        _register(conn, token, "user", user_name, user.id)
     return IssuedToken(name=user_name, kind="user", token=token, created=True)
 
 

@@ -10,14 +10,16 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
+from psycopg import Connection
 
 from repositories import events as event_rows
 from repositories import locks
 from repositories import schedules as schedule_rows
+from repositories import users as user_rows
 from repositories.schedules import DueSchedule, Schedule
 from services import jobs
 from services.auth import Principal
-from services.errors import Conflict, InvalidInput, NotFound, QueueFull
+from services.errors import Conflict, Forbidden, InvalidInput, NotFound, QueueFull
 from services.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -84,9 +86,17 @@ def _zone(name: str) -> ZoneInfo:
 
 
 def put_schedule(
-    rt: Runtime, principal: Principal, spec: ScheduleSpec, *, trace_id: str
+    rt: Runtime,
+    principal: Principal,
+    spec: ScheduleSpec,
+    *,
+    trace_id: str,
+    owner: str | None = None,
 ) -> tuple[Schedule, bool]:
     """Create or replace the caller's schedule of this name; (schedule, created)."""
+    if owner not in (None, principal.name):
+        # Its runs are submitted as its owner: what they submit is the owner's to say.
+        raise Forbidden("only its owner puts a schedule; an operator may pause, run or delete it")
     next_run = next_run_after(spec.cron, datetime.now(UTC), spec.timezone)
     if spec.job.not_before is not None:
         raise _within_job(
@@ -142,21 +152,30 @@ def list_schedules(rt: Runtime, principal: Principal) -> list[Schedule]:
         return schedule_rows.list_schedules(conn, owner_id)
 
 
-def get_schedule(rt: Runtime, principal: Principal, name: str) -> Schedule:
-    """The caller's schedule of this name."""
+def get_schedule(
+    rt: Runtime, principal: Principal, name: str, *, owner: str | None = None
+) -> Schedule:
+    """The caller's schedule of this name (an operator's: the named owner's)."""
     with rt.pool.connection() as conn:
-        schedule = schedule_rows.get(conn, principal.user_id, name)
+        schedule = schedule_rows.get(conn, _owner(conn, principal, owner).user_id, name)
     if schedule is None:
         raise NotFound(f"no schedule named {name!r}")
     return schedule
 
 
 def pause_schedule(
-    rt: Runtime, principal: Principal, name: str, *, paused: bool, trace_id: str
+    rt: Runtime,
+    principal: Principal,
+    name: str,
+    *,
+    paused: bool,
+    trace_id: str,
+    owner: str | None = None,
 ) -> Schedule:
-    """Pause the caller's schedule, or resume it from now."""
+    """Pause the caller's schedule (an operator's: the named owner's), or resume it from now."""
     with rt.pool.connection() as conn, conn.transaction():
-        schedule = schedule_rows.get(conn, principal.user_id, name, for_update=True)
+        whose = _owner(conn, principal, owner)
+        schedule = schedule_rows.get(conn, whose.user_id, name, for_update=True)
         if schedule is None:
             raise NotFound(f"no schedule named {name!r}")
         next_run = next_run_after(schedule.cron, datetime.now(UTC), schedule.timezone)
@@ -166,7 +185,7 @@ def pause_schedule(
             actor=principal.name,
             action="schedule.pause" if paused else "schedule.resume",
             target=str(schedule.id),
-            details={"name": name},
+            details={"name": name, "owner": whose.name},
             trace_id=trace_id,
         )
     return changed
@@ -179,17 +198,38 @@ def run_schedule_now(
     *,
     trace_id: str,
     idempotency_key: str | None = None,
+    owner: str | None = None,
 ) -> jobs.JobView:
-    """Submit the caller's schedule's job now, as a run would (paused or not); its times stay."""
-    schedule = get_schedule(rt, principal, name)
+    """Submit the caller's schedule's job now (an operator's: the named owner's), as a run
+    would: its owner's, paused or not; its times stay."""
+    with rt.pool.connection() as conn:
+        whose = _owner(conn, principal, owner)
+        schedule = schedule_rows.get(conn, whose.user_id, name)
+    if schedule is None:
+        raise NotFound(f"no schedule named {name!r}")
     spec = _run_spec(jobs.JobSpec.from_dict(schedule.job), schedule.name)
-    return jobs.create_job(rt, principal, spec, trace_id=trace_id, idempotency_key=idempotency_key)
+    view = jobs.create_job(rt, whose, spec, trace_id=trace_id, idempotency_key=idempotency_key)
+    if view.created:
+        with rt.pool.connection() as conn, conn.transaction():
+            event_rows.audit(
+                conn,
+                actor=principal.name,
+                action="schedule.run",
+                target=str(schedule.id),
+                details={"name": name, "owner": whose.name, "job_id": str(view.job.id)},
+                trace_id=trace_id,
+            )
+    return view
 
 
-def delete_schedule(rt: Runtime, principal: Principal, name: str, *, trace_id: str) -> None:
-    """Delete the caller's schedule of this name; the jobs it submitted stay."""
+def delete_schedule(
+    rt: Runtime, principal: Principal, name: str, *, trace_id: str, owner: str | None = None
+) -> None:
+    """Delete the caller's schedule of this name (an operator's: the named owner's); the jobs
+    it submitted stay."""
     with rt.pool.connection() as conn, conn.transaction():
-        deleted = schedule_rows.delete(conn, principal.user_id, name)
+        whose = _owner(conn, principal, owner)
+        deleted = schedule_rows.delete(conn, whose.user_id, name)
         if deleted is None:
             raise NotFound(f"no schedule named {name!r}")
         event_rows.audit(
@@ -197,9 +237,21 @@ def delete_schedule(rt: Runtime, principal: Principal, name: str, *, trace_id: s
             actor=principal.name,
             action="schedule.delete",
             target=str(deleted),
-            details={"name": name},
+            details={"name": name, "owner": whose.name},
             trace_id=trace_id,
         )
+
+
+def _owner(conn: Connection, principal: Principal, owner: str | None) -> Principal:
+    """Whose schedule a call names: the caller's own, or (for an operator) the named user's."""
+    if owner is None or owner == principal.name:
+        return principal
+    if not principal.is_operator:
+        raise Forbidden("only an operator acts on another user's schedules")
+    user = user_rows.find_user(conn, owner)
+    if user is None:
+        raise NotFound(f"no user is named {owner!r}")
+    return Principal("user", user.name, user.id, user.role)
 
 
 def run_due_schedules(rt: Runtime, now: datetime | None = None) -> int:

@@ -395,6 +395,27 @@ def put_schedule(cli: Invocation, args: argparse.Namespace) -> int:
         job=args.job,
         paused=args.paused,
     )
+    return print_schedule(cli, schedule)
+
+
+def pause_schedule(cli: Invocation, args: argparse.Namespace) -> int:
+    """Pause a schedule (an operator: anyone's, with --owner)."""
+    return set_paused(cli, args, paused=True)
+
+
+def resume_schedule(cli: Invocation, args: argparse.Namespace) -> int:
+    """Resume a schedule from now (an operator: anyone's, with --owner)."""
+    return set_paused(cli, args, paused=False)
+
+
+def set_paused(cli: Invocation, args: argparse.Namespace, *, paused: bool) -> int:
+    """Pause or resume a schedule and say when it runs next."""
+    schedule = cli.call(cli.client.pause_schedule, args.name, paused=paused, owner=args.owner)
+    return print_schedule(cli, schedule)
+
+
+def print_schedule(cli: Invocation, schedule: dict) -> int:
+    """Print a schedule as JSON, or whether it is paused or when it runs next."""
     if cli.as_json:
         cli.print_json(schedule)
     elif schedule["paused"]:
@@ -409,7 +430,7 @@ def run_schedule(cli: Invocation, args: argparse.Namespace) -> int:
     """Submit a schedule's job now and print its id; with --wait, follow it to the end."""
     # One key for this command's attempts: a retry after a lost answer finds the same job.
     key = f"cli-run-{uuid.uuid4()}"
-    job = cli.call(cli.client.run_schedule, args.name, idempotency_key=key)
+    job = cli.call(cli.client.run_schedule, args.name, idempotency_key=key, owner=args.owner)
     return print_or_follow(cli, job, args, show_detail=True)
 
 
@@ -425,7 +446,7 @@ def list_schedules(cli: Invocation, args: argparse.Namespace) -> int:
 def delete_schedule(cli: Invocation, args: argparse.Namespace) -> int:
     """Delete a schedule; the jobs it submitted stay."""
     # Not repeated on its own: a delete whose answer was lost would come back as 404.
-    cli.call(cli.client.delete_schedule, args.name, retry=False)
+    cli.call(cli.client.delete_schedule, args.name, owner=args.owner, retry=False)
     if not cli.as_json:
         cli.print(f"schedule {args.name} deleted")
     return EXIT_OK
@@ -569,12 +590,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--job", type=json_file, required=True, metavar="FILE", help="the manifest job (JSON)"
     )
     sub.add_argument("--paused", action="store_true", help="keep it, but run nothing")
-    command("schedules", list_schedules, "list your schedules")
-    sub = command("run-schedule", run_schedule, "submit a schedule's job now")
-    sub.add_argument("name", metavar="NAME")
+    command("schedules", list_schedules, "list your schedules (operators: everyone's)")
+
+    def schedule_command(name: str, action: Callable, help_text: str) -> argparse.ArgumentParser:
+        sub = command(name, action, help_text)
+        sub.add_argument("name", metavar="NAME")
+        sub.add_argument("--owner", metavar="USER", help="operators: another user's schedule")
+        return sub
+
+    sub = schedule_command("run-schedule", run_schedule, "submit a schedule's job now")
     sub.add_argument("--wait", action="store_true", help="follow the job until it finishes")
     sub.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
-    command("unschedule", delete_schedule, "delete a schedule").add_argument("name", metavar="NAME")
+    schedule_command("pause-schedule", pause_schedule, "pause a schedule: no runs until resumed")
+    schedule_command("resume-schedule", resume_schedule, "resume a schedule from now")
+    schedule_command("unschedule", delete_schedule, "delete a schedule (its jobs stay)")
 
     command("queue", queue, "operators: the queue at a glance")
     command("workers", workers, "operators: every worker the coordinator has seen")

@@ -508,12 +508,33 @@ class CoordinatorClient:
             "PUT", f"/api/v1/schedules/{_segment(name)}", json=body, trace_id=trace_id
         )
 
-    def run_schedule(self, name: str, *, idempotency_key: str, trace_id: str | None = None) -> dict:
-        """Submit the caller's schedule's job now; return the job."""
+    def run_schedule(
+        self,
+        name: str,
+        *,
+        idempotency_key: str,
+        owner: str | None = None,
+        trace_id: str | None = None,
+    ) -> dict:
+        """Submit the caller's schedule's job now (an operator: the owner's); return the job."""
         return self._request(
             "POST",
             f"/api/v1/schedules/{_segment(name)}/run",
+            params=_whose(owner),
             headers={"Idempotency-Key": idempotency_key},
+            trace_id=trace_id,
+        )
+
+    def pause_schedule(
+        self, name: str, *, paused: bool, owner: str | None = None, trace_id: str | None = None
+    ) -> dict:
+        """Pause the caller's schedule (an operator: the owner's), or resume it from now;
+        return it."""
+        action = "pause" if paused else "resume"
+        return self._request(
+            "POST",
+            f"/api/v1/schedules/{_segment(name)}/{action}",
+            params=_whose(owner),
             trace_id=trace_id,
         )
 
@@ -521,9 +542,16 @@ class CoordinatorClient:
         """The caller's schedules by name: {schedules}."""
         return self._request("GET", "/api/v1/schedules", trace_id=trace_id)
 
-    def delete_schedule(self, name: str, *, trace_id: str | None = None) -> None:
-        """Delete the caller's schedule of this name."""
-        self._request("DELETE", f"/api/v1/schedules/{_segment(name)}", trace_id=trace_id)
+    def delete_schedule(
+        self, name: str, *, owner: str | None = None, trace_id: str | None = None
+    ) -> None:
+        """Delete the caller's schedule of this name (an operator: the owner's)."""
+        self._request(
+            "DELETE",
+            f"/api/v1/schedules/{_segment(name)}",
+            params=_whose(owner),
+            trace_id=trace_id,
+        )
 
     # -- operator endpoints -----------------------------------------------------------------
 
@@ -593,6 +621,11 @@ class CoordinatorClient:
         if _origin(url) != _origin(self.base_url):
             raise ValueError(f"refusing to call {url}: not on the coordinator {self.base_url}")
         return url
+
+
+def _whose(owner: str | None) -> dict | None:
+    """The query naming a schedule's owner, when it is not the caller."""
+    return {"owner": owner} if owner is not None else None
 
 
 def _segment(value: str) -> str:

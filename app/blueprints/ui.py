@@ -45,6 +45,7 @@ JOB_LIST_QUERY = schemas.JobListQuerySchema()
 JOB = schemas.JobSchema()
 CHUNK_PAGE_QUERY = schemas.ChunkPageQuerySchema()
 CSV_JOB_FORM = schemas.CsvJobFormSchema()
+SCHEDULE_OWNER_QUERY = schemas.ScheduleOwnerQuerySchema()
 
 OPEN_ENDPOINTS = frozenset({"ui.sign_in", "ui.static"})
 OPERATOR_ENDPOINTS = frozenset({"ui.queue_page", "ui.workers_page"})
@@ -416,7 +417,8 @@ def _submit_form(values, problems: dict[str, list[str]], messages: list[str], st
 
 @bp.get("/schedules")
 def schedules_page():
-    """The signed-in user's schedules: when each runs next and what its last run did."""
+    """The signed-in user's schedules (an operator's: everyone's, each to pause, resume, run
+    or delete): when each runs next and what its last run did."""
     listed = schedules.list_schedules(get_runtime(), g.principal)
     return render_template("ui/schedules.html", schedules=listed)
 
@@ -435,7 +437,12 @@ def resume_schedule(name: str):
 
 def _set_paused(name: str, *, paused: bool):
     schedules.pause_schedule(
-        get_runtime(), g.principal, name, paused=paused, trace_id=current_trace_id()
+        get_runtime(),
+        g.principal,
+        name,
+        paused=paused,
+        trace_id=current_trace_id(),
+        owner=_schedule_owner(),
     )
     return redirect(url_for("ui.schedules_page"), 303)
 
@@ -443,15 +450,24 @@ def _set_paused(name: str, *, paused: bool):
 @bp.post("/schedules/<schedule_name:name>/run")
 def run_schedule(name: str):
     """Submit the schedule's job now, then show the job."""
-    view = schedules.run_schedule_now(get_runtime(), g.principal, name, trace_id=current_trace_id())
+    view = schedules.run_schedule_now(
+        get_runtime(), g.principal, name, trace_id=current_trace_id(), owner=_schedule_owner()
+    )
     return redirect(url_for("ui.job_page", job_id=view.job.id), 303)
 
 
 @bp.post("/schedules/<schedule_name:name>/delete")
 def delete_schedule(name: str):
     """Delete the schedule (its jobs stay), then show the schedules again."""
-    schedules.delete_schedule(get_runtime(), g.principal, name, trace_id=current_trace_id())
+    schedules.delete_schedule(
+        get_runtime(), g.principal, name, trace_id=current_trace_id(), owner=_schedule_owner()
+    )
     return redirect(url_for("ui.schedules_page"), 303)
+
+
+def _schedule_owner() -> str | None:
+    # The page's forms name every schedule's owner, as the API's ?owner= does.
+    return SCHEDULE_OWNER_QUERY.load(input_rules.single_values(request.args))["owner"]
 
 
 # --- operators ------------------------------------------------------------------------------

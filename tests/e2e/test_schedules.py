@@ -61,3 +61,29 @@ def test_run_schedule_submits_the_schedules_job_now_and_prints_its_id(stack):
     assert (job["chunks_total"], job["labels"]) == (3, {"schedule": "nightly"})
     [schedule] = as_json(chunkwise(stack, "schedules", "--json"))["schedules"]
     assert schedule["paused"] and schedule["last_job_id"] is None
+
+
+def test_an_operator_pauses_runs_resumes_and_deletes_a_users_schedule_with_owner(stack):
+    job_file = stack.run_dir / "job.json"
+    job_file.write_text(json.dumps(manifest(1)))
+    chunkwise(stack, "schedule", "nightly", "--cron", "@daily", "--job", str(job_file))
+    operator = stack.tokens.operator
+
+    def as_operator(command: str) -> str:
+        done = chunkwise(stack, command, "nightly", "--owner", "compute_user", token=operator)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    paused = as_operator("pause-schedule")
+    job_id = as_operator("run-schedule").strip()
+    resumed = as_operator("resume-schedule")
+    job = as_json(chunkwise(stack, "status", job_id, "--json"))
+    mine = chunkwise(stack, "pause-schedule", "nightly", "--owner", "operator", token=operator)
+    deleted = as_operator("unschedule")
+
+    assert paused == "schedule nightly is paused\n"
+    assert job["owner"] == "compute_user" and job["labels"] == {"schedule": "nightly"}
+    assert resumed.startswith("schedule nightly runs next at ") and "00:00:00 UTC" in resumed
+    assert mine.returncode == 3 and "not_found" in mine.stderr  # the operator's own: none
+    assert deleted == "schedule nightly deleted\n"
+    assert as_json(chunkwise(stack, "schedules", "--json"))["schedules"] == []

@@ -175,6 +175,10 @@ def test_real_answers_on_real_resources_match_the_documented_schemas(api):
     call("schedules.run_schedule", "user", 201, **run)
     call("schedules.run_schedule", "user", 200, **run)
     call("schedules.get_schedule", "user", 200, path_parameters=named)
+    theirs = {"path_parameters": named, "query": {"owner": "compute_user"}}
+    call("schedules.pause_schedule", "operator", 200, **theirs)
+    call("schedules.resume_schedule", "operator", 200, **theirs)
+    call("schedules.resume_schedule", "user", 200, path_parameters=named)
     call("schedules.delete_schedule", "user", 204, path_parameters=named)
     call("schedules.get_schedule", "user", 404, path_parameters=named)
     call("queue.queue_status", "operator", 200)

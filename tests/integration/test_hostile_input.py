@@ -597,6 +597,9 @@ QUERY_CASES = [
     ("user", "/api/v1/events", "limit", str(2**40), "less than"),
     ("worker", "/api/v1/tasks/{task}/input", "worker_id", NUL, "NUL"),
     ("worker", "/api/v1/tasks/{task}/input", "attempt", str(INT32_MAX + 1), "less than"),
+    ("operator", "/api/v1/schedules/nightly", "owner", NUL, "NUL"),
+    ("operator", "/api/v1/schedules/nightly", "owner", "", "Length"),
+    ("operator", "/api/v1/schedules/nightly", "owner", "o" * 201, "Length"),
 ]
 
 
@@ -630,6 +633,7 @@ REPEATED_QUERY_CASES = [
     ("user", "/api/v1/events", "limit", ["1", "2"]),
     ("worker", "/api/v1/tasks/{task}/input", "worker_id", [WORKER, "other"]),
     ("worker", "/api/v1/tasks/{task}/input", "attempt", ["1", "2"]),
+    ("operator", "/api/v1/schedules/nightly", "owner", ["compute_user", "other_user"]),
 ]
 
 

@@ -220,7 +220,9 @@ def test_a_users_schedules_are_listed_by_name_and_hidden_from_other_users(put, c
     assert client.get("/api/v1/schedules", headers=headers["worker"]).status_code == 403
 
 
-def test_an_operator_lists_everyones_schedules_but_changes_only_their_own(put, client, headers):
+def test_an_operator_lists_everyones_schedules_and_without_owner_names_their_own(
+    put, client, headers
+):
     put("nightly")
     mine = {"cron": "@daily", "job": manifest(1)}
     client.put("/api/v1/schedules/nightly", json=mine, headers=headers["operator"])
@@ -234,6 +236,115 @@ def test_an_operator_lists_everyones_schedules_but_changes_only_their_own(put, c
     ]
     assert theirs.status_code == 204  # the operator's own nightly
     assert client.get("/api/v1/schedules/nightly", headers=headers["user"]).status_code == 200
+
+
+def test_pausing_stops_runs_and_resuming_runs_next_from_now(rt, put, make_due, client, headers):
+    put("nightly")
+    make_due(timedelta(hours=2))
+
+    paused = client.post("/api/v1/schedules/nightly/pause", headers=headers["user"])
+    ran_while_paused = schedules.run_due_schedules(rt)
+    resumed = client.post("/api/v1/schedules/nightly/resume", headers=headers["user"])
+    again = client.post("/api/v1/schedules/nightly/resume", headers=headers["user"])
+
+    assert (paused.status_code, paused.get_json()["paused"]) == (200, True)
+    assert ran_while_paused == 0
+    assert resumed.get_json()["paused"] is False
+    assert datetime.fromisoformat(resumed.get_json()["next_run_at"]) > datetime.now(UTC)
+    assert again.get_json()["next_run_at"] == resumed.get_json()["next_run_at"]
+
+
+def test_an_operator_pauses_runs_and_deletes_a_users_schedule_named_by_owner(
+    put, client, headers, db
+):
+    put("nightly", job=manifest(1))
+    operator, whose = headers["operator"], "?owner=compute_user"
+
+    seen = client.get(f"/api/v1/schedules/nightly{whose}", headers=operator)
+    paused = client.post(f"/api/v1/schedules/nightly/pause{whose}", headers=operator)
+    ran = client.post(f"/api/v1/schedules/nightly/run{whose}", headers=operator)
+    resumed = client.post(f"/api/v1/schedules/nightly/resume{whose}", headers=operator)
+    deleted = client.delete(f"/api/v1/schedules/nightly{whose}", headers=operator)
+
+    assert (seen.get_json()["owner"], paused.get_json()["paused"]) == ("compute_user", True)
+    assert (ran.status_code, ran.get_json()["owner"]) == (201, "compute_user")
+    assert (resumed.get_json()["paused"], deleted.status_code) == (False, 204)
+    audit = db.execute(
+        "SELECT actor, action, details FROM audit_log WHERE action LIKE 'schedule.%' ORDER BY id"
+    ).fetchall()
+    assert [(a["actor"], a["action"]) for a in audit] == [
+        ("compute_user", "schedule.put"),
+        ("operator", "schedule.pause"),
+        ("operator", "schedule.run"),
+        ("operator", "schedule.resume"),
+        ("operator", "schedule.delete"),
+    ]
+    assert {a["details"]["owner"] for a in audit[1:]} == {"compute_user"}
+    assert audit[2]["details"]["job_id"] == ran.get_json()["id"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", ""),
+        ("DELETE", ""),
+        ("POST", "/run"),
+        ("POST", "/pause"),
+        ("POST", "/resume"),
+        ("PUT", ""),
+    ],
+)
+def test_a_user_naming_another_owner_is_403_and_changes_nothing(
+    method, path, put, client, headers, db
+):
+    put("nightly")
+    before = schedule_row(db, "nightly")
+
+    answer = client.open(
+        f"/api/v1/schedules/nightly{path}?owner=compute_user",
+        method=method,
+        json={"cron": "@daily", "job": manifest(1)} if method == "PUT" else None,
+        headers=headers["other"],
+    )
+
+    assert answer.status_code == 403
+    assert answer.get_json()["error"]["code"] == "forbidden"
+    assert schedule_row(db, "nightly") == before
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+    assert db.execute("SELECT count(*) AS n FROM schedules").fetchone()["n"] == 1
+
+
+def test_an_operator_may_not_put_another_users_schedule(put, client, headers, db):
+    put("nightly")
+    before = schedule_row(db, "nightly")
+
+    answer = client.put(
+        "/api/v1/schedules/nightly?owner=compute_user",
+        json={"cron": "@daily", "job": manifest(1)},
+        headers=headers["operator"],
+    )
+
+    assert answer.status_code == 403
+    assert "only its owner puts a schedule" in answer.get_json()["error"]["message"]
+    assert schedule_row(db, "nightly") == before
+    assert db.execute("SELECT count(*) AS n FROM schedules").fetchone()["n"] == 1
+
+
+def test_naming_an_owner_who_is_no_user_is_404_saying_so(client, headers):
+    answer = client.post(
+        "/api/v1/schedules/nightly/pause?owner=nobody", headers=headers["operator"]
+    )
+
+    assert answer.status_code == 404
+    assert answer.get_json()["error"]["message"] == "no user is named 'nobody'"
+
+
+def test_a_user_may_name_themselves_as_owner(put, client, headers):
+    put("nightly")
+
+    answer = client.get("/api/v1/schedules/nightly?owner=compute_user", headers=headers["user"])
+
+    assert (answer.status_code, answer.get_json()["name"]) == (200, "nightly")
 
 
 def test_schedule_changes_are_in_the_audit_log(put, client, headers, db):
