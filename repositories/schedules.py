@@ -153,6 +153,18 @@ def delete(conn: Connection, owner_id: int, name: str) -> UUID | None:
     return row["id"] if row else None
 
 
+def soonest_run(conn: Connection, *, after: datetime) -> datetime | None:
+    """The soonest next run of a running schedule that is still to come after `after`."""
+    row = conn.execute(
+        """
+        SELECT min(next_run_at) AS soonest FROM schedules
+        WHERE NOT paused AND next_run_at > %(after)s
+        """,
+        {"after": after},
+    ).fetchone()
+    return row["soonest"]
+
+
 def lock_due(conn: Connection, *, now: datetime, limit: int) -> list[DueSchedule]:
     """Lock the running schedules whose next run is at or before `now`, the most overdue
     first; SKIP LOCKED, so coordinators running passes at once share them out."""

@@ -51,6 +51,12 @@ def run_pass(rt: Runtime, *, trace_id: str | None = None) -> None:
         raise failures[0]
 
 
+def run_schedules(rt: Runtime, *, trace_id: str | None = None) -> None:
+    """Submit the scheduled runs whose time has come, between passes."""
+    logcontext.begin(trace_id=trace_id, operation="maintenance")
+    schedules.run_due_schedules(rt)
+
+
 def _merging_jobs(rt: Runtime) -> list[tuple[UUID, str]]:
     with rt.pool.connection() as conn:
         return job_rows.merging_jobs(conn)

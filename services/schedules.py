@@ -279,6 +279,18 @@ def run_due_schedules(rt: Runtime, now: datetime | None = None) -> int:
     return submitted
 
 
+def seconds_until_next_run(rt: Runtime, now: datetime | None = None) -> float | None:
+    """Seconds until the soonest running schedule's next run, if one is still to come.
+
+    Runs already due are left out: one waiting for room in a full queue is tried again by
+    each maintenance pass, not at once and again.
+    """
+    now = now or datetime.now(UTC)
+    with rt.pool.connection() as conn:
+        soonest = schedule_rows.soonest_run(conn, after=now)
+    return None if soonest is None else (soonest - now).total_seconds()
+
+
 def _run(
     rt: Runtime, due: DueSchedule, now: datetime
 ) -> tuple[uuid.UUID | None, dict | None, datetime]:

@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from app import maintenance
 from app.metrics import QueueCollector
+from devstack.observe import wait_for
 from repositories import schedules as schedule_rows
 from services import jobs, schedules
 from services.errors import Conflict
@@ -345,6 +347,40 @@ def test_a_user_may_name_themselves_as_owner(put, client, headers):
     answer = client.get("/api/v1/schedules/nightly?owner=compute_user", headers=headers["user"])
 
     assert (answer.status_code, answer.get_json()["name"]) == (200, "nightly")
+
+
+def test_a_coordinator_submits_a_run_at_its_time_not_at_its_next_pass(app, rt, put, db):
+    put("nightly")
+    db.execute("UPDATE schedules SET next_run_at = now() + interval '1 second'")
+    slot = schedule_row(db, "nightly")["next_run_at"]
+
+    thread = maintenance.start(app, interval=60)  # its first pass a minute away
+    try:
+        job = wait_for(lambda: db.execute("SELECT created_at FROM jobs").fetchone(), timeout=10)
+    finally:
+        rt.stopping.set()
+        thread.join(timeout=10)
+
+    assert timedelta(0) <= job["created_at"] - slot < timedelta(seconds=1)
+    assert schedule_row(db, "nightly")["last_run_at"] == slot
+
+
+def test_the_next_run_to_wake_for_is_the_soonest_still_to_come_of_a_running_schedule(rt, put, db):
+    put("overdue")
+    put("paused", paused=True)
+    put("hourly")
+    now = datetime.now(UTC)
+    db.execute("UPDATE schedules SET next_run_at = %s", (now + timedelta(minutes=1),))
+    db.execute("UPDATE schedules SET next_run_at = %s WHERE name = 'overdue'", (now,))
+    db.execute(
+        "UPDATE schedules SET next_run_at = %s WHERE name = 'hourly'", (now + timedelta(hours=1),)
+    )
+    db.execute("UPDATE schedules SET next_run_at = %s WHERE name = 'paused'", (now,))
+
+    # The overdue one waits for room in the queue, tried by each pass, not in a tight loop.
+    assert schedules.seconds_until_next_run(rt, now) == 3600
+    db.execute("DELETE FROM schedules WHERE name = 'hourly'")
+    assert schedules.seconds_until_next_run(rt, now) is None
 
 
 def test_schedule_changes_are_in_the_audit_log(put, client, headers, db):
