@@ -312,6 +312,30 @@ def test_a_user_pauses_and_deletes_a_schedule_from_its_page(stack, dashboard):
     dashboard.assert_no_script_errors()
 
 
+@pytest.mark.parametrize("stack_env", [ECHO_ALLOWED], ids=["echo jobs allowed"])
+def test_an_operator_pauses_another_users_schedule_from_its_page(stack, dashboard):
+    user = stack.api(stack.tokens.user)
+    job = {
+        "workload": "echo",
+        "input_uri": "s3://in/",
+        "tasks": [{"input_uri": "s3://in/0", "input_sha256": "0" * 64}],
+    }
+    answer = user.put(
+        f"{stack.url}/api/v1/schedules/nightly", json={"cron": "@daily", "job": job}, timeout=10
+    )
+    assert answer.status_code == 201, answer.text
+    page = dashboard.sign_in(stack.tokens.operator)
+    page.click("nav >> text=Schedules")
+    nightly = page.locator('tr[data-schedule="nightly"][data-owner="compute_user"]')
+
+    nightly.locator("button", has_text="Pause").click()
+
+    expect(nightly.locator(".status-paused")).to_have_text("paused")
+    [schedule] = user.get(f"{stack.url}/api/v1/schedules", timeout=10).json()["schedules"]
+    assert schedule["paused"] is True
+    dashboard.assert_no_script_errors()
+
+
 def test_a_killed_workers_attempt_shows_as_expired_on_the_timeline(stack, jobs, dashboard):
     job = jobs.submit(generate_csv(20_000, seed=24), 4)
     stack.start_worker(
