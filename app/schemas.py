@@ -137,6 +137,14 @@ class JobCreateSchema(RequestSchema):
             "renews the lease and no result is taken, and the task is retried as timed_out"
         },
     )
+    depends_on = fields.List(
+        fields.UUID(),
+        load_default=list,
+        metadata={
+            "description": "jobs of the caller's that must succeed first: the tasks wait until "
+            "the last does, and the job fails (dependency_failed) if one fails or is cancelled"
+        },
+    )
 
 
 class SchedulePutSchema(RequestSchema):
@@ -444,6 +452,9 @@ class JobSchema(ResponseSchema):
     max_attempts = fields.Int(attribute="job.max_attempts", allow_none=True)
     not_before = fields.DateTime(attribute="job.not_before", allow_none=True)
     timeout_seconds = fields.Int(attribute="job.timeout_seconds", allow_none=True)
+    depends_on = fields.Method(
+        "_depends_on", metadata={"type": "array", "items": {"type": "string", "format": "uuid"}}
+    )
     chunks_total = fields.Int(attribute="job.chunks_total")
     chunks_completed = fields.Int(attribute="counts.completed")
     chunks_by_state = fields.Nested(ChunksByStateSchema, attribute="counts")
@@ -457,6 +468,9 @@ class JobSchema(ResponseSchema):
     completed_at = fields.DateTime(attribute="job.completed_at", allow_none=True)
     # The trace of the request that created the job, which tracing.py then leaves alone.
     trace_id = fields.Str(attribute="job.trace_id")
+
+    def _depends_on(self, view):
+        return [str(job_id) for job_id in view.job.depends_on or ()]
 
     def _input_digest(self, view):
         return f"sha256:{view.job.input_sha256}" if view.job.input_sha256 else None
@@ -567,7 +581,7 @@ class ChunkSchema(ResponseSchema):
 def _retry_time(task) -> str | None:
     """The time before which a pending task (re-queued after a failure, or of a scheduled
     job) is not claimed; None unless the task is pending with such a time."""
-    if task.status != "pending" or task.not_before is None:
+    if task.status != "pending" or task.not_before is None or task.blocked:
         return None
     return task.not_before.isoformat()
 

@@ -11,7 +11,7 @@ from psycopg import Connection
 from psycopg.types.json import Jsonb
 
 from repositories import from_row
-from repositories.tasks import NewTask
+from repositories.tasks import BLOCKED, NewTask
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class Job:
     max_attempts: int | None  # None for jobs admitted before sql/0012
     not_before: datetime | None = None  # a scheduled job's tasks wait until then (sql/0020)
     timeout_seconds: int | None = None  # the longest one attempt at a task may run (sql/0021)
+    depends_on: list[UUID] | None = None  # the jobs that must succeed first (sql/0023)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class NewJob:
     max_attempts: int
     not_before: datetime | None = None
     timeout_seconds: int | None = None
+    depends_on: list[UUID] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,13 @@ class ChunkCounts:
 
 
 def admit_job(
-    conn: Connection, job: NewJob, tasks: Sequence[NewTask], *, queue_limit: int, actor: str
+    conn: Connection,
+    job: NewJob,
+    tasks: Sequence[NewTask],
+    *,
+    queue_limit: int,
+    actor: str,
+    blocked: bool = False,
 ) -> tuple[bool, Job | None]:
     """Insert a queued job, its pending tasks (a job may have 10,000), its `job.created` event
     and its audit row in one statement, if its workload's queue bound leaves room for them.
@@ -86,7 +94,8 @@ def admit_job(
     One statement, so an admission with nothing else to do commits on its own in one round
     trip. Returns (fits, job): fits is False when the bound leaves no room (or the workload
     has none yet), and nothing is written; job is None when the owner's idempotency key is
-    taken, by a request that committed while this one was being admitted.
+    taken, by a request that committed while this one was being admitted. A `blocked` job's
+    tasks wait for the jobs it depends on (tasks.BLOCKED).
     """
     row = conn.execute(
         """
@@ -97,11 +106,11 @@ def admit_job(
         ), job AS (
             INSERT INTO jobs (id, owner_id, workload, input_uri, input_sha256, parameters,
                               labels, priority, chunks_total, idempotency_key, request_sha256,
-                              trace_id, max_attempts, not_before, timeout_seconds)
+                              trace_id, max_attempts, not_before, timeout_seconds, depends_on)
             SELECT %(id)s, %(owner_id)s, %(workload)s, %(input_uri)s, %(input_sha256)s,
                    %(parameters)s, %(labels)s, %(priority)s, %(chunks_total)s,
                    %(idempotency_key)s, %(request_sha256)s, %(trace_id)s, %(max_attempts)s,
-                   %(not_before)s, %(timeout_seconds)s
+                   %(not_before)s, %(timeout_seconds)s, %(depends_on)s
             FROM room
             ON CONFLICT ON CONSTRAINT jobs_idempotency_key DO NOTHING
             RETURNING *
@@ -112,7 +121,8 @@ def admit_job(
             SELECT t.id, job.id, t.chunk_index, %(workload)s, %(priority)s, t.input_uri,
                    t.input_sha256, t.parameters, t.max_attempts,
                    -- A time already past leaves the tasks with the ready ones (sql/0019).
-                   CASE WHEN job.not_before > now() THEN job.not_before END,
+                   CASE WHEN %(blocked)s THEN %(forever)s
+                        WHEN job.not_before > now() THEN job.not_before END,
                    job.timeout_seconds
             FROM job, unnest(%(task_ids)b::uuid[], %(indexes)b::int[], %(uris)b::text[],
                              %(shas)b::text[], %(task_parameters)b::jsonb[],
@@ -121,10 +131,11 @@ def admit_job(
         ), announced AS (
             INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
             SELECT job.id, job.owner_id, 'job.created',
-                   -- not_before only for a scheduled job
+                   -- not_before only for a scheduled job, depends_on for a dependent one
                    jsonb_strip_nulls(jsonb_build_object('chunks_total', job.chunks_total,
                                                         'workload', job.workload,
-                                                        'not_before', job.not_before)),
+                                                        'not_before', job.not_before,
+                                                        'depends_on', job.depends_on)),
                    job.trace_id
             FROM job
         ), audited AS (
@@ -141,6 +152,8 @@ def admit_job(
             "n": len(tasks),
             "limit": queue_limit,
             "actor": actor,
+            "blocked": blocked,
+            "forever": BLOCKED,
             "task_ids": [t.id for t in tasks],
             "indexes": [t.chunk_index for t in tasks],
             "uris": [t.input_uri for t in tasks],
@@ -150,6 +163,43 @@ def admit_job(
         },
     ).fetchone()
     return row["fits"], from_row(Job, row) if row["id"] is not None else None
+
+
+def lock_prerequisites(conn: Connection, ids: Sequence[UUID], owner_id: int | None) -> list[Job]:
+    """Those of these jobs the owner may see (None: anyone's), locked so that none changes
+    status until the caller commits: a job admitted to wait for one is then seen by its
+    finish."""
+    rows = conn.execute(
+        """
+        SELECT * FROM jobs
+        WHERE id = ANY(%(ids)s) AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
+        ORDER BY id
+        FOR SHARE
+        """,
+        {"ids": list(ids), "owner": owner_id},
+    ).fetchall()
+    return [from_row(Job, r) for r in rows]
+
+
+def statuses(conn: Connection, ids: Collection[UUID]) -> dict[UUID, str]:
+    """These jobs' statuses (a job retention deleted is left out)."""
+    rows = conn.execute(
+        "SELECT id, status FROM jobs WHERE id = ANY(%(ids)s)", {"ids": list(ids)}
+    ).fetchall()
+    return {r["id"]: r["status"] for r in rows}
+
+
+def dependents(conn: Connection, job_id: UUID) -> list[UUID]:
+    """The jobs that depend on this one, finished or not, in id order (jobs_dependents_idx)."""
+    rows = conn.execute(
+        """
+        SELECT id FROM jobs
+        WHERE depends_on IS NOT NULL AND depends_on @> ARRAY[%(id)s]::uuid[]
+        ORDER BY id
+        """,
+        {"id": job_id},
+    ).fetchall()
+    return [r["id"] for r in rows]
 
 
 def find_by_idempotency_key(conn: Connection, owner_id: int, key: str) -> Job | None:

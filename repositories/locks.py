@@ -7,6 +7,7 @@ from psycopg import Connection
 # The first key says what the turn is for; the second names the thing, hashed.
 CLAIM = 0x43484B57  # "CHKW": claiming tasks of a workload (its name) with lease caps
 SCHEDULES = 0x43485343  # "CHSC": adding a schedule to a user's (their id) under the cap
+DEPENDENTS = 0x43484450  # "CHDP": deciding a dependent job's fate by its prerequisites (its id)
 
 
 def take_turn(conn: Connection, purpose: int, key: str) -> None:

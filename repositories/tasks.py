@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from uuid import UUID
 
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
-from repositories import from_row
+from repositories import channels, from_row
+
+# The not_before of a task whose job waits for the jobs it depends on (sql/0023): a time no
+# claim reaches, until the last of them succeeds and release_blocked lets the tasks go.
+BLOCKED = datetime(9999, 12, 31, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -45,11 +49,16 @@ class Task:
     completed_at: datetime | None
     version: int
     # A task re-queued after a failure, or of a scheduled job, is not claimed before this
-    # (sql/0019, sql/0020).
+    # (sql/0019, sql/0020); BLOCKED while its job waits for the jobs it depends on (sql/0023).
     not_before: datetime | None = None
     # A job's timeout_seconds, and the time the current attempt must end by (sql/0021).
     timeout_seconds: int | None = None
     deadline: datetime | None = None
+
+    @property
+    def blocked(self) -> bool:
+        """Whether it waits for the jobs its job depends on, rather than for a time."""
+        return self.not_before == BLOCKED
 
 
 @dataclass(frozen=True)
@@ -584,10 +593,17 @@ def cancel_strays(conn: Connection, limit: int = 100) -> int:
 
 
 def requeue_unfinished(
-    conn: Connection, job_id: UUID, workload: str, max_attempts: int, *, queue_limit: int
+    conn: Connection,
+    job_id: UUID,
+    workload: str,
+    max_attempts: int,
+    *,
+    queue_limit: int,
+    blocked: bool = False,
 ) -> tuple[bool, int]:
-    """Put a failed job's failed and cancelled tasks back to pending with fresh budgets, if
-    its workload's queue bound leaves room for them (see sql/0008), as admission does.
+    """Put a failed job's failed and cancelled tasks back to pending with fresh budgets (or,
+    `blocked`, waiting for the jobs it depends on), if its workload's queue bound leaves room
+    for them (see sql/0008), as admission does.
 
     Returns (fits, n): n tasks are to be requeued, and nothing is written unless they fit.
     The attempt counter keeps counting up: it is the fencing generation, so a retry must
@@ -606,13 +622,49 @@ def requeue_unfinished(
         ), requeued AS (
             UPDATE tasks SET status = 'pending', max_attempts = attempt + %(max)s,
                 lost_retries = 0, read_retries = 0, lease_owner = NULL,
-                lease_expires_at = NULL, completed_at = NULL, not_before = NULL,
+                lease_expires_at = NULL, completed_at = NULL, not_before = %(not_before)s,
                 version = version + 1
             WHERE job_id = %(job)s AND status IN ('failed', 'cancelled')
               AND EXISTS (SELECT FROM room)
         )
         SELECT EXISTS (SELECT FROM room) AS fits, (SELECT n FROM todo) AS n
         """,
-        {"job": job_id, "workload": workload, "max": max_attempts, "limit": queue_limit},
+        {
+            "job": job_id,
+            "workload": workload,
+            "max": max_attempts,
+            "limit": queue_limit,
+            "not_before": BLOCKED if blocked else None,
+        },
     ).fetchone()
     return row["fits"], row["n"]
+
+
+def release_blocked(conn: Connection, job_ids: Sequence[UUID]) -> int:
+    """Let go the waiting tasks of those of these jobs whose every prerequisite has succeeded
+    (to their job's own schedule, if that is still ahead); how many were let go.
+
+    Read in a statement of its own, after the caller has taken each job's dependency turn,
+    so the prerequisites' statuses are the ones committed by then (see services/settlement).
+    """
+    row = conn.execute(
+        """
+        WITH ready AS (
+            SELECT j.id, j.not_before FROM jobs j
+            WHERE j.id = ANY(%(ids)s)
+              AND NOT EXISTS (SELECT FROM jobs p
+                              WHERE p.id = ANY(j.depends_on) AND p.status <> 'succeeded')
+        ), released AS (
+            UPDATE tasks t SET not_before = CASE WHEN r.not_before > now() THEN r.not_before END
+            FROM ready r
+            WHERE t.job_id = r.id AND t.status = 'pending' AND t.not_before = %(forever)s
+            RETURNING t.id
+        )
+        SELECT count(*) AS n FROM released
+        """,
+        {"ids": list(job_ids), "forever": BLOCKED},
+    ).fetchone()
+    if row["n"]:
+        # Not a change of status, so the task triggers stay silent: waiting claims are told here.
+        conn.execute("SELECT pg_notify(%(channel)s, '')", {"channel": channels.CLAIMABLE})
+    return row["n"]

@@ -17,11 +17,13 @@ from psycopg import Connection
 
 from repositories import events as event_rows
 from repositories import jobs as job_rows
+from repositories import locks
 from repositories import tasks as task_rows
 from repositories import users as user_rows
 from repositories.events import EventPage
 from repositories.jobs import ChunkCounts, Job, NewJob
 from repositories.tasks import NewTask, Task
+from services import settlement
 from services.auth import Principal
 from services.errors import Conflict, InvalidInput, NotFound, QueueFull
 from services.runtime import Runtime
@@ -30,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 UNRECOVERABLE_ERRORS = frozenset({"invalid_input", "sum_overflow"})
 MAX_LABELS = 32
+# The most jobs one job may wait for: a fan-in step, not a copy of the queue.
+MAX_PREREQUISITES = 100
 # Every event the outbox holds, as GET /api/v1/events names them.
 EVENT_TYPES = (
     "job.created",
@@ -64,6 +68,7 @@ class JobSpec:
     labels: dict | None = None
     not_before: datetime | None = None
     timeout_seconds: int | None = None
+    depends_on: Sequence[UUID] = ()
 
     @classmethod
     def from_dict(cls, values: dict) -> JobSpec:
@@ -158,6 +163,7 @@ def plan_job(
         raise InvalidInput.field("tasks", "give chunk_index for every task or for none")
     if len(set(indexes)) != len(indexes):
         raise InvalidInput.field("tasks", "chunk_index values must be unique")
+    _check_prerequisite_ids(spec.depends_on)
     labels = validate_labels(spec.labels)
     job_id = uuid.uuid4()
     max_attempts = spec.max_attempts or rt.limits.max_attempts
@@ -187,11 +193,13 @@ def plan_job(
             # still matches.
             *([spec.not_before.isoformat()] if spec.not_before else []),
             *([{"timeout_seconds": spec.timeout_seconds}] if spec.timeout_seconds else []),
+            *([{"depends_on": sorted(map(str, spec.depends_on))}] if spec.depends_on else []),
         ),
         trace_id=trace_id,
         max_attempts=max_attempts,
         not_before=spec.not_before,
         timeout_seconds=spec.timeout_seconds,
+        depends_on=list(spec.depends_on) or None,
     )
     new_tasks = [
         NewTask(
@@ -231,7 +239,8 @@ def admit(
         # With nothing to run before the commit, a job that fits is one statement committing
         # on its own: most admissions are a single round trip.
         view = None
-        if on_admitted is None:
+        # A dependent job's prerequisites stay locked until it is in: not on its own.
+        if on_admitted is None and not new_job.depends_on:
             view = _try_admit(conn, principal, new_job, new_tasks, limit)
         if view is None:
             with conn.transaction():
@@ -268,8 +277,9 @@ def _try_admit(
     replayed = _replay(conn, new_job)
     if replayed is not None:
         return replayed
+    blocked = bool(new_job.depends_on) and _waits_for(conn, principal, new_job.depends_on)
     fits, job = job_rows.admit_job(
-        conn, new_job, new_tasks, queue_limit=limit, actor=principal.name
+        conn, new_job, new_tasks, queue_limit=limit, actor=principal.name, blocked=blocked
     )
     if not fits:
         return None
@@ -279,6 +289,42 @@ def _try_admit(
     # Every task was just inserted pending: no need to count them back.
     counts = ChunkCounts(pending=len(new_tasks))
     return JobView(job, principal.name, counts, progress(job, counts), created=True)
+
+
+def _check_prerequisite_ids(ids: Sequence[UUID]) -> None:
+    """At most MAX_PREREQUISITES jobs, each named once."""
+    if len(ids) > MAX_PREREQUISITES:
+        raise InvalidInput.field("depends_on", f"at most {MAX_PREREQUISITES} jobs")
+    seen: set[UUID] = set()
+    twice = {}
+    for index, job_id in enumerate(ids):
+        if job_id in seen:
+            twice[str(index)] = ["this job is named twice"]
+        seen.add(job_id)
+    if twice:
+        raise InvalidInput(
+            "depends_on: a job is named twice", details={"fields": {"depends_on": twice}}
+        )
+
+
+def _waits_for(conn: Connection, principal: Principal, ids: Sequence[UUID]) -> bool:
+    """Lock the jobs a new job depends on; whether any is yet to succeed. One the caller cannot
+    see is bad input; one that failed or was cancelled, a conflict: the job could never run."""
+    owner = None if principal.is_operator else principal.user_id
+    found = {job.id: job for job in job_rows.lock_prerequisites(conn, ids, owner)}
+    missing = {str(i): ["no job of yours has this id"] for i, j in enumerate(ids) if j not in found}
+    if missing:
+        raise InvalidInput(
+            "depends_on: no job of yours has this id", details={"fields": {"depends_on": missing}}
+        )
+    for job in found.values():
+        if job.status in ("failed", "cancelled"):
+            raise Conflict(
+                f"job {job.id} it would depend on is {job.status}; it could never run",
+                code="dependency_failed",
+                details={"job_id": str(job.id), "status": job.status},
+            )
+    return any(job.status != "succeeded" for job in found.values())
 
 
 def _admit_after_recount(
@@ -422,6 +468,7 @@ def cancel_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str
             return _view(conn, job)
         job = job_rows.set_status(conn, job.id, "cancelled")
         _record_user_action(conn, principal, job, "job.cancelled", "job.cancel", trace_id)
+        settlement.finished(conn, job)
         view = _view(conn, job)
     logger.info("job cancelled", extra={"event": "job_cancelled", "job_id": str(job_id)})
     return view
@@ -453,8 +500,12 @@ def _cancellable(job: Job) -> Job:
 
 
 def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str) -> JobView:
-    """Re-queue a failed job's unfinished chunks, keeping every accepted summary."""
+    """Re-queue a failed job's unfinished chunks, keeping every accepted summary (a dependent
+    job's to wait again for the jobs it depends on that have yet to succeed)."""
     with rt.pool.connection() as conn, conn.transaction():
+        # A dependent job's turn, as a prerequisite that finishes takes it (services/settlement):
+        # that finish then sees the tasks this requeues, or this sees its status.
+        locks.take_turn(conn, locks.DEPENDENTS, str(job_id))
         job = visible_job(conn, principal, job_id, for_update=True)
         if job.status != "failed":
             raise Conflict(
@@ -470,24 +521,42 @@ def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str)
                 code="not_recoverable",
                 details={"error": job.error},
             )
+        blocked = _still_waits(conn, job)
         # Within the queue's bound, as admission is: a retry adds tasks to the queue too.
         limit = rt.workloads.of(job.workload).caps.max_queued_tasks
         budget = job.max_attempts or rt.limits.max_attempts
         fits, n = task_rows.requeue_unfinished(
-            conn, job.id, job.workload, budget, queue_limit=limit
+            conn, job.id, job.workload, budget, queue_limit=limit, blocked=blocked
         )
         if not fits:
             queued = task_rows.recount_unfinished(conn, job.workload)
             if queued + n > limit:
                 raise _queue_full(rt, job.workload, queued, n, limit)
             # It fits now: the count holds the bound's row until this transaction ends.
-            task_rows.requeue_unfinished(conn, job.id, job.workload, budget, queue_limit=limit)
+            task_rows.requeue_unfinished(
+                conn, job.id, job.workload, budget, queue_limit=limit, blocked=blocked
+            )
         # Running while a chunk of it is done; with none, back in the queue as it was admitted.
         done = job_rows.chunk_counts(conn, [job.id])[job.id].completed
         job = job_rows.set_status(conn, job.id, "running" if done else "queued")
         _record_user_action(conn, principal, job, "job.retried", "job.retry", trace_id)
         view = _view(conn, job)
     return view
+
+
+def _still_waits(conn: Connection, job: Job) -> bool:
+    """Whether a job being retried waits for any of the jobs it depends on; a conflict if one
+    failed or was cancelled (retry that first). Read, not locked: the caller's turn orders
+    this against their finishing."""
+    statuses = job_rows.statuses(conn, job.depends_on or [])
+    for prerequisite, status in statuses.items():
+        if status in ("failed", "cancelled"):
+            raise Conflict(
+                f"job {prerequisite} it depends on is {status}; retry that first",
+                code="dependency_failed",
+                details={"job_id": str(prerequisite), "status": status},
+            )
+    return any(status != "succeeded" for status in statuses.values())
 
 
 def _queue_full(rt: Runtime, workload: str, queued: int, requested: int, limit: int) -> QueueFull:

@@ -102,6 +102,9 @@ def put_schedule(
         raise _within_job(
             InvalidInput.field("not_before", "a schedule's runs start at their own times")
         )
+    if spec.job.depends_on:
+        # Every run would wait for the same jobs, finished after the first run.
+        raise _within_job(InvalidInput.field("depends_on", "a schedule's runs depend on no job"))
     try:
         # Refused now, rather than at every run.
         jobs.plan_job(rt, principal, _run_spec(spec.job, spec.name), trace_id=trace_id)
@@ -338,7 +341,7 @@ def _run_spec(job: jobs.JobSpec, name: str) -> jobs.JobSpec:
 def _stored(job: jobs.JobSpec) -> dict:
     """A job spec as the schedules row keeps it (JSON)."""
     stored = dataclasses.asdict(job)
-    del stored["not_before"]
+    del stored["not_before"], stored["depends_on"]
     return stored
 
 

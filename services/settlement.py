@@ -1,4 +1,5 @@
-"""The job state machine: move a locked job on after its tasks changed, or fail it."""
+"""The job state machine: move a locked job on after its tasks changed, or fail it; and tell
+the jobs that depend on one that finished."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from psycopg import Connection
 
 from repositories import events as event_rows
 from repositories import jobs as job_rows
+from repositories import locks
 from repositories import tasks as task_rows
 from repositories.jobs import Job
 from repositories.tasks import Task
@@ -59,6 +61,7 @@ def _finish(conn: Connection, job: Job, rules: Workload) -> Job:
         payload={},
         trace_id=job.trace_id,
     )
+    finished(conn, job)
     return job
 
 
@@ -104,11 +107,14 @@ def fail_for_task(conn: Connection, job: Job, cause: Task, rules: Workload) -> J
 
 def fail_with_error(conn: Connection, job: Job, error: dict, rules: Workload) -> Job:
     """Fail a locked job with this error, cancelling what is left and keeping a partial result."""
+    return _fail(conn, job, error, rules.partial_result(conn, job))
+
+
+def _fail(conn: Connection, job: Job, error: dict, partial: dict | None) -> Job:
     # Tasks a batch of results is completing now are left to complete (that batch waits for
     # this job's lock next, so waiting for them here would deadlock); a finished job only
     # keeps their results.
     task_rows.cancel_unfinished(conn, job.id, skip_locked=True)
-    partial = rules.partial_result(conn, job)
     job = job_rows.set_status(conn, job.id, "failed", error=error, partial_result=partial)
     event_rows.publish(
         conn,
@@ -122,4 +128,37 @@ def fail_with_error(conn: Connection, job: Job, error: dict, rules: Workload) ->
         "job failed",
         extra={"event": "job_failed", "job_id": str(job.id), "error_code": error["code"]},
     )
+    finished(conn, job)
     return job
+
+
+def finished(conn: Connection, job: Job) -> None:
+    """Tell the jobs that depend on this one, which has just finished: release the tasks of
+    those whose every prerequisite has now succeeded, or fail them all if it did not succeed.
+
+    Each dependent's turn is taken first, in id order, as a retry of it takes it: whichever
+    comes second sees what the first committed. The statuses of its other prerequisites are
+    read after the turn, in a statement of its own, so two prerequisites finishing at once
+    cannot each see the other unfinished and leave it waiting for good.
+    """
+    dependents = job_rows.dependents(conn, job.id)
+    for dependent_id in dependents:
+        locks.take_turn(conn, locks.DEPENDENTS, str(dependent_id))
+    if job.status == "succeeded":
+        if dependents:
+            task_rows.release_blocked(conn, dependents)
+        return
+    error = {
+        "code": "dependency_failed",
+        "message": f"job {job.id}, which it depends on, {_ended(job.status)}",
+        "details": {"job_id": str(job.id), "status": job.status},
+    }
+    for dependent_id in dependents:
+        dependent = job_rows.get(conn, dependent_id, owner_id=None, for_update=True)
+        if dependent is not None and dependent.status in ("queued", "running"):
+            # Only manifest jobs depend on others, and they keep no partial result.
+            _fail(conn, dependent, error, partial=None)
+
+
+def _ended(status: str) -> str:
+    return "was cancelled" if status == "cancelled" else "failed"

@@ -157,6 +157,7 @@ def job_detail(job: dict) -> str:
         ("input", job.get("input_digest")),
         ("created", format_time(job.get("created_at"))),
         ("not before", format_time(job.get("not_before"))),
+        ("depends on", ", ".join(job.get("depends_on") or ()) or None),
         ("timeout", _timeout(job.get("timeout_seconds"))),
         ("started", format_time(job.get("started_at"))),
         ("completed", format_time(job.get("completed_at"))),

@@ -561,6 +561,18 @@ def test_a_scheduled_jobs_page_says_when_it_may_start(sign_in, submit):
     assert 'id="not-before"' not in browser.get(f"/ui/jobs/{unscheduled['id']}").text
 
 
+def test_a_dependent_jobs_page_links_its_prerequisites_and_says_its_chunks_wait(sign_in, submit):
+    first = submit(manifest(1))
+    then = submit(manifest(1, depends_on=[first["id"]]))
+    browser = sign_in("user")
+
+    page = browser.get(f"/ui/jobs/{then['id']}").text
+
+    assert f'<a href="/ui/jobs/{first["id"]}"><code>{first["id"]}</code></a>' in page
+    assert chunk_row(page, 0)[1] == "pending waits for the jobs it depends on"
+    assert 'id="depends-on"' not in browser.get(f"/ui/jobs/{first['id']}").text
+
+
 def test_a_timed_jobs_page_shows_its_timeout_and_a_running_chunk_its_deadline(
     sign_in, submit, claim
 ):

@@ -80,6 +80,7 @@ JSON_STRINGS = [
     ("create job", ("tasks", 0, "input_uri")),
     ("create job", ("tasks", 0, "input_sha256")),
     ("create job", ("tasks", 0, "parameters", "k")),
+    ("create job", ("depends_on", 0)),
     ("claim", ("worker_id",)),
     ("claim", ("workloads", 0)),
     ("heartbeat", ("worker_id",)),

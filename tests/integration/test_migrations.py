@@ -25,8 +25,10 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0022.schedules"
-# The table the latest migration adds.
+LATEST = "0023.job_dependencies"
+# The column the latest migration adds to jobs, and its index, built outside a transaction.
+DEPENDENCY_COLUMN, DEPENDENTS_INDEX = "depends_on", "jobs_dependents_idx"
+# The table 0022 adds.
 SCHEDULES_TABLE = "schedules"
 HEAD_TABLES = QUEUE_TABLES | CSV_TABLES | {SCHEDULES_TABLE}
 # The columns 0021 adds, by table.
@@ -194,16 +196,28 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
 
     assert not functions_joining_transition_tables(empty_database_url)
 
-    assert indexes(empty_database_url) >= RETRY_INDEXES | FEED_INDEXES
+    assert indexes(empty_database_url) >= RETRY_INDEXES | FEED_INDEXES | {DEPENDENTS_INDEX}
     assert has_timeout_columns(empty_database_url) == {"jobs": True, "tasks": True}
+    assert DEPENDENCY_COLUMN in columns(empty_database_url, "jobs")
 
     migrations.rollback_latest(empty_database_url)
-    assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
-    assert has_timeout_columns(empty_database_url) == {"jobs": True, "tasks": True}  # 0021's stay
+    assert DEPENDENCY_COLUMN not in columns(empty_database_url, "jobs")
+    assert DEPENDENTS_INDEX not in indexes(empty_database_url)
+    assert public_tables(empty_database_url) == HEAD_TABLES  # 0022's schedules stay
 
     migrations.apply(empty_database_url)
+    assert DEPENDENCY_COLUMN in columns(empty_database_url, "jobs")
     assert public_tables(empty_database_url) == HEAD_TABLES
     assert triggers(empty_database_url) == TRIGGERS
+
+
+def test_rolling_back_the_schedules_migration_drops_its_table(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    roll_back_through(empty_database_url, "0022.schedules")
+
+    assert public_tables(empty_database_url) == QUEUE_TABLES | CSV_TABLES
+    assert has_timeout_columns(empty_database_url) == {"jobs": True, "tasks": True}  # 0021's stay
 
 
 def test_rolling_back_the_task_timeouts_migration_drops_its_columns(empty_database_url):

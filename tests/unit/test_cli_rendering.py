@@ -231,6 +231,15 @@ def test_a_scheduled_jobs_detail_says_when_it_may_start():
     assert "not before" not in tables.job_detail(job())
 
 
+def test_a_dependent_jobs_detail_names_the_jobs_it_depends_on():
+    ids = ["6f1c1a1e-0000-4000-8000-000000000001", "6f1c1a1e-0000-4000-8000-000000000002"]
+
+    detail = tables.job_detail(job(status="queued", depends_on=ids))
+
+    assert f"\ndepends on  {ids[0]}, {ids[1]}\n" in detail
+    assert "depends on" not in tables.job_detail(job(depends_on=[]))
+
+
 def test_a_timed_jobs_detail_names_its_timeout_and_a_running_chunk_its_deadline():
     running = chunk(2, "leased", deadline="2026-01-02T03:05:00+00:00")
 

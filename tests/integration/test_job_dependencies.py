@@ -1,0 +1,317 @@
+"""Job dependencies: a manifest job's tasks wait until every job it names has succeeded, and it
+fails when one of them fails or is cancelled; nothing is written for a job that names a job it
+cannot wait for."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.integration.csv_worker import upload
+from tests.integration.manifests import WORKER, manifest, result_body
+
+
+@pytest.fixture
+def view(client, headers):
+    """GET a job as the user."""
+
+    def get(job: dict) -> dict:
+        return client.get(f"/api/v1/jobs/{job['id']}", headers=headers["user"]).get_json()
+
+    return get
+
+
+@pytest.fixture
+def fail(task_call):
+    """Fail a claimed task for good."""
+
+    def fail_for_good(claimed: dict) -> None:
+        body = {"worker_id": WORKER, "attempt": claimed["attempt"], "error_code": "boom"}
+        answer = task_call(claimed["task_id"], "failure", {**body, "retryable": False})
+        assert answer.status_code == 200, answer.get_json()
+
+    return fail_for_good
+
+
+def after(*jobs: dict, tasks: int = 1, **extra) -> dict:
+    """A manifest job depending on these jobs."""
+    return manifest(tasks, depends_on=[j["id"] for j in jobs], **extra)
+
+
+def job_ids(tasks: list[dict]) -> set[str]:
+    return {t["job_id"] for t in tasks}
+
+
+def test_a_dependent_jobs_tasks_wait_until_its_prerequisite_succeeds(
+    submit, claim, complete, view, client, headers
+):
+    first = submit(manifest(1))
+    then = submit(after(first, tasks=2))
+
+    [task] = claim(capacity=10)
+    assert task["job_id"] == first["id"]
+    assert claim(capacity=10) == []
+    complete(task)
+
+    released = claim(capacity=10)
+    assert job_ids(released) == {then["id"]} and len(released) == 2
+    assert then["depends_on"] == [first["id"]] and then["status"] == "queued"
+    assert view(first)["depends_on"] == []
+    feed = f"/api/v1/events?type=job.created&job_id={then['id']}"
+    [created] = client.get(feed, headers=headers["user"]).get_json()["events"]
+    assert created["payload"]["depends_on"] == [first["id"]]
+
+
+def test_a_job_waits_for_every_job_it_depends_on(submit, claim, complete):
+    a, b = submit(manifest(1)), submit(manifest(1))
+    joined = submit(after(a, b))
+    tasks = {t["job_id"]: t for t in claim(capacity=10)}
+
+    complete(tasks[a["id"]])
+    assert claim(capacity=10) == []
+    complete(tasks[b["id"]])
+
+    assert job_ids(claim(capacity=10)) == {joined["id"]}
+
+
+def test_a_job_whose_prerequisites_have_already_succeeded_runs_at_once(submit, claim, complete):
+    first = submit(manifest(1))
+    complete(claim()[0])
+
+    then = submit(after(first))
+
+    assert job_ids(claim()) == {then["id"]}
+
+
+def test_a_failed_prerequisite_fails_its_dependents_and_theirs(
+    submit, claim, fail, view, client, headers
+):
+    first = submit(manifest(1))
+    second = submit(after(first, tasks=3))
+    third = submit(after(second))
+
+    fail(claim()[0])
+
+    for job, cause in ((second, first), (third, second)):
+        failed = view(job)
+        assert failed["status"] == "failed"
+        assert failed["error"]["code"] == "dependency_failed"
+        assert failed["error"]["details"] == {"job_id": cause["id"], "status": "failed"}
+        assert failed["chunks_by_state"]["cancelled"] == failed["chunks_total"]
+    assert claim(capacity=10) == []
+    events = client.get("/api/v1/events?type=job.failed", headers=headers["user"]).get_json()
+    assert [e["job_id"] for e in events["events"]] == [first["id"], second["id"], third["id"]]
+
+
+def test_cancelling_a_prerequisite_fails_the_jobs_that_wait_for_it(submit, client, headers, view):
+    first = submit(manifest(1))
+    then = submit(after(first))
+
+    client.post(f"/api/v1/jobs/{first['id']}/cancel", headers=headers["user"])
+
+    failed = view(then)
+    assert failed["status"] == "failed"
+    assert failed["error"]["message"] == f"job {first['id']}, which it depends on, was cancelled"
+
+
+def test_a_cancelled_dependent_is_left_alone_when_its_prerequisite_succeeds(
+    submit, claim, complete, client, headers, view
+):
+    first = submit(manifest(1))
+    then = submit(after(first))
+    client.post(f"/api/v1/jobs/{then['id']}/cancel", headers=headers["user"])
+
+    complete(claim()[0])
+
+    assert view(then)["status"] == "cancelled" and claim() == []
+
+
+@pytest.mark.parametrize("ending", ["failed", "cancelled"])
+def test_depending_on_a_failed_or_cancelled_job_is_409_and_writes_nothing(
+    ending, submit, claim, fail, client, headers, db
+):
+    first = submit(manifest(1))
+    if ending == "failed":
+        fail(claim()[0])
+    else:
+        client.post(f"/api/v1/jobs/{first['id']}/cancel", headers=headers["user"])
+
+    answer = client.post("/api/v1/jobs", json=after(first), headers=headers["user"])
+
+    assert answer.status_code == 409
+    error = answer.get_json()["error"]
+    assert (error["code"], error["details"]) == (
+        "dependency_failed",
+        {"job_id": first["id"], "status": ending},
+    )
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 1
+
+
+def test_depending_on_a_job_that_is_not_the_callers_or_none_is_422_naming_each(
+    submit, client, headers, db
+):
+    mine = submit(manifest(1))
+    theirs = submit(manifest(1), as_="other")
+    body = manifest(1, depends_on=[mine["id"], theirs["id"], str(uuid.uuid4())])
+
+    answer = client.post("/api/v1/jobs", json=body, headers=headers["user"])
+
+    assert answer.status_code == 422
+    fields = answer.get_json()["error"]["details"]["fields"]["depends_on"]
+    assert fields == {"1": ["no job of yours has this id"], "2": ["no job of yours has this id"]}
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 2
+
+
+def test_an_operator_may_make_a_job_wait_for_anyones(submit, claim, complete):
+    theirs = submit(manifest(1))
+
+    then = submit(after(theirs), as_="operator")
+
+    complete(claim()[0])
+    assert job_ids(claim()) == {then["id"]}
+
+
+@pytest.mark.parametrize(
+    ("depends_on", "field", "message"),
+    [
+        (["not-a-uuid"], "0", "Not a valid UUID."),
+        (["6f1c1a1e-0000-4000-8000-000000000000"] * 2, "1", "this job is named twice"),
+        ([str(uuid.uuid4()) for _ in range(101)], None, "at most 100 jobs"),
+    ],
+    ids=["not an id", "named twice", "too many"],
+)
+def test_a_bad_depends_on_is_422_naming_it_and_writes_nothing(
+    depends_on, field, message, client, headers, db
+):
+    answer = client.post(
+        "/api/v1/jobs", json=manifest(1, depends_on=depends_on), headers=headers["user"]
+    )
+
+    assert answer.status_code == 422
+    fields = answer.get_json()["error"]["details"]["fields"]["depends_on"]
+    assert (fields[field] if field else fields) == [message]
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
+def test_retrying_a_dependent_waits_for_its_prerequisite_to_be_retried_first(
+    submit, claim, fail, complete, client, headers, view
+):
+    first = submit(manifest(1))
+    then = submit(after(first))
+    fail(claim()[0])
+
+    too_soon = client.post(f"/api/v1/jobs/{then['id']}/retry", headers=headers["user"])
+    client.post(f"/api/v1/jobs/{first['id']}/retry", headers=headers["user"])
+    retried = client.post(f"/api/v1/jobs/{then['id']}/retry", headers=headers["user"])
+
+    assert too_soon.status_code == 409
+    assert too_soon.get_json()["error"]["code"] == "dependency_failed"
+    assert retried.status_code == 200 and retried.get_json()["status"] == "queued"
+    [task] = claim(capacity=10)
+    assert task["job_id"] == first["id"]
+    complete(task)
+    assert job_ids(claim(capacity=10)) == {then["id"]}
+
+
+def test_a_dependent_that_is_also_scheduled_waits_for_both(submit, claim, complete, db):
+    first = submit(manifest(1))
+    later = datetime.now(UTC) + timedelta(hours=1)
+    then = submit(after(first, not_before=later.isoformat()))
+
+    complete(claim()[0])
+
+    assert claim() == []
+    row = db.execute("SELECT not_before FROM tasks WHERE job_id = %s", (then["id"],)).fetchone()
+    assert row["not_before"] == later
+
+
+def test_a_waiting_jobs_chunks_show_no_start_time_and_count_as_waiting(submit, client, headers):
+    first = submit(manifest(1))
+    then = submit(after(first, tasks=2))
+
+    chunks = client.get(f"/api/v1/jobs/{then['id']}/chunks", headers=headers["user"]).get_json()
+    queue = client.get("/api/v1/queue", headers=headers["operator"]).get_json()
+
+    assert [c["not_before"] for c in chunks["chunks"]] == [None, None]
+    assert queue["waiting"] == {"echo": 2}
+
+
+def test_an_idempotent_replay_returns_the_dependent_job_even_after_its_prerequisite_failed(
+    submit, claim, fail, client, headers
+):
+    first = submit(manifest(1))
+    keyed = {**headers["user"], "Idempotency-Key": "after-first"}
+    created = client.post("/api/v1/jobs", json=after(first), headers=keyed)
+    fail(claim()[0])
+
+    replayed = client.post("/api/v1/jobs", json=after(first), headers=keyed)
+    changed = client.post("/api/v1/jobs", json=manifest(1), headers=keyed)
+
+    assert (created.status_code, replayed.status_code) == (201, 200)
+    assert replayed.get_json()["id"] == created.get_json()["id"]
+    assert changed.status_code == 409  # the same key without depends_on is another request
+
+
+def test_a_manifest_job_may_wait_for_a_csv_job(client, headers, worker, submit, claim):
+    csv_job = upload(client, headers["user"], b"value\n1\n2\n3\n", chunks=1).get_json()
+    then = submit(after(csv_job))
+    assert claim() == []
+
+    worker.drain()
+
+    assert job_ids(claim()) == {then["id"]}
+
+
+def test_a_schedules_job_may_not_depend_on_jobs(submit, client, headers, db):
+    first = submit(manifest(1))
+    body = {"cron": "@daily", "job": after(first)}
+
+    answer = client.put("/api/v1/schedules/nightly", json=body, headers=headers["user"])
+
+    assert answer.status_code == 422
+    assert answer.get_json()["error"]["details"]["fields"] == {
+        "job": {"depends_on": ["a schedule's runs depend on no job"]}
+    }
+    assert db.execute("SELECT count(*) AS n FROM schedules").fetchone()["n"] == 0
+
+
+def test_prerequisites_finishing_at_once_never_leave_their_dependent_waiting(
+    app, submit, claim, headers, db
+):
+    rounds = 15
+    pairs = []
+    for _ in range(rounds):
+        a, b = submit(manifest(1)), submit(manifest(1))
+        pairs.append((a, b, submit(after(a, b))))
+    leased = {t["job_id"]: t for t in claim(capacity=2 * rounds)}
+    assert len(leased) == 2 * rounds
+
+    for a, b, _ in pairs:
+        start = threading.Barrier(2)
+
+        def finish(job: dict, start: threading.Barrier = start) -> None:
+            task = leased[job["id"]]
+            client = app.test_client()
+            start.wait()
+            answer = client.post(
+                f"/api/v1/tasks/{task['task_id']}/result",
+                json=result_body(task),
+                headers=headers["worker"],
+            )
+            assert answer.status_code == 200
+
+        threads = [threading.Thread(target=finish, args=(job,)) for job in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    waiting = db.execute(
+        "SELECT count(*) AS n FROM tasks WHERE job_id = ANY(%s) AND not_before IS NOT NULL",
+        ([uuid.UUID(d["id"]) for _, _, d in pairs],),
+    ).fetchone()["n"]
+    assert waiting == 0
+    assert job_ids(claim(capacity=2 * rounds)) == {d["id"] for _, _, d in pairs}
