@@ -202,6 +202,18 @@ def submit(cli: Invocation, args: argparse.Namespace) -> int:
     return print_or_follow(cli, cli.call(upload), args, show_detail=False)
 
 
+def enqueue(cli: Invocation, args: argparse.Namespace) -> int:
+    """Submit a manifest job (its JSON in FILE) and print its id; with --wait, follow it."""
+    job = dict(args.job)
+    if args.after:
+        job["depends_on"] = [*job.get("depends_on", []), *args.after]
+    # As submit's: named by what is asked, so re-running the command finds its job.
+    canonical = json.dumps(job, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    key = args.idempotency_key or KEY_PREFIX + hashlib.sha256(canonical.encode()).hexdigest()
+    submitted = cli.call(cli.client.submit_job, job, idempotency_key=key)
+    return print_or_follow(cli, submitted, args, show_detail=True)
+
+
 def print_or_follow(
     cli: Invocation, job: dict, args: argparse.Namespace, *, show_detail: bool
 ) -> int:
@@ -539,6 +551,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--label", type=label_pair, action="append", metavar="KEY=VALUE", help="repeatable"
     )
     sub.add_argument("--wait", action="store_true", help="follow the job and print its result")
+    sub.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+
+    sub = command("enqueue", enqueue, "submit a manifest job for your own workers")
+    sub.add_argument(
+        "job", type=json_file, metavar="FILE", help="the manifest job (JSON; - for stdin)"
+    )
+    sub.add_argument(
+        "--after",
+        type=uuid_text,
+        action="append",
+        metavar="JOB",
+        help="run it once this job has succeeded (repeatable; added to its depends_on)",
+    )
+    sub.add_argument(
+        "--idempotency-key", help="default: derived from the job's JSON, as submit's is"
+    )
+    sub.add_argument("--wait", action="store_true", help="follow the job until it finishes")
     sub.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
 
     sub = command("status", status, "show a job")

@@ -374,6 +374,16 @@ class CoordinatorClient:
             timeout=UPLOAD_TIMEOUT,
         )
 
+    def submit_job(self, job: dict, *, idempotency_key: str, trace_id: str | None = None) -> dict:
+        """Submit a manifest job (as POST /api/v1/jobs takes its JSON); return the job."""
+        return self._request(
+            "POST",
+            "/api/v1/jobs",
+            json=job,
+            headers={"Idempotency-Key": idempotency_key},
+            trace_id=trace_id,
+        )
+
     def get_job(self, job_id: str, *, trace_id: str | None = None) -> dict:
         """A job's aggregate status, progress, and result or error."""
         return self._request("GET", f"/api/v1/jobs/{_segment(job_id)}", trace_id=trace_id)

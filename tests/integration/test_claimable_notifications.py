@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from uuid import UUID
+
 import psycopg
 import pytest
 
 from repositories import channels
+from repositories import tasks as task_rows
 from tests.integration.manifests import WORKER, manifest
 
 
@@ -111,3 +114,20 @@ def test_a_batch_of_results_announces_its_job_and_a_claimable_change_once(
     arrived = notifications()
     assert arrived.count((channels.JOB_CHANGED, job["id"])) == 1
     assert [c for c, _ in arrived].count(channels.CLAIMABLE) == 1
+
+
+def test_tasks_let_go_when_their_jobs_prerequisites_succeed_are_announced(
+    submit, claim, rt, announcements
+):
+    first = submit(manifest(1))
+    waiting = submit(manifest(2, depends_on=[first["id"]]))
+    claim(WORKER)
+    with rt.pool.connection() as conn:
+        conn.execute("UPDATE jobs SET status = 'succeeded' WHERE id = %s", (first["id"],))
+    announcements()
+
+    with rt.pool.connection() as conn:
+        # No task changes status here, so no trigger speaks: the release must.
+        assert task_rows.release_blocked(conn, [UUID(waiting["id"])]) == 2
+
+    assert announcements() == 1
