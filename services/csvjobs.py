@@ -355,5 +355,5 @@ class CsvStats(Workload):
             payload={"result": totals.to_dict()},
             trace_id=job.trace_id,
         )
-        settlement.finished(conn, job)
+        settlement.settle_dependents(conn, job)
         return job

@@ -468,7 +468,7 @@ def cancel_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str
             return _view(conn, job)
         job = job_rows.set_status(conn, job.id, "cancelled")
         _record_user_action(conn, principal, job, "job.cancelled", "job.cancel", trace_id)
-        settlement.finished(conn, job)
+        settlement.settle_dependents(conn, job)
         view = _view(conn, job)
     logger.info("job cancelled", extra={"event": "job_cancelled", "job_id": str(job_id)})
     return view

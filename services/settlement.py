@@ -61,7 +61,7 @@ def _finish(conn: Connection, job: Job, rules: Workload) -> Job:
         payload={},
         trace_id=job.trace_id,
     )
-    finished(conn, job)
+    settle_dependents(conn, job)
     return job
 
 
@@ -128,11 +128,11 @@ def _fail(conn: Connection, job: Job, error: dict, partial: dict | None) -> Job:
         "job failed",
         extra={"event": "job_failed", "job_id": str(job.id), "error_code": error["code"]},
     )
-    finished(conn, job)
+    settle_dependents(conn, job)
     return job
 
 
-def finished(conn: Connection, job: Job) -> None:
+def settle_dependents(conn: Connection, job: Job) -> None:
     """Tell the jobs that depend on this one, which has just finished: release the tasks of
     those whose every prerequisite has now succeeded, or fail them all if it did not succeed.
 
