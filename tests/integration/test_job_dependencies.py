@@ -315,3 +315,53 @@ def test_prerequisites_finishing_at_once_never_leave_their_dependent_waiting(
     ).fetchone()["n"]
     assert waiting == 0
     assert job_ids(claim(capacity=2 * rounds)) == {d["id"] for _, _, d in pairs}
+
+
+def test_a_dependent_retried_as_its_prerequisite_succeeds_never_waits_for_good(
+    app, submit, claim, fail, client, headers, db
+):
+    rounds = 40
+    pairs = []
+    for _ in range(rounds):
+        first = submit(manifest(1))
+        pairs.append((first, submit(after(first))))
+    for task in claim(capacity=rounds):
+        fail(task)  # each first job fails, and its dependent with it
+    for first, _ in pairs:
+        client.post(f"/api/v1/jobs/{first['id']}/retry", headers=headers["user"])
+    leased = {t["job_id"]: t for t in claim(capacity=rounds)}
+    answers = []
+
+    for first, then in pairs:
+        start = threading.Barrier(2)
+
+        def succeed(task=leased[first["id"]], start=start) -> None:
+            own = app.test_client()
+            start.wait()
+            answer = own.post(
+                f"/api/v1/tasks/{task['task_id']}/result",
+                json=result_body(task),
+                headers=headers["worker"],
+            )
+            answers.append(answer.status_code)
+
+        def retry(job=then, start=start) -> None:
+            own = app.test_client()
+            start.wait()
+            answers.append(
+                own.post(f"/api/v1/jobs/{job['id']}/retry", headers=headers["user"]).status_code
+            )
+
+        threads = [threading.Thread(target=succeed), threading.Thread(target=retry)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    stuck = db.execute(
+        "SELECT count(*) AS n FROM tasks WHERE job_id = ANY(%s) AND not_before IS NOT NULL",
+        ([uuid.UUID(then["id"]) for _, then in pairs],),
+    ).fetchone()["n"]
+    assert answers == [200] * (2 * rounds)
+    assert stuck == 0
+    assert job_ids(claim(capacity=rounds)) == {then["id"] for _, then in pairs}
