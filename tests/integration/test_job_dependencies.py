@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -278,6 +279,43 @@ def test_a_schedules_job_may_not_depend_on_jobs(submit, client, headers, db):
     assert db.execute("SELECT count(*) AS n FROM schedules").fetchone()["n"] == 0
 
 
+def at_once(*calls: Callable[[], int]) -> list[int]:
+    """Run the calls in threads released together; what each returned, in order."""
+    start = threading.Barrier(len(calls))
+    results: list[int] = [0] * len(calls)
+
+    def run(index: int, call: Callable[[], int]) -> None:
+        start.wait()
+        results[index] = call()
+
+    threads = [threading.Thread(target=run, args=pair) for pair in enumerate(calls)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def posting(app, path: str, headers: dict, body: dict | None = None) -> Callable[[], int]:
+    """A POST to make later, on a test client of its own (one per thread); its status."""
+    return lambda: app.test_client().post(path, json=body, headers=headers).status_code
+
+
+def result_of(app, headers: dict, task: dict) -> Callable[[], int]:
+    """The worker's result for a leased task, to post later."""
+    path = f"/api/v1/tasks/{task['task_id']}/result"
+    return posting(app, path, headers["worker"], result_body(task))
+
+
+def still_waiting(db, jobs: list[dict]) -> int:
+    """How many of these jobs' tasks still wait (for prerequisites, or a time)."""
+    ids = [uuid.UUID(job["id"]) for job in jobs]
+    return db.execute(
+        "SELECT count(*) AS n FROM tasks WHERE job_id = ANY(%s) AND not_before IS NOT NULL",
+        (ids,),
+    ).fetchone()["n"]
+
+
 def test_prerequisites_finishing_at_once_never_leave_their_dependent_waiting(
     app, submit, claim, headers, db
 ):
@@ -287,34 +325,17 @@ def test_prerequisites_finishing_at_once_never_leave_their_dependent_waiting(
         a, b = submit(manifest(1)), submit(manifest(1))
         pairs.append((a, b, submit(after(a, b))))
     leased = {t["job_id"]: t for t in claim(capacity=2 * rounds)}
-    assert len(leased) == 2 * rounds
+    answers = []
 
     for a, b, _ in pairs:
-        start = threading.Barrier(2)
+        answers += at_once(
+            result_of(app, headers, leased[a["id"]]), result_of(app, headers, leased[b["id"]])
+        )
 
-        def finish(job: dict, start: threading.Barrier = start) -> None:
-            task = leased[job["id"]]
-            client = app.test_client()
-            start.wait()
-            answer = client.post(
-                f"/api/v1/tasks/{task['task_id']}/result",
-                json=result_body(task),
-                headers=headers["worker"],
-            )
-            assert answer.status_code == 200
-
-        threads = [threading.Thread(target=finish, args=(job,)) for job in (a, b)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    waiting = db.execute(
-        "SELECT count(*) AS n FROM tasks WHERE job_id = ANY(%s) AND not_before IS NOT NULL",
-        ([uuid.UUID(d["id"]) for _, _, d in pairs],),
-    ).fetchone()["n"]
-    assert waiting == 0
-    assert job_ids(claim(capacity=2 * rounds)) == {d["id"] for _, _, d in pairs}
+    dependents = [d for _, _, d in pairs]
+    assert answers == [200] * (2 * rounds)
+    assert still_waiting(db, dependents) == 0
+    assert job_ids(claim(capacity=2 * rounds)) == {d["id"] for d in dependents}
 
 
 def test_a_dependent_retried_as_its_prerequisite_succeeds_never_waits_for_good(
@@ -333,35 +354,12 @@ def test_a_dependent_retried_as_its_prerequisite_succeeds_never_waits_for_good(
     answers = []
 
     for first, then in pairs:
-        start = threading.Barrier(2)
+        answers += at_once(
+            result_of(app, headers, leased[first["id"]]),
+            posting(app, f"/api/v1/jobs/{then['id']}/retry", headers["user"]),
+        )
 
-        def succeed(task=leased[first["id"]], start=start) -> None:
-            own = app.test_client()
-            start.wait()
-            answer = own.post(
-                f"/api/v1/tasks/{task['task_id']}/result",
-                json=result_body(task),
-                headers=headers["worker"],
-            )
-            answers.append(answer.status_code)
-
-        def retry(job=then, start=start) -> None:
-            own = app.test_client()
-            start.wait()
-            answers.append(
-                own.post(f"/api/v1/jobs/{job['id']}/retry", headers=headers["user"]).status_code
-            )
-
-        threads = [threading.Thread(target=succeed), threading.Thread(target=retry)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    stuck = db.execute(
-        "SELECT count(*) AS n FROM tasks WHERE job_id = ANY(%s) AND not_before IS NOT NULL",
-        ([uuid.UUID(then["id"]) for _, then in pairs],),
-    ).fetchone()["n"]
+    dependents = [then for _, then in pairs]
     assert answers == [200] * (2 * rounds)
-    assert stuck == 0
-    assert job_ids(claim(capacity=rounds)) == {then["id"] for _, then in pairs}
+    assert still_waiting(db, dependents) == 0
+    assert job_ids(claim(capacity=rounds)) == {then["id"] for then in dependents}
