@@ -37,6 +37,12 @@ HOSTILE_LABEL = "<script>alert('label')</script><img src=x onerror=alert('img')>
 VIEWPORT = {"width": 1280, "height": 860}
 # Manifest jobs of the `echo` workload are admitted; no worker here serves them.
 ECHO_ALLOWED = {**FAST, "CHUNKWISE_ALLOWED_WORKLOADS": "echo"}
+ECHO_JOB = {
+    "workload": "echo",
+    "input_uri": "s3://in/",
+    "parameters": {},
+    "tasks": [{"input_uri": "s3://in/0", "input_sha256": "0" * 64}],
+}
 
 
 @pytest.fixture(scope="module")
@@ -285,14 +291,8 @@ def test_long_unbroken_text_does_not_widen_the_job_page_or_the_list(stack, dashb
 @pytest.mark.parametrize("stack_env", [ECHO_ALLOWED], ids=["echo jobs allowed"])
 def test_a_user_pauses_and_deletes_a_schedule_from_its_page(stack, dashboard):
     user = stack.api(stack.tokens.user)
-    job = {
-        "workload": "echo",
-        "input_uri": "s3://in/",
-        "parameters": {},
-        "tasks": [{"input_uri": "s3://in/0", "input_sha256": "0" * 64}],
-    }
     for name, cron in (("nightly", "0 3 * * *"), ("hourly", "@hourly")):
-        body = {"cron": cron, "job": job}
+        body = {"cron": cron, "job": ECHO_JOB}
         answer = user.put(f"{stack.url}/api/v1/schedules/{name}", json=body, timeout=10)
         assert answer.status_code == 201, answer.text
     page = dashboard.sign_in(stack.tokens.user)
@@ -315,13 +315,10 @@ def test_a_user_pauses_and_deletes_a_schedule_from_its_page(stack, dashboard):
 @pytest.mark.parametrize("stack_env", [ECHO_ALLOWED], ids=["echo jobs allowed"])
 def test_an_operator_pauses_another_users_schedule_from_its_page(stack, dashboard):
     user = stack.api(stack.tokens.user)
-    job = {
-        "workload": "echo",
-        "input_uri": "s3://in/",
-        "tasks": [{"input_uri": "s3://in/0", "input_sha256": "0" * 64}],
-    }
     answer = user.put(
-        f"{stack.url}/api/v1/schedules/nightly", json={"cron": "@daily", "job": job}, timeout=10
+        f"{stack.url}/api/v1/schedules/nightly",
+        json={"cron": "@daily", "job": ECHO_JOB},
+        timeout=10,
     )
     assert answer.status_code == 201, answer.text
     page = dashboard.sign_in(stack.tokens.operator)
