@@ -181,23 +181,32 @@ def lock_prerequisites(conn: Connection, ids: Sequence[UUID], owner_id: int | No
     return [from_row(Job, r) for r in rows]
 
 
-def statuses(conn: Connection, ids: Collection[UUID]) -> dict[UUID, str]:
-    """These jobs' statuses (a job retention deleted is left out)."""
+def statuses(
+    conn: Connection, ids: Collection[UUID], owner_id: int | None = None
+) -> dict[UUID, str]:
+    """These jobs' statuses, the owner's only (None: anyone's); a job retention deleted is
+    left out."""
     rows = conn.execute(
-        "SELECT id, status FROM jobs WHERE id = ANY(%(ids)s)", {"ids": list(ids)}
+        """
+        SELECT id, status FROM jobs
+        WHERE id = ANY(%(ids)s) AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
+        """,
+        {"ids": list(ids), "owner": owner_id},
     ).fetchall()
     return {r["id"]: r["status"] for r in rows}
 
 
-def dependents(conn: Connection, job_id: UUID) -> list[UUID]:
-    """The jobs that depend on this one, finished or not, in id order (jobs_dependents_idx)."""
+def dependents(conn: Connection, job_id: UUID, limit: int | None = None) -> list[UUID]:
+    """The jobs that depend on this one, finished or not, in id order (jobs_dependents_idx);
+    the first `limit` of them if given."""
     rows = conn.execute(
         """
         SELECT id FROM jobs
         WHERE depends_on IS NOT NULL AND depends_on @> ARRAY[%(id)s]::uuid[]
         ORDER BY id
+        LIMIT %(limit)s
         """,
-        {"id": job_id},
+        {"id": job_id, "limit": limit},
     ).fetchall()
     return [r["id"] for r in rows]
 

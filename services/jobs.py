@@ -400,6 +400,27 @@ def _read_view(rt: Runtime, principal: Principal, job_id: UUID) -> JobView:
         return _view(conn, visible_job(conn, principal, job_id))
 
 
+@dataclass(frozen=True)
+class RelatedJobs:
+    """The jobs a job waits for and those waiting for it that the caller may see, by id,
+    with their statuses, in id order."""
+
+    depends_on: dict[UUID, str]
+    needed_by: dict[UUID, str]
+
+
+def related_jobs(rt: Runtime, principal: Principal, job: Job, *, limit: int) -> RelatedJobs:
+    """The visible jobs a job depends on, and up to `limit` of those depending on it."""
+    owner = None if principal.is_operator else principal.user_id
+    with rt.pool.connection() as conn:
+        needed_by = job_rows.dependents(conn, job.id, limit=limit)
+        known = job_rows.statuses(conn, [*(job.depends_on or []), *needed_by], owner)
+    return RelatedJobs(
+        depends_on={i: known[i] for i in sorted(job.depends_on or []) if i in known},
+        needed_by={i: known[i] for i in needed_by if i in known},
+    )
+
+
 def visible_job(
     conn: Connection, principal: Principal, job_id: UUID, *, for_update: bool = False
 ) -> Job:

@@ -60,6 +60,8 @@ PAGE_SIZE = 50
 # A job's page shows this many chunks at a time: it is redrawn every few seconds while the
 # job runs, and a manifest job may have 10,000.
 CHUNKS_SHOWN = 100
+# And this many of the jobs waiting for it: a fan-out may have thousands.
+RELATED_SHOWN = 100
 # The job list's filters, under the names its form gives them.
 FILTER_FIELDS = {
     "status": "Status",
@@ -226,6 +228,7 @@ def job_page(job_id: UUID):
     after = CHUNK_PAGE_QUERY.load(input_rules.single_values(request.args))["after"]
     view = jobs.get_job(rt, g.principal, job_id)
     chunk_views = chunks.list_chunks(rt, g.principal, job_id, after_index=after, limit=CHUNKS_SHOWN)
+    related = jobs.related_jobs(rt, g.principal, view.job, limit=RELATED_SHOWN)
     shown = JOB.dump(view)
     # Only a hint for which buttons to draw: the service decides whether a retry may happen.
     unrecoverable = (view.job.error or {}).get("code") in jobs.UNRECOVERABLE_ERRORS
@@ -241,6 +244,8 @@ def job_page(job_id: UUID):
         can_retry=view.job.status == "failed" and not unrecoverable,
         partial_result=shown["partial_result"],
         input_digest=shown["input_digest"],
+        related=related,
+        more_related=len(related.needed_by) == RELATED_SHOWN,
     )
 
 

@@ -567,10 +567,25 @@ def test_a_dependent_jobs_page_links_its_prerequisites_and_says_its_chunks_wait(
     browser = sign_in("user")
 
     page = browser.get(f"/ui/jobs/{then['id']}").text
+    before = browser.get(f"/ui/jobs/{first['id']}").text
 
-    assert f'<a href="/ui/jobs/{first["id"]}"><code>{first["id"]}</code></a>' in page
+    link = f'<a href="/ui/jobs/{first["id"]}"><code>{first["id"]}</code></a>'
+    assert f'<td id="depends-on">{link} <span class="status status-queued">queued</span>' in page
     assert chunk_row(page, 0)[1] == "pending waits for the jobs it depends on"
-    assert 'id="depends-on"' not in browser.get(f"/ui/jobs/{first['id']}").text
+    assert 'id="depends-on"' not in before
+    assert f'<td id="needed-by"><a href="/ui/jobs/{then["id"]}">' in before
+    assert 'id="needed-by"' not in page
+
+
+def test_a_jobs_page_shows_only_the_related_jobs_the_viewer_may_see(sign_in, submit):
+    first = submit(manifest(1))
+    theirs = submit(manifest(1, depends_on=[first["id"]]), as_="operator")
+
+    as_owner = sign_in("user").get(f"/ui/jobs/{first['id']}").text
+    as_operator = sign_in("operator").get(f"/ui/jobs/{first['id']}").text
+
+    assert 'id="needed-by"' not in as_owner
+    assert f'<td id="needed-by"><a href="/ui/jobs/{theirs["id"]}">' in as_operator
 
 
 def test_a_timed_jobs_page_shows_its_timeout_and_a_running_chunk_its_deadline(
