@@ -333,6 +333,29 @@ def test_an_operator_pauses_another_users_schedule_from_its_page(stack, dashboar
     dashboard.assert_no_script_errors()
 
 
+@pytest.mark.parametrize("stack_env", [ECHO_ALLOWED], ids=["echo jobs allowed"])
+def test_a_pipelines_steps_link_to_each_other_on_their_pages(stack, dashboard):
+    user = stack.api(stack.tokens.user)
+
+    def submit(body: dict) -> dict:
+        answer = user.post(f"{stack.url}/api/v1/jobs", json=body, timeout=10)
+        assert answer.status_code == 201, answer.text
+        return answer.json()
+
+    extract, load = submit(ECHO_JOB), submit(ECHO_JOB)
+    report = submit({**ECHO_JOB, "depends_on": [extract["id"], load["id"]]})
+    page = dashboard.sign_in(stack.tokens.user)
+    page.goto(f"{stack.url}/ui/jobs/{report['id']}")
+
+    expect(page.locator("#depends-on a")).to_have_count(2)
+    expect(page.locator("tr[data-chunk='0']")).to_contain_text("waits for the jobs it depends on")
+    dashboard.shoot(page, "job-dependencies")
+    page.locator("#depends-on a").first.click()
+
+    expect(page.locator("#needed-by a")).to_have_text(report["id"])
+    dashboard.assert_no_script_errors()
+
+
 def test_a_killed_workers_attempt_shows_as_expired_on_the_timeline(stack, jobs, dashboard):
     job = jobs.submit(generate_csv(20_000, seed=24), 4)
     stack.start_worker(
