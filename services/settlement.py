@@ -4,6 +4,7 @@ the jobs that depend on one that finished."""
 from __future__ import annotations
 
 import logging
+from collections import deque
 
 from psycopg import Connection
 
@@ -106,8 +107,11 @@ def fail_for_task(conn: Connection, job: Job, cause: Task, rules: Workload) -> J
 
 
 def fail_with_error(conn: Connection, job: Job, error: dict, rules: Workload) -> Job:
-    """Fail a locked job with this error, cancelling what is left and keeping a partial result."""
-    return _fail(conn, job, error, rules.partial_result(conn, job))
+    """Fail a locked job with this error, cancelling what is left and keeping a partial result;
+    and the jobs that depend on it."""
+    job = _fail(conn, job, error, rules.partial_result(conn, job))
+    settle_dependents(conn, job)
+    return job
 
 
 def _fail(conn: Connection, job: Job, error: dict, partial: dict | None) -> Job:
@@ -128,36 +132,39 @@ def _fail(conn: Connection, job: Job, error: dict, partial: dict | None) -> Job:
         "job failed",
         extra={"event": "job_failed", "job_id": str(job.id), "error_code": error["code"]},
     )
-    settle_dependents(conn, job)
     return job
 
 
 def settle_dependents(conn: Connection, job: Job) -> None:
     """Tell the jobs that depend on this one, which has just finished: release the tasks of
-    those whose every prerequisite has now succeeded, or fail them all if it did not succeed.
+    those whose every prerequisite has now succeeded, or, if it did not succeed, fail them
+    and theirs in turn (a loop, not a recursion: a pipeline may be thousands of steps long).
 
     Each dependent's turn is taken first, in id order, as a retry of it takes it: whichever
     comes second sees what the first committed. The statuses of its other prerequisites are
     read after the turn, in a statement of its own, so two prerequisites finishing at once
     cannot each see the other unfinished and leave it waiting for good.
     """
-    dependents = job_rows.dependents(conn, job.id)
-    for dependent_id in dependents:
-        locks.take_turn(conn, locks.DEPENDENTS, str(dependent_id))
-    if job.status == "succeeded":
-        if dependents:
-            task_rows.release_blocked(conn, dependents)
-        return
-    error = {
-        "code": "dependency_failed",
-        "message": f"job {job.id}, which it depends on, {_ended(job.status)}",
-        "details": {"job_id": str(job.id), "status": job.status},
-    }
-    for dependent_id in dependents:
-        dependent = job_rows.get(conn, dependent_id, owner_id=None, for_update=True)
-        if dependent is not None and dependent.status in ("queued", "running"):
-            # Only manifest jobs depend on others, and they keep no partial result.
-            _fail(conn, dependent, error, partial=None)
+    finished = deque([job])
+    while finished:
+        cause = finished.popleft()
+        dependents = job_rows.dependents(conn, cause.id)
+        for dependent_id in dependents:
+            locks.take_turn(conn, locks.DEPENDENTS, str(dependent_id))
+        if cause.status == "succeeded":
+            if dependents:
+                task_rows.release_blocked(conn, dependents)
+            continue
+        error = {
+            "code": "dependency_failed",
+            "message": f"job {cause.id}, which it depends on, {_ended(cause.status)}",
+            "details": {"job_id": str(cause.id), "status": cause.status},
+        }
+        for dependent_id in dependents:
+            dependent = job_rows.get(conn, dependent_id, owner_id=None, for_update=True)
+            if dependent is not None and dependent.status in ("queued", "running"):
+                # Only manifest jobs depend on others, and they keep no partial result.
+                finished.append(_fail(conn, dependent, error, partial=None))
 
 
 def _ended(status: str) -> str:

@@ -107,6 +107,20 @@ def test_a_failed_prerequisite_fails_its_dependents_and_theirs(
     assert [e["job_id"] for e in events["events"]] == [first["id"], second["id"], third["id"]]
 
 
+def test_a_failure_at_the_head_of_a_long_pipeline_fails_every_step(submit, claim, fail, db):
+    steps = [submit(manifest(1))]
+    for _ in range(600):  # deeper than a recursion of two frames a step could go
+        steps.append(submit(after(steps[-1])))
+
+    fail(claim()[0])
+
+    failed = db.execute(
+        "SELECT count(*) AS n FROM jobs WHERE status = 'failed' AND error->>'code' = %s",
+        ("dependency_failed",),
+    ).fetchone()["n"]
+    assert failed == 600
+
+
 def test_cancelling_a_prerequisite_fails_the_jobs_that_wait_for_it(submit, client, headers, view):
     first = submit(manifest(1))
     then = submit(after(first))
