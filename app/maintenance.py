@@ -115,8 +115,11 @@ def start(app: Flask, interval: float) -> threading.Thread:
             run_in = seconds_until_next_run(runtime) if went_through else None
             if run_in is not None and run_in < wait:
                 wait = run_in + RUN_TIME_MARGIN
-            if runtime.stopping.wait(wait):
-                return
+            if runtime.schedules_changed.wait(wait):
+                # A schedule put here may run before either: look again (or stop).
+                runtime.schedules_changed.clear()
+                went_through = True
+                continue
             if time.monotonic() >= next_pass:
                 went_through = run_one_pass(runtime, failures)
                 next_pass = time.monotonic() + interval

@@ -116,6 +116,7 @@ def _warn_about_storage(settings: Settings, *, fatal: bool) -> None:
 def close(runtime: Runtime) -> None:
     """Stop the maintenance loop and the listener, then close the pool (graceful shutdown)."""
     runtime.stopping.set()
+    runtime.schedules_changed.set()
     runtime.wakeups.stop()
     runtime.pool.close()
 

@@ -56,3 +56,6 @@ class Runtime:
     temp_dir: Path
     # Set on shutdown: the maintenance loop ends its waiting instead of its next pass.
     stopping: threading.Event = field(default_factory=threading.Event)
+    # Set when this process puts or resumes a schedule, and on shutdown: the maintenance
+    # thread, asleep until its next pass or scheduled run, looks again.
+    schedules_changed: threading.Event = field(default_factory=threading.Event)

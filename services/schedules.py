@@ -145,6 +145,7 @@ def put_schedule(
             },
             trace_id=trace_id,
         )
+    rt.schedules_changed.set()
     return schedule, created
 
 
@@ -191,6 +192,7 @@ def pause_schedule(
             details={"name": name, "owner": whose.name},
             trace_id=trace_id,
         )
+    rt.schedules_changed.set()
     return changed
 
 

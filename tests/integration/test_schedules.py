@@ -4,6 +4,7 @@ run exactly once however many coordinators run passes, and every bad field named
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -349,20 +350,63 @@ def test_a_user_may_name_themselves_as_owner(put, client, headers):
     assert (answer.status_code, answer.get_json()["name"]) == (200, "nightly")
 
 
-def test_a_coordinator_submits_a_run_at_its_time_not_at_its_next_pass(app, rt, put, db):
+@pytest.fixture
+def maintenance_thread(app, rt):
+    """Start the app's maintenance thread, passes `interval` seconds apart; stopped at the
+    end as a shutdown stops it, which the test requires to be prompt."""
+    started = []
+    yield lambda interval: started.append(maintenance.start(app, interval))
+    rt.stopping.set()
+    rt.schedules_changed.set()
+    for thread in started:
+        thread.join(timeout=5)
+        assert not thread.is_alive()
+
+
+def first_job(db) -> dict:
+    """The first job a run submits, once there is one."""
+    return wait_for(lambda: db.execute("SELECT created_at FROM jobs").fetchone(), timeout=10)
+
+
+def test_a_coordinator_submits_a_run_at_its_time_not_at_its_next_pass(maintenance_thread, put, db):
     put("nightly")
     db.execute("UPDATE schedules SET next_run_at = now() + interval '1 second'")
     slot = schedule_row(db, "nightly")["next_run_at"]
 
-    thread = maintenance.start(app, interval=60)  # its first pass a minute away
-    try:
-        job = wait_for(lambda: db.execute("SELECT created_at FROM jobs").fetchone(), timeout=10)
-    finally:
-        rt.stopping.set()
-        thread.join(timeout=10)
+    maintenance_thread(60)  # its first pass a minute away
 
-    assert timedelta(0) <= job["created_at"] - slot < timedelta(seconds=1)
+    assert timedelta(0) <= first_job(db)["created_at"] - slot < timedelta(seconds=1)
     assert schedule_row(db, "nightly")["last_run_at"] == slot
+
+
+def test_a_sleeping_maintenance_thread_told_of_a_schedule_change_looks_again(
+    maintenance_thread, rt, put, db
+):
+    maintenance_thread(60)  # nothing to run: asleep for a minute
+    time.sleep(0.3)
+    put("nightly")
+    # As if the schedule just put ran in a second (a cron's finest step is a minute).
+    db.execute("UPDATE schedules SET next_run_at = now() + interval '1 second'")
+
+    rt.schedules_changed.set()
+
+    assert first_job(db)
+
+
+def test_putting_or_resuming_a_schedule_tells_this_processs_maintenance_thread(
+    rt, put, client, headers
+):
+    told = []
+    for call in (
+        lambda: put("nightly"),
+        lambda: client.post("/api/v1/schedules/nightly/pause", headers=headers["user"]),
+        lambda: client.post("/api/v1/schedules/nightly/resume", headers=headers["user"]),
+    ):
+        rt.schedules_changed.clear()
+        call()
+        told.append(rt.schedules_changed.is_set())
+
+    assert told == [True, True, True]
 
 
 def test_the_next_run_to_wake_for_is_the_soonest_still_to_come_of_a_running_schedule(rt, put, db):
