@@ -23,7 +23,7 @@ from repositories import users as user_rows
 from repositories.events import EventPage
 from repositories.jobs import ChunkCounts, Job, NewJob
 from repositories.tasks import NewTask, Task
-from services import settlement
+from services import dependencies, settlement
 from services.auth import Principal
 from services.errors import Conflict, InvalidInput, NotFound, QueueFull
 from services.runtime import Runtime
@@ -32,8 +32,6 @@ logger = logging.getLogger(__name__)
 
 UNRECOVERABLE_ERRORS = frozenset({"invalid_input", "sum_overflow"})
 MAX_LABELS = 32
-# The most jobs one job may wait for: a fan-in step, not a copy of the queue.
-MAX_PREREQUISITES = 100
 # Every event the outbox holds, as GET /api/v1/events names them.
 EVENT_TYPES = (
     "job.created",
@@ -163,7 +161,7 @@ def plan_job(
         raise InvalidInput.field("tasks", "give chunk_index for every task or for none")
     if len(set(indexes)) != len(indexes):
         raise InvalidInput.field("tasks", "chunk_index values must be unique")
-    _check_prerequisite_ids(spec.depends_on)
+    dependencies.check_ids(spec.depends_on)
     labels = validate_labels(spec.labels)
     job_id = uuid.uuid4()
     max_attempts = spec.max_attempts or rt.limits.max_attempts
@@ -277,7 +275,9 @@ def _try_admit(
     replayed = _replay(conn, new_job)
     if replayed is not None:
         return replayed
-    blocked = bool(new_job.depends_on) and _waits_for(conn, principal, new_job.depends_on)
+    blocked = bool(new_job.depends_on) and dependencies.waits_for(
+        conn, principal, new_job.depends_on
+    )
     fits, job = job_rows.admit_job(
         conn, new_job, new_tasks, queue_limit=limit, actor=principal.name, blocked=blocked
     )
@@ -289,42 +289,6 @@ def _try_admit(
     # Every task was just inserted pending: no need to count them back.
     counts = ChunkCounts(pending=len(new_tasks))
     return JobView(job, principal.name, counts, progress(job, counts), created=True)
-
-
-def _check_prerequisite_ids(ids: Sequence[UUID]) -> None:
-    """At most MAX_PREREQUISITES jobs, each named once."""
-    if len(ids) > MAX_PREREQUISITES:
-        raise InvalidInput.field("depends_on", f"at most {MAX_PREREQUISITES} jobs")
-    seen: set[UUID] = set()
-    twice = {}
-    for index, job_id in enumerate(ids):
-        if job_id in seen:
-            twice[str(index)] = ["this job is named twice"]
-        seen.add(job_id)
-    if twice:
-        raise InvalidInput(
-            "depends_on: a job is named twice", details={"fields": {"depends_on": twice}}
-        )
-
-
-def _waits_for(conn: Connection, principal: Principal, ids: Sequence[UUID]) -> bool:
-    """Lock the jobs a new job depends on; whether any is yet to succeed. One the caller cannot
-    see is bad input; one that failed or was cancelled, a conflict: the job could never run."""
-    owner = None if principal.is_operator else principal.user_id
-    found = {job.id: job for job in job_rows.lock_prerequisites(conn, ids, owner)}
-    missing = {str(i): ["no job of yours has this id"] for i, j in enumerate(ids) if j not in found}
-    if missing:
-        raise InvalidInput(
-            "depends_on: no job of yours has this id", details={"fields": {"depends_on": missing}}
-        )
-    for job in found.values():
-        if job.status in ("failed", "cancelled"):
-            raise Conflict(
-                f"job {job.id} it would depend on is {job.status}; it could never run",
-                code="dependency_failed",
-                details={"job_id": str(job.id), "status": job.status},
-            )
-    return any(job.status != "succeeded" for job in found.values())
 
 
 def _admit_after_recount(
@@ -398,27 +362,6 @@ def get_job(
 def _read_view(rt: Runtime, principal: Principal, job_id: UUID) -> JobView:
     with rt.pool.connection() as conn:
         return _view(conn, visible_job(conn, principal, job_id))
-
-
-@dataclass(frozen=True)
-class RelatedJobs:
-    """The jobs a job waits for and those waiting for it that the caller may see, by id,
-    with their statuses, in id order."""
-
-    depends_on: dict[UUID, str]
-    needed_by: dict[UUID, str]
-
-
-def related_jobs(rt: Runtime, principal: Principal, job: Job, *, limit: int) -> RelatedJobs:
-    """The visible jobs a job depends on, and up to `limit` of those depending on it."""
-    owner = None if principal.is_operator else principal.user_id
-    with rt.pool.connection() as conn:
-        needed_by = job_rows.dependents(conn, job.id, limit=limit)
-        known = job_rows.statuses(conn, [*(job.depends_on or []), *needed_by], owner)
-    return RelatedJobs(
-        depends_on={i: known[i] for i in sorted(job.depends_on or []) if i in known},
-        needed_by={i: known[i] for i in needed_by if i in known},
-    )
 
 
 def visible_job(
@@ -542,7 +485,7 @@ def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str)
                 code="not_recoverable",
                 details={"error": job.error},
             )
-        blocked = _still_waits(conn, job)
+        blocked = dependencies.still_waits(conn, job)
         # Within the queue's bound, as admission is: a retry adds tasks to the queue too.
         limit = rt.workloads.of(job.workload).caps.max_queued_tasks
         budget = job.max_attempts or rt.limits.max_attempts
@@ -563,21 +506,6 @@ def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str)
         _record_user_action(conn, principal, job, "job.retried", "job.retry", trace_id)
         view = _view(conn, job)
     return view
-
-
-def _still_waits(conn: Connection, job: Job) -> bool:
-    """Whether a job being retried waits for any of the jobs it depends on; a conflict if one
-    failed or was cancelled (retry that first). Read, not locked: the caller's turn orders
-    this against their finishing."""
-    statuses = job_rows.statuses(conn, job.depends_on or [])
-    for prerequisite, status in statuses.items():
-        if status in ("failed", "cancelled"):
-            raise Conflict(
-                f"job {prerequisite} it depends on is {status}; retry that first",
-                code="dependency_failed",
-                details={"job_id": str(prerequisite), "status": status},
-            )
-    return any(status != "succeeded" for status in statuses.values())
 
 
 def _queue_full(rt: Runtime, workload: str, queued: int, requested: int, limit: int) -> QueueFull:

@@ -25,7 +25,7 @@ from app.attempt_timeline import build_timeline
 from app.runtime import get_runtime
 from app.tracing import current_trace_id
 from app.uploads import uploaded
-from services import chunks, csvjobs, jobs, logcontext, metrics, queue, schedules
+from services import chunks, csvjobs, dependencies, jobs, logcontext, metrics, queue, schedules
 from services.errors import (
     ChunkwiseError,
     Forbidden,
@@ -228,7 +228,7 @@ def job_page(job_id: UUID):
     after = CHUNK_PAGE_QUERY.load(input_rules.single_values(request.args))["after"]
     view = jobs.get_job(rt, g.principal, job_id)
     chunk_views = chunks.list_chunks(rt, g.principal, job_id, after_index=after, limit=CHUNKS_SHOWN)
-    related = jobs.related_jobs(rt, g.principal, view.job, limit=RELATED_SHOWN)
+    related = dependencies.related_jobs(rt, g.principal, view.job, limit=RELATED_SHOWN)
     shown = JOB.dump(view)
     # Only a hint for which buttons to draw: the service decides whether a retry may happen.
     unrecoverable = (view.job.error or {}).get("code") in jobs.UNRECOVERABLE_ERRORS
