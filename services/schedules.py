@@ -161,10 +161,7 @@ def get_schedule(
 ) -> Schedule:
     """The caller's schedule of this name (an operator's: the named owner's)."""
     with rt.pool.connection() as conn:
-        schedule = schedule_rows.get(conn, _owner(conn, principal, owner).user_id, name)
-    if schedule is None:
-        raise NotFound(f"no schedule named {name!r}")
-    return schedule
+        return _find(conn, principal, name, owner)[1]
 
 
 def pause_schedule(
@@ -178,10 +175,7 @@ def pause_schedule(
 ) -> Schedule:
     """Pause the caller's schedule (an operator's: the named owner's), or resume it from now."""
     with rt.pool.connection() as conn, conn.transaction():
-        whose = _owner(conn, principal, owner)
-        schedule = schedule_rows.get(conn, whose.user_id, name, for_update=True)
-        if schedule is None:
-            raise NotFound(f"no schedule named {name!r}")
+        whose, schedule = _find(conn, principal, name, owner, for_update=True)
         next_run = next_run_after(schedule.cron, datetime.now(UTC), schedule.timezone)
         changed = schedule_rows.set_paused(conn, schedule.id, paused=paused, next_run_at=next_run)
         event_rows.audit(
@@ -208,10 +202,7 @@ def run_schedule_now(
     """Submit the caller's schedule's job now (an operator's: the named owner's), as a run
     would: its owner's, paused or not; its times stay."""
     with rt.pool.connection() as conn:
-        whose = _owner(conn, principal, owner)
-        schedule = schedule_rows.get(conn, whose.user_id, name)
-    if schedule is None:
-        raise NotFound(f"no schedule named {name!r}")
+        whose, schedule = _find(conn, principal, name, owner)
     spec = _run_spec(jobs.JobSpec.from_dict(schedule.job), schedule.name)
     view = jobs.create_job(rt, whose, spec, trace_id=trace_id, idempotency_key=idempotency_key)
     if view.created:
@@ -245,6 +236,22 @@ def delete_schedule(
             details={"name": name, "owner": whose.name},
             trace_id=trace_id,
         )
+
+
+def _find(
+    conn: Connection,
+    principal: Principal,
+    name: str,
+    owner: str | None,
+    *,
+    for_update: bool = False,
+) -> tuple[Principal, Schedule]:
+    """The schedule a call names, and whose it is (NotFound if there is none)."""
+    whose = _owner(conn, principal, owner)
+    schedule = schedule_rows.get(conn, whose.user_id, name, for_update=for_update)
+    if schedule is None:
+        raise NotFound(f"no schedule named {name!r}")
+    return whose, schedule
 
 
 def _owner(conn: Connection, principal: Principal, owner: str | None) -> Principal:

@@ -155,6 +155,11 @@ def default_idempotency_key(
     }
     if not_before is not None:  # absent otherwise, so keys from before it stay the same
         request["not_before"] = not_before
+    return key_naming(request)
+
+
+def key_naming(request: dict) -> str:
+    """An Idempotency-Key naming a request by the SHA-256 of its canonical JSON."""
     canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return KEY_PREFIX + hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -208,8 +213,7 @@ def enqueue(cli: Invocation, args: argparse.Namespace) -> int:
     if args.after:
         job["depends_on"] = [*job.get("depends_on", []), *args.after]
     # As submit's: named by what is asked, so re-running the command finds its job.
-    canonical = json.dumps(job, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    key = args.idempotency_key or KEY_PREFIX + hashlib.sha256(canonical.encode()).hexdigest()
+    key = args.idempotency_key or key_naming(job)
     submitted = cli.call(cli.client.submit_job, job, idempotency_key=key)
     return print_or_follow(cli, submitted, args, show_detail=True)
 
