@@ -211,6 +211,21 @@ def dependents(conn: Connection, job_id: UUID, limit: int | None = None) -> list
     return [r["id"] for r in rows]
 
 
+def failed_dependents(conn: Connection, job_ids: Collection[UUID]) -> list[UUID]:
+    """The jobs depending on any of these that failed because a job they depend on did, in id
+    order (jobs_dependents_idx)."""
+    rows = conn.execute(
+        """
+        SELECT id FROM jobs
+        WHERE depends_on IS NOT NULL AND depends_on && %(ids)s::uuid[]
+          AND status = 'failed' AND error->>'code' = 'dependency_failed'
+        ORDER BY id
+        """,
+        {"ids": list(job_ids)},
+    ).fetchall()
+    return [r["id"] for r in rows]
+
+
 def find_by_idempotency_key(conn: Connection, owner_id: int, key: str) -> Job | None:
     """Return the owner's job created with this key."""
     row = conn.execute(
@@ -244,6 +259,15 @@ def get_many(conn: Connection, job_ids: Collection[UUID]) -> dict[UUID, Job]:
         "SELECT * FROM jobs WHERE id = ANY(%(ids)b)", {"ids": list(job_ids)}
     ).fetchall()
     return {r["id"]: from_row(Job, r) for r in rows}
+
+
+def lock_many(conn: Connection, job_ids: Collection[UUID]) -> list[Job]:
+    """These jobs, locked in id order."""
+    rows = conn.execute(
+        "SELECT * FROM jobs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE",
+        {"ids": list(job_ids)},
+    ).fetchall()
+    return [from_row(Job, r) for r in rows]
 
 
 def count_completed(conn: Connection, job_id: UUID, completed: int) -> Job:

@@ -1,5 +1,6 @@
-"""Job dependencies: which jobs a new job may wait for, whether a retried one waits again, and
-the jobs related to one. A finished job tells its dependents in services/settlement.py."""
+"""Job dependencies: which jobs a new job may wait for, whether a retried one waits again and
+which of the jobs its failure failed wait with it, and the jobs related to one. A finished job
+tells its dependents in services/settlement.py."""
 
 from __future__ import annotations
 
@@ -68,6 +69,39 @@ def still_waits(conn: Connection, job: Job) -> bool:
                 details={"job_id": str(prerequisite), "status": status},
             )
     return any(status != "succeeded" for status in statuses.values())
+
+
+def failed_with(conn: Connection, job: Job) -> list[Job]:
+    """The jobs this failed job's failure failed, and theirs in turn, that may wait again now
+    that it is retried: each locked, in id order. One that also waits for another failed or
+    cancelled job stays failed, as do those waiting for it; retrying that job brings them.
+
+    They are locked before their prerequisites' statuses are read, in a statement of its own:
+    a prerequisite failing at the same time has either failed them first (it locks each, see
+    services/settlement.py) and is read failed here, or waits for them and fails them again.
+    """
+    found: set[UUID] = set()
+    level = [job.id]
+    while level:
+        level = [i for i in job_rows.failed_dependents(conn, level) if i not in found]
+        found.update(level)
+    waiting = {
+        j.id: j
+        for j in job_rows.lock_many(conn, found)
+        if j.status == "failed" and (j.error or {}).get("code") == "dependency_failed"
+    }
+    statuses = job_rows.statuses(conn, {p for j in waiting.values() for p in j.depends_on or []})
+
+    def stuck(dependent: Job) -> bool:
+        return any(
+            p != job.id and p not in waiting and statuses.get(p) in ("failed", "cancelled")
+            for p in dependent.depends_on or []
+        )
+
+    while dropped := [j for j in waiting.values() if stuck(j)]:
+        for dependent in dropped:
+            del waiting[dependent.id]
+    return list(waiting.values())
 
 
 @dataclass(frozen=True)

@@ -465,7 +465,8 @@ def _cancellable(job: Job) -> Job:
 
 def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str) -> JobView:
     """Re-queue a failed job's unfinished chunks, keeping every accepted summary (a dependent
-    job's to wait again for the jobs it depends on that have yet to succeed)."""
+    job's to wait again for the jobs it depends on that have yet to succeed), and those of the
+    jobs its failure failed, to wait for it again; all of them or, with no room, none."""
     with rt.pool.connection() as conn, conn.transaction():
         # A dependent job's turn, as a prerequisite that finishes takes it (services/settlement):
         # that finish then sees the tasks this requeues, or this sees its status.
@@ -485,27 +486,41 @@ def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str)
                 code="not_recoverable",
                 details={"error": job.error},
             )
-        blocked = dependencies.still_waits(conn, job)
-        # Within the queue's bound, as admission is: a retry adds tasks to the queue too.
-        limit = rt.workloads.of(job.workload).caps.max_queued_tasks
-        budget = job.max_attempts or rt.limits.max_attempts
-        fits, n = task_rows.requeue_unfinished(
-            conn, job.id, job.workload, budget, queue_limit=limit, blocked=blocked
-        )
-        if not fits:
-            queued = task_rows.recount_unfinished(conn, job.workload)
-            if queued + n > limit:
-                raise _queue_full(rt, job.workload, queued, n, limit)
-            # It fits now: the count holds the bound's row until this transaction ends.
-            task_rows.requeue_unfinished(
-                conn, job.id, job.workload, budget, queue_limit=limit, blocked=blocked
-            )
-        # Running while a chunk of it is done; with none, back in the queue as it was admitted.
-        done = job_rows.chunk_counts(conn, [job.id])[job.id].completed
-        job = job_rows.set_status(conn, job.id, "running" if done else "queued")
+        job = _requeue(rt, conn, job, blocked=dependencies.still_waits(conn, job))
         _record_user_action(conn, principal, job, "job.retried", "job.retry", trace_id)
+        for dependent in dependencies.failed_with(conn, job):
+            dependent = _requeue(rt, conn, dependent, blocked=True)
+            event_rows.publish(
+                conn,
+                job_id=dependent.id,
+                owner_id=dependent.owner_id,
+                event="job.retried",
+                payload={"retried_with": str(job.id)},
+                trace_id=trace_id,
+            )
         view = _view(conn, job)
     return view
+
+
+def _requeue(rt: Runtime, conn: Connection, job: Job, *, blocked: bool) -> Job:
+    """Put a locked failed job's unfinished tasks back, within its workload's queue bound."""
+    # Within the queue's bound, as admission is: a retry adds tasks to the queue too.
+    limit = rt.workloads.of(job.workload).caps.max_queued_tasks
+    budget = job.max_attempts or rt.limits.max_attempts
+    fits, n = task_rows.requeue_unfinished(
+        conn, job.id, job.workload, budget, queue_limit=limit, blocked=blocked
+    )
+    if not fits:
+        queued = task_rows.recount_unfinished(conn, job.workload)
+        if queued + n > limit:
+            raise _queue_full(rt, job.workload, queued, n, limit)
+        # It fits now: the count holds the bound's row until this transaction ends.
+        task_rows.requeue_unfinished(
+            conn, job.id, job.workload, budget, queue_limit=limit, blocked=blocked
+        )
+    # Running while a chunk of it is done; with none, back in the queue as it was admitted.
+    done = job_rows.chunk_counts(conn, [job.id])[job.id].completed
+    return job_rows.set_status(conn, job.id, "running" if done else "queued")
 
 
 def _queue_full(rt: Runtime, workload: str, queued: int, requested: int, limit: int) -> QueueFull:

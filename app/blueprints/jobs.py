@@ -147,6 +147,6 @@ def cancel_job(job_id: UUID):
 
 @bp.post("/<uuid:job_id>/retry")
 def retry_job(job_id: UUID):
-    """Re-queue a recoverable failed job."""
+    """Re-queue a recoverable failed job and the jobs its failure failed."""
     view = jobs.retry_job(get_runtime(), current_principal(), job_id, trace_id=current_trace_id())
     return _dump_job(view)

@@ -7,10 +7,12 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from services import jobs
 from tests.integration.csv_worker import upload
 from tests.integration.manifests import WORKER, manifest, result_body
 
@@ -212,23 +214,94 @@ def test_a_bad_depends_on_is_422_naming_it_and_writes_nothing(
 
 
 def test_retrying_a_dependent_waits_for_its_prerequisite_to_be_retried_first(
-    submit, claim, fail, complete, client, headers, view
+    submit, claim, fail, client, headers
 ):
     first = submit(manifest(1))
     then = submit(after(first))
     fail(claim()[0])
 
     too_soon = client.post(f"/api/v1/jobs/{then['id']}/retry", headers=headers["user"])
-    client.post(f"/api/v1/jobs/{first['id']}/retry", headers=headers["user"])
-    retried = client.post(f"/api/v1/jobs/{then['id']}/retry", headers=headers["user"])
 
     assert too_soon.status_code == 409
-    assert too_soon.get_json()["error"]["code"] == "dependency_failed"
-    assert retried.status_code == 200 and retried.get_json()["status"] == "queued"
-    [task] = claim(capacity=10)
-    assert task["job_id"] == first["id"]
-    complete(task)
-    assert job_ids(claim(capacity=10)) == {then["id"]}
+    error = too_soon.get_json()["error"]
+    assert (error["code"], error["details"]) == (
+        "dependency_failed",
+        {"job_id": first["id"], "status": "failed"},
+    )
+
+
+def test_retrying_a_prerequisite_lets_the_jobs_its_failure_failed_wait_for_it_again(
+    submit, claim, fail, complete, client, headers, view, db
+):
+    first = submit(manifest(1))
+    second = submit(after(first, tasks=2))
+    third = submit(after(second))
+    fail(claim()[0])
+
+    retried = client.post(f"/api/v1/jobs/{first['id']}/retry", headers=headers["user"])
+
+    assert retried.status_code == 200
+    for job in (second, third):
+        again = view(job)
+        assert (again["status"], again["error"]) == ("queued", None)
+        assert again["chunks_by_state"]["pending"] == again["chunks_total"]
+    assert still_waiting(db, [second, third]) == 3
+    feed = client.get("/api/v1/events?type=job.retried", headers=headers["user"]).get_json()
+    retried_with = {e["job_id"]: e["payload"].get("retried_with") for e in feed["events"]}
+    assert retried_with == {first["id"]: None, second["id"]: first["id"], third["id"]: first["id"]}
+    for job, tasks in ((first, 1), (second, 2), (third, 1)):
+        leased = claim(capacity=10)
+        assert job_ids(leased) == {job["id"]} and len(leased) == tasks
+        for task in leased:
+            complete(task)
+    assert view(third)["status"] == "succeeded"
+
+
+def test_a_dependent_that_also_waits_for_another_failed_job_stays_failed_until_that_is_retried(
+    submit, claim, fail, complete, client, headers, view
+):
+    a, b = submit(manifest(1)), submit(manifest(1))
+    joined = submit(after(a, b))
+    beyond = submit(after(joined))
+    tasks = {t["job_id"]: t for t in claim(capacity=2)}
+    fail(tasks[a["id"]])
+    fail(tasks[b["id"]])
+
+    client.post(f"/api/v1/jobs/{a['id']}/retry", headers=headers["user"])
+    kept = [view(joined)["status"], view(beyond)["status"]]
+    client.post(f"/api/v1/jobs/{b['id']}/retry", headers=headers["user"])
+
+    assert kept == ["failed", "failed"]
+    assert [view(joined)["status"], view(beyond)["status"]] == ["queued", "queued"]
+    for task in claim(capacity=10):
+        complete(task)
+    assert job_ids(claim(capacity=10)) == {joined["id"]}
+
+
+def test_a_retry_brings_back_a_job_that_waits_for_it_both_directly_and_through_another(
+    submit, claim, fail, client, headers, view
+):
+    first = submit(manifest(1))
+    middle = submit(after(first))
+    last = submit(after(first, middle))
+    fail(claim()[0])
+
+    client.post(f"/api/v1/jobs/{first['id']}/retry", headers=headers["user"])
+
+    assert [view(middle)["status"], view(last)["status"]] == ["queued", "queued"]
+
+
+def test_a_retry_brings_back_an_operators_job_that_waited_for_the_users(
+    submit, claim, fail, client, headers
+):
+    theirs = submit(manifest(1))
+    mine = submit(after(theirs), as_="operator")
+    fail(claim()[0])
+
+    client.post(f"/api/v1/jobs/{theirs['id']}/retry", headers=headers["user"])
+
+    status = client.get(f"/api/v1/jobs/{mine['id']}", headers=headers["operator"]).get_json()
+    assert status["status"] == "queued"
 
 
 def test_a_dependent_that_is_also_scheduled_waits_for_both(submit, claim, complete, db):
@@ -330,14 +403,20 @@ def still_waiting(db, jobs: list[dict]) -> int:
     ).fetchone()["n"]
 
 
+def joined_pairs(submit, rounds: int) -> list[tuple[dict, dict, dict]]:
+    """`rounds` pairs of one-task jobs, each with a job that depends on both."""
+    made = []
+    for _ in range(rounds):
+        a, b = submit(manifest(1)), submit(manifest(1))
+        made.append((a, b, submit(after(a, b))))
+    return made
+
+
 def test_prerequisites_finishing_at_once_never_leave_their_dependent_waiting(
     app, submit, claim, headers, db
 ):
     rounds = 15
-    pairs = []
-    for _ in range(rounds):
-        a, b = submit(manifest(1)), submit(manifest(1))
-        pairs.append((a, b, submit(after(a, b))))
+    pairs = joined_pairs(submit, rounds)
     leased = {t["job_id"]: t for t in claim(capacity=2 * rounds)}
     answers = []
 
@@ -352,28 +431,67 @@ def test_prerequisites_finishing_at_once_never_leave_their_dependent_waiting(
     assert job_ids(claim(capacity=2 * rounds)) == {d["id"] for d in dependents}
 
 
+def failure_of(app, headers: dict, task: dict) -> Callable[[], int]:
+    """The worker's failure for good of a leased task, to post later."""
+    path = f"/api/v1/tasks/{task['task_id']}/failure"
+    body = {"worker_id": WORKER, "attempt": task["attempt"], "error_code": "boom"}
+    return posting(app, path, headers["worker"], {**body, "retryable": False})
+
+
 def test_a_dependent_retried_as_its_prerequisite_succeeds_never_waits_for_good(
-    app, submit, claim, fail, client, headers, db
+    app, rt, submit, claim, fail, client, headers, db
 ):
+    # A dependent is retried by hand while a prerequisite runs when the other job its failure
+    # named has since been deleted by retention: a deleted prerequisite counts as done.
     rounds = 40
-    pairs = []
-    for _ in range(rounds):
-        first = submit(manifest(1))
-        pairs.append((first, submit(after(first))))
-    for task in claim(capacity=rounds):
-        fail(task)  # each first job fails, and its dependent with it
-    for first, _ in pairs:
+    trios = joined_pairs(submit, rounds)
+    for task in claim(capacity=2 * rounds):
+        fail(task)  # each dependent fails with the first of its two prerequisites to fail
+    for first, _, _ in trios:  # the dependents stay failed: `gone` failed too
         client.post(f"/api/v1/jobs/{first['id']}/retry", headers=headers["user"])
+    gone_ids = [uuid.UUID(gone["id"]) for _, gone, _ in trios]
+    db.execute(
+        "UPDATE jobs SET completed_at = now() - interval '8 days' WHERE id = ANY(%s)", (gone_ids,)
+    )
+    assert jobs.delete_expired_history(replace(rt, limits=replace(rt.limits, retention_days=7)))
     leased = {t["job_id"]: t for t in claim(capacity=rounds)}
     answers = []
 
-    for first, then in pairs:
+    for first, _, then in trios:
         answers += at_once(
             result_of(app, headers, leased[first["id"]]),
             posting(app, f"/api/v1/jobs/{then['id']}/retry", headers["user"]),
         )
 
-    dependents = [then for _, then in pairs]
+    dependents = [then for _, _, then in trios]
     assert answers == [200] * (2 * rounds)
     assert still_waiting(db, dependents) == 0
     assert job_ids(claim(capacity=rounds)) == {then["id"] for then in dependents}
+
+
+def test_a_dependent_brought_back_as_its_other_prerequisite_fails_is_failed_again(
+    app, submit, claim, fail, headers, db
+):
+    rounds = 40
+    trios = joined_pairs(submit, rounds)
+    leased = {t["job_id"]: t for t in claim(capacity=2 * rounds)}
+    for first, _, _ in trios:
+        fail(leased[first["id"]])  # and the dependent with it
+    answers = []
+
+    for first, other, _ in trios:
+        answers += at_once(
+            posting(app, f"/api/v1/jobs/{first['id']}/retry", headers["user"]),
+            failure_of(app, headers, leased[other["id"]]),
+        )
+
+    dependents = [uuid.UUID(then["id"]) for _, _, then in trios]
+    assert answers == [200] * (2 * rounds)
+    failed = db.execute(
+        "SELECT count(*) AS n FROM jobs WHERE id = ANY(%s) AND status = 'failed'", (dependents,)
+    ).fetchone()["n"]
+    pending = db.execute(
+        "SELECT count(*) AS n FROM tasks WHERE job_id = ANY(%s) AND status = 'pending'",
+        (dependents,),
+    ).fetchone()["n"]
+    assert (failed, pending) == (rounds, 0)

@@ -147,6 +147,40 @@ def test_a_retry_that_would_overfill_the_queue_is_429_and_changes_nothing(
     assert unfinished(db) == 300
 
 
+def test_a_retry_whose_dependents_would_overfill_the_queue_is_429_and_changes_nothing(
+    submit, claim, task_call, client, headers, db
+):
+    first = submit(manifest(1))
+    then = submit(manifest(300, depends_on=[first["id"]]))
+    [doomed] = claim(WORKER)
+    failure = {"worker_id": WORKER, "attempt": 1, "error_code": "oom", "retryable": False}
+    assert task_call(doomed["task_id"], "failure", failure).status_code == 200
+    before = db.execute("SELECT id, status, version FROM tasks ORDER BY id").fetchall()
+    submit(manifest(300))
+
+    retried = client.post(f"/api/v1/jobs/{first['id']}/retry", headers=headers["user"])
+
+    assert retried.status_code == 429, retried.get_json()
+    assert retried.get_json()["error"]["details"] == {
+        "queued_chunks": 301,  # the other job's 300, and the retried job's own task
+        "requested_chunks": 300,
+        "limit": 600,
+    }
+    assert (
+        db.execute(
+            "SELECT id, status, version FROM tasks WHERE job_id = ANY(%s) ORDER BY id",
+            ([first["id"], then["id"]],),
+        ).fetchall()
+        == before
+    )
+    statuses = [
+        client.get(f"/api/v1/jobs/{job['id']}", headers=headers["user"]).get_json()["status"]
+        for job in (first, then)
+    ]
+    assert statuses == ["failed", "failed"]
+    assert unfinished(db) == 300
+
+
 def test_a_retried_job_counts_against_the_queue_again(submit, claim, task_call, client, headers):
     failing = submit(manifest(400))
     [doomed] = claim(WORKER)
