@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -196,17 +196,17 @@ def statuses(
     return {r["id"]: r["status"] for r in rows}
 
 
-def dependents(conn: Connection, job_id: UUID, limit: int | None = None) -> list[UUID]:
-    """The jobs that depend on this one, finished or not, in id order (jobs_dependents_idx);
+def dependents(conn: Connection, job_ids: Collection[UUID], limit: int | None = None) -> list[UUID]:
+    """The jobs that depend on any of these, finished or not, in id order (jobs_dependents_idx);
     the first `limit` of them if given."""
     rows = conn.execute(
         """
         SELECT id FROM jobs
-        WHERE depends_on IS NOT NULL AND depends_on @> ARRAY[%(id)s]::uuid[]
+        WHERE depends_on IS NOT NULL AND depends_on && %(ids)s::uuid[]
         ORDER BY id
         LIMIT %(limit)s
         """,
-        {"id": job_id, "limit": limit},
+        {"ids": list(job_ids), "limit": limit},
     ).fetchall()
     return [r["id"] for r in rows]
 
@@ -397,6 +397,40 @@ def set_status(
         },
     ).fetchone()
     return from_row(Job, row)
+
+
+def fail_many(conn: Connection, errors: Mapping[UUID, dict]) -> list[Job]:
+    """Fail these (locked) jobs, each with its error, as set_status would; in id order."""
+    rows = conn.execute(
+        """
+        UPDATE jobs j SET status = 'failed',
+            revision = revision + 1,
+            error = e.error,
+            result = NULL,
+            partial_result = NULL,
+            started_at = COALESCE(started_at, now()),
+            completed_at = now()
+        FROM unnest(%(ids)s::uuid[], %(errors)s::jsonb[]) AS e(id, error)
+        WHERE j.id = e.id
+        RETURNING j.*
+        """,
+        {"ids": list(errors), "errors": [Jsonb(e) for e in errors.values()]},
+    ).fetchall()
+    return sorted((from_row(Job, r) for r in rows), key=lambda job: job.id)
+
+
+def requeue_many(conn: Connection, job_ids: Collection[UUID]) -> list[Job]:
+    """Put these (locked) failed jobs back in the queue, as set_status would; in id order."""
+    rows = conn.execute(
+        """
+        UPDATE jobs SET status = 'queued', revision = revision + 1, error = NULL, result = NULL,
+            partial_result = NULL, completed_at = NULL
+        WHERE id = ANY(%(ids)s)
+        RETURNING *
+        """,
+        {"ids": list(job_ids)},
+    ).fetchall()
+    return sorted((from_row(Job, r) for r in rows), key=lambda job: job.id)
 
 
 def merging_jobs(conn: Connection, limit: int = 20) -> list[tuple[UUID, str]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from psycopg import Connection
 
 # The first key says what the turn is for; the second names the thing, hashed.
@@ -15,4 +17,17 @@ def take_turn(conn: Connection, purpose: int, key: str) -> None:
     conn.execute(
         "SELECT pg_advisory_xact_lock(%(purpose)s, hashtext(%(key)s))",
         {"purpose": purpose, "key": key},
+    )
+
+
+def take_turns(conn: Connection, purpose: int, keys: Sequence[str]) -> None:
+    """Wait for this transaction's turn at `purpose` for each of these things, in key order (a
+    sorted select list is evaluated after the sort), as one statement."""
+    conn.execute(
+        """
+        SELECT pg_advisory_xact_lock(%(purpose)s, hashtext(k))
+        FROM unnest(%(keys)s::text[]) AS k
+        ORDER BY k COLLATE "C"
+        """,
+        {"purpose": purpose, "keys": list(keys)},
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from uuid import UUID
@@ -513,7 +513,7 @@ _CANCEL_UNFINISHED = sql.SQL("""
         -- In id order, as batches of results and heartbeats lock tasks: two that wait for
         -- each other's rows would otherwise deadlock.
         WHERE id IN (SELECT id FROM tasks
-                     WHERE job_id = %(job)s AND chunk_index > %(after)s
+                     WHERE job_id = ANY(%(jobs)s) AND chunk_index > %(after)s
                        AND status IN ('pending', 'leased')
                      ORDER BY id
                      {locking})
@@ -523,10 +523,10 @@ _CANCEL_UNFINISHED = sql.SQL("""
         WHERE task_id IN (SELECT id FROM cancelled) AND outcome IS NULL
     ), marked AS (
         -- What was unfinished and is not cancelled now was skipped: cancel_strays ends it.
-        UPDATE jobs SET stray_tasks = true
-        WHERE id = %(job)s AND %(skip)s AND EXISTS (
+        UPDATE jobs j SET stray_tasks = true
+        WHERE j.id = ANY(%(jobs)s) AND %(skip)s AND EXISTS (
             SELECT FROM tasks
-            WHERE job_id = %(job)s AND chunk_index > %(after)s
+            WHERE job_id = j.id AND chunk_index > %(after)s
               AND status IN ('pending', 'leased') AND id NOT IN (SELECT id FROM cancelled))
     )
     SELECT count(*) AS n FROM cancelled
@@ -534,9 +534,14 @@ _CANCEL_UNFINISHED = sql.SQL("""
 
 
 def cancel_unfinished(
-    conn: Connection, job_id: UUID, *, after_index: int = -1, skip_locked: bool = False
+    conn: Connection,
+    job_ids: Collection[UUID],
+    *,
+    after_index: int = -1,
+    skip_locked: bool = False,
 ) -> int:
-    """Cancel a job's pending and leased tasks after a chunk index, closing their open attempts.
+    """Cancel these jobs' pending and leased tasks after a chunk index, closing their open
+    attempts.
 
     skip_locked leaves alone the tasks another transaction is changing right now: a batch
     of results completing them, or a claim leasing them. A caller holding the job's lock
@@ -545,7 +550,7 @@ def cancel_unfinished(
     """
     locking = sql.SQL("FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE")
     query = _CANCEL_UNFINISHED.format(locking=locking)
-    params = {"job": job_id, "after": after_index, "skip": skip_locked}
+    params = {"jobs": list(job_ids), "after": after_index, "skip": skip_locked}
     return conn.execute(query, params).fetchone()["n"]
 
 
@@ -594,16 +599,16 @@ def cancel_strays(conn: Connection, limit: int = 100) -> int:
 
 def requeue_unfinished(
     conn: Connection,
-    job_id: UUID,
+    budgets: Mapping[UUID, int],
     workload: str,
-    max_attempts: int,
     *,
     queue_limit: int,
     blocked: bool = False,
 ) -> tuple[bool, int]:
-    """Put a failed job's failed and cancelled tasks back to pending with fresh budgets (or,
-    `blocked`, waiting for the jobs it depends on), if its workload's queue bound leaves room
-    for them (see sql/0008), as admission does.
+    """Put these failed jobs' (of one workload) failed and cancelled tasks back to pending,
+    each with its job's budget of attempts (or, `blocked`, waiting for the jobs it depends
+    on), if the workload's queue bound leaves room for them all (see sql/0008), as admission
+    does.
 
     Returns (fits, n): n tasks are to be requeued, and nothing is written unless they fit.
     The attempt counter keeps counting up: it is the fencing generation, so a retry must
@@ -611,28 +616,31 @@ def requeue_unfinished(
     """
     row = conn.execute(
         """
-        WITH todo AS (
+        WITH budget AS (
+            SELECT * FROM unnest(%(jobs)s::uuid[], %(budgets)s::int[]) AS b(job_id, attempts)
+        ), todo AS (
             SELECT count(*) AS n FROM tasks
-            WHERE job_id = %(job)s AND status IN ('failed', 'cancelled')
+            WHERE job_id = ANY(%(jobs)s) AND status IN ('failed', 'cancelled')
         ), room AS (
             UPDATE queue_bounds b SET unfinished = b.unfinished + todo.n
             FROM todo
             WHERE b.workload = %(workload)s AND b.unfinished + todo.n <= %(limit)s
             RETURNING b.workload
         ), requeued AS (
-            UPDATE tasks SET status = 'pending', max_attempts = attempt + %(max)s,
+            UPDATE tasks t SET status = 'pending', max_attempts = t.attempt + budget.attempts,
                 lost_retries = 0, read_retries = 0, lease_owner = NULL,
                 lease_expires_at = NULL, completed_at = NULL, not_before = %(not_before)s,
-                version = version + 1
-            WHERE job_id = %(job)s AND status IN ('failed', 'cancelled')
+                version = t.version + 1
+            FROM budget
+            WHERE t.job_id = budget.job_id AND t.status IN ('failed', 'cancelled')
               AND EXISTS (SELECT FROM room)
         )
         SELECT EXISTS (SELECT FROM room) AS fits, (SELECT n FROM todo) AS n
         """,
         {
-            "job": job_id,
+            "jobs": list(budgets),
+            "budgets": list(budgets.values()),
             "workload": workload,
-            "max": max_attempts,
             "limit": queue_limit,
             "not_before": BLOCKED if blocked else None,
         },

@@ -117,7 +117,7 @@ def related_jobs(rt: Runtime, principal: Principal, job: Job, *, limit: int) -> 
     """The visible jobs a job depends on, and up to `limit` of those depending on it."""
     owner = None if principal.is_operator else principal.user_id
     with rt.pool.connection() as conn:
-        needed_by = job_rows.dependents(conn, job.id, limit=limit)
+        needed_by = job_rows.dependents(conn, [job.id], limit=limit)
         known = job_rows.statuses(conn, [*(job.depends_on or []), *needed_by], owner)
     return RelatedJobs(
         depends_on={i: known[i] for i in sorted(job.depends_on or []) if i in known},

@@ -426,7 +426,7 @@ def cancel_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str
         # Tasks before the job, the order a batch of results locks them in: the cancel waits
         # for a batch completing some of them, never the other way round. Re-checked under
         # the job's lock, since a merge may have finished it meanwhile (then this rolls back).
-        task_rows.cancel_unfinished(conn, job.id)
+        task_rows.cancel_unfinished(conn, [job.id])
         job = _cancellable(visible_job(conn, principal, job_id, for_update=True))
         if job.status == "cancelled":
             return _view(conn, job)
@@ -486,41 +486,54 @@ def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str)
                 code="not_recoverable",
                 details={"error": job.error},
             )
-        job = _requeue(rt, conn, job, blocked=dependencies.still_waits(conn, job))
+        _requeue(rt, conn, [job], blocked=dependencies.still_waits(conn, job))
+        # Running while a chunk of it is done; with none, back in the queue as it was admitted.
+        done = job_rows.chunk_counts(conn, [job.id])[job.id].completed
+        job = job_rows.set_status(conn, job.id, "running" if done else "queued")
         _record_user_action(conn, principal, job, "job.retried", "job.retry", trace_id)
-        for dependent in dependencies.failed_with(conn, job):
-            dependent = _requeue(rt, conn, dependent, blocked=True)
-            event_rows.publish(
-                conn,
-                job_id=dependent.id,
-                owner_id=dependent.owner_id,
-                event="job.retried",
-                payload={"retried_with": str(job.id)},
-                trace_id=trace_id,
-            )
+        _bring_back_dependents(rt, conn, job, trace_id)
         view = _view(conn, job)
     return view
 
 
-def _requeue(rt: Runtime, conn: Connection, job: Job, *, blocked: bool) -> Job:
-    """Put a locked failed job's unfinished tasks back, within its workload's queue bound."""
-    # Within the queue's bound, as admission is: a retry adds tasks to the queue too.
-    limit = rt.workloads.of(job.workload).caps.max_queued_tasks
-    budget = job.max_attempts or rt.limits.max_attempts
+def _requeue(rt: Runtime, conn: Connection, jobs: Sequence[Job], *, blocked: bool) -> None:
+    """Put these locked failed jobs' (of one workload) unfinished tasks back, within the
+    workload's queue bound, as admission is: a retry adds tasks to the queue too."""
+    workload = jobs[0].workload
+    limit = rt.workloads.of(workload).caps.max_queued_tasks
+    budgets = {job.id: job.max_attempts or rt.limits.max_attempts for job in jobs}
     fits, n = task_rows.requeue_unfinished(
-        conn, job.id, job.workload, budget, queue_limit=limit, blocked=blocked
+        conn, budgets, workload, queue_limit=limit, blocked=blocked
     )
     if not fits:
-        queued = task_rows.recount_unfinished(conn, job.workload)
+        queued = task_rows.recount_unfinished(conn, workload)
         if queued + n > limit:
-            raise _queue_full(rt, job.workload, queued, n, limit)
+            raise _queue_full(rt, workload, queued, n, limit)
         # It fits now: the count holds the bound's row until this transaction ends.
-        task_rows.requeue_unfinished(
-            conn, job.id, job.workload, budget, queue_limit=limit, blocked=blocked
-        )
-    # Running while a chunk of it is done; with none, back in the queue as it was admitted.
-    done = job_rows.chunk_counts(conn, [job.id])[job.id].completed
-    return job_rows.set_status(conn, job.id, "running" if done else "queued")
+        task_rows.requeue_unfinished(conn, budgets, workload, queue_limit=limit, blocked=blocked)
+
+
+def _bring_back_dependents(rt: Runtime, conn: Connection, job: Job, trace_id: str) -> None:
+    """Queue again the jobs a retried job's failure failed, to wait for it (they never ran)."""
+    dependents = dependencies.failed_with(conn, job)
+    if not dependents:
+        return
+    for workload in sorted({d.workload for d in dependents}):
+        _requeue(rt, conn, [d for d in dependents if d.workload == workload], blocked=True)
+    requeued = job_rows.requeue_many(conn, [d.id for d in dependents])
+    event_rows.publish_many(
+        conn,
+        [
+            {
+                "job_id": d.id,
+                "owner_id": d.owner_id,
+                "event": "job.retried",
+                "payload": {"retried_with": str(job.id)},
+                "trace_id": trace_id,
+            }
+            for d in requeued
+        ],
+    )
 
 
 def _queue_full(rt: Runtime, workload: str, queued: int, requested: int, limit: int) -> QueueFull:

@@ -4,7 +4,6 @@ the jobs that depend on one that finished."""
 from __future__ import annotations
 
 import logging
-from collections import deque
 
 from psycopg import Connection
 
@@ -80,7 +79,7 @@ def _settle_failure(conn: Connection, job: Job, rules: Workload) -> Job:
     hard = [t for t in failed if t is not bad_input and t.chunk_index < horizon]
     if hard:
         return fail_for_task(conn, job, hard[0], rules)
-    task_rows.cancel_unfinished(conn, job.id, after_index=bad_input.chunk_index, skip_locked=True)
+    task_rows.cancel_unfinished(conn, [job.id], after_index=bad_input.chunk_index, skip_locked=True)
     if all(t.status == "completed" for t in tasks if t.chunk_index < horizon):
         return job_rows.set_status(conn, job.id, "merging")
     if job.status == "queued":
@@ -118,54 +117,76 @@ def _fail(conn: Connection, job: Job, error: dict, partial: dict | None) -> Job:
     # Tasks a batch of results is completing now are left to complete (that batch waits for
     # this job's lock next, so waiting for them here would deadlock); a finished job only
     # keeps their results.
-    task_rows.cancel_unfinished(conn, job.id, skip_locked=True)
+    task_rows.cancel_unfinished(conn, [job.id], skip_locked=True)
     job = job_rows.set_status(conn, job.id, "failed", error=error, partial_result=partial)
-    event_rows.publish(
-        conn,
-        job_id=job.id,
-        owner_id=job.owner_id,
-        event="job.failed",
-        payload={"error": error["code"]},
-        trace_id=job.trace_id,
-    )
-    logger.warning(
-        "job failed",
-        extra={"event": "job_failed", "job_id": str(job.id), "error_code": error["code"]},
-    )
+    _announce_failures(conn, [job])
     return job
+
+
+def _announce_failures(conn: Connection, failed: list[Job]) -> None:
+    """Tell each failed job's owner in the outbox, and the log."""
+    event_rows.publish_many(
+        conn,
+        [
+            {
+                "job_id": job.id,
+                "owner_id": job.owner_id,
+                "event": "job.failed",
+                "payload": {"error": job.error["code"]},
+                "trace_id": job.trace_id,
+            }
+            for job in failed
+        ],
+    )
+    for job in failed:
+        logger.warning(
+            "job failed",
+            extra={"event": "job_failed", "job_id": str(job.id), "error_code": job.error["code"]},
+        )
 
 
 def settle_dependents(conn: Connection, job: Job) -> None:
     """Tell the jobs that depend on this one, which has just finished: release the tasks of
     those whose every prerequisite has now succeeded, or, if it did not succeed, fail them
-    and theirs in turn (a loop, not a recursion: a pipeline may be thousands of steps long).
+    and theirs in turn, a generation at a time (a pipeline may be thousands of steps long, a
+    fan-out thousands of jobs wide: each generation is a few statements, whatever its size).
 
     Each dependent's turn is taken first, in id order, as a retry of it takes it: whichever
     comes second sees what the first committed. The statuses of its other prerequisites are
     read after the turn, in a statement of its own, so two prerequisites finishing at once
     cannot each see the other unfinished and leave it waiting for good.
     """
-    finished = deque([job])
-    while finished:
-        cause = finished.popleft()
-        dependents = job_rows.dependents(conn, cause.id)
-        for dependent_id in dependents:
-            locks.take_turn(conn, locks.DEPENDENTS, str(dependent_id))
-        if cause.status == "succeeded":
-            if dependents:
-                task_rows.release_blocked(conn, dependents)
-            continue
-        error = {
-            "code": "dependency_failed",
-            "message": f"job {cause.id}, which it depends on, {_ended(cause.status)}",
-            "details": {"job_id": str(cause.id), "status": cause.status},
+    dependents = job_rows.dependents(conn, [job.id])
+    if not dependents:
+        return
+    locks.take_turns(conn, locks.DEPENDENTS, [str(i) for i in dependents])
+    if job.status == "succeeded":
+        task_rows.release_blocked(conn, dependents)
+        return
+    causes = {job.id: job}
+    while dependents:
+        unfinished = [
+            j for j in job_rows.lock_many(conn, dependents) if j.status in ("queued", "running")
+        ]
+        if not unfinished:
+            return
+        # Only manifest jobs depend on others, and they keep no partial result.
+        task_rows.cancel_unfinished(conn, [j.id for j in unfinished], skip_locked=True)
+        errors = {
+            j.id: _dependency_failed(next(causes[p] for p in j.depends_on if p in causes))
+            for j in unfinished
         }
-        for dependent_id in dependents:
-            dependent = job_rows.get(conn, dependent_id, owner_id=None, for_update=True)
-            if dependent is not None and dependent.status in ("queued", "running"):
-                # Only manifest jobs depend on others, and they keep no partial result.
-                finished.append(_fail(conn, dependent, error, partial=None))
+        failed = job_rows.fail_many(conn, errors)
+        _announce_failures(conn, failed)
+        causes = {j.id: j for j in failed}
+        dependents = job_rows.dependents(conn, causes)
+        locks.take_turns(conn, locks.DEPENDENTS, [str(i) for i in dependents])
 
 
-def _ended(status: str) -> str:
-    return "was cancelled" if status == "cancelled" else "failed"
+def _dependency_failed(cause: Job) -> dict:
+    ended = "was cancelled" if cause.status == "cancelled" else "failed"
+    return {
+        "code": "dependency_failed",
+        "message": f"job {cause.id}, which it depends on, {ended}",
+        "details": {"job_id": str(cause.id), "status": cause.status},
+    }

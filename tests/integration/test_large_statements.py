@@ -37,7 +37,7 @@ def seasoned(db, submit, claim):
 def test_the_largest_job_is_cancelled_on_a_seasoned_connection(seasoned, submit):
     job = submit(manifest(LARGEST_JOB))
 
-    assert task_rows.cancel_unfinished(seasoned, job["id"]) == LARGEST_JOB
+    assert task_rows.cancel_unfinished(seasoned, [job["id"]]) == LARGEST_JOB
 
 
 def test_the_largest_job_with_every_task_leased_is_cancelled_on_a_seasoned_connection(
@@ -47,7 +47,7 @@ def test_the_largest_job_with_every_task_leased_is_cancelled_on_a_seasoned_conne
     for n in range(LARGEST_JOB // MOST_A_CLAIM):
         claim(f"worker-{n}", capacity=MOST_A_CLAIM)
 
-    assert task_rows.cancel_unfinished(seasoned, job["id"]) == LARGEST_JOB
+    assert task_rows.cancel_unfinished(seasoned, [job["id"]]) == LARGEST_JOB
     open_attempts = seasoned.execute(
         "SELECT count(*) AS n FROM task_attempts a JOIN tasks t ON t.id = a.task_id"
         " WHERE t.job_id = %s AND a.outcome IS NULL",
