@@ -123,6 +123,25 @@ def test_a_failure_at_the_head_of_a_long_pipeline_fails_every_step(submit, claim
     assert failed == 600
 
 
+def test_a_failure_fails_a_wide_fan_out_and_the_job_that_joins_it(
+    submit, claim, fail, client, headers, view
+):
+    first = submit(manifest(1))
+    branches = [submit(after(first)) for _ in range(200)]
+    joined = submit(after(*branches[:100]))
+
+    fail(claim()[0])
+
+    statuses = {view(job)["status"] for job in branches}
+    error = view(joined)["error"]
+    assert statuses == {"failed"}
+    assert error["code"] == "dependency_failed"
+    assert error["details"]["job_id"] in {b["id"] for b in branches[:100]}
+    feed = "/api/v1/events?type=job.failed&limit=1000"
+    events = client.get(feed, headers=headers["user"]).get_json()["events"]
+    assert len(events) == len({e["job_id"] for e in events}) == 202
+
+
 def test_cancelling_a_prerequisite_fails_the_jobs_that_wait_for_it(submit, client, headers, view):
     first = submit(manifest(1))
     then = submit(after(first))
