@@ -215,6 +215,9 @@ class JobListQuerySchema(RequestSchema):
     # A user's name; only an operator sees anyone else's jobs.
     owner = fields.Str(validate=validate.Length(min=1, max=200), load_default=None)
     workload = fields.Str(validate=validate.Length(min=1, max=100), load_default=None)
+    depends_on = fields.UUID(
+        load_default=None, metadata={"description": "only the jobs that depend on this one"}
+    )
 
 
 class JobWaitQuerySchema(RequestSchema):

@@ -57,12 +57,13 @@ UPLOAD_BYTES = 49 * 1024 * 1024
 IDLE_PAUSE = 0.15
 # Finished jobs one timed retention pass deletes.
 RETENTION_PASS = 100
-# Pages of jobs the history has none of: the user asks for what went wrong, for a team's, or
-# for one workload's.
+# Pages of jobs the history has none of: the user asks for what went wrong, for a team's, for
+# one workload's, or for those waiting for a job.
 LISTINGS = {
     "status": {"status": "failed"},
     "label": {"label": "team=rare"},
     "workload": {"workload": "render"},
+    "depends_on": {"depends_on": "00000000-0000-4000-8000-000000000000"},
 }
 
 

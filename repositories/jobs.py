@@ -330,9 +330,10 @@ def list_jobs(
     label: tuple[str, str] | None = None,
     owner_name: str | None = None,
     workload: str | None = None,
+    depends_on: UUID | None = None,
 ) -> list[Job]:
     """List jobs newest first, after a keyset cursor, optionally filtered (a user no one is
-    named owns nothing)."""
+    named owns nothing; `depends_on`: the jobs that wait for that one, jobs_dependents_idx)."""
     rows = conn.execute(
         """
         SELECT * FROM jobs
@@ -342,6 +343,8 @@ def list_jobs(
           AND (%(status)s::text IS NULL OR status = %(status)s)
           AND (%(workload)s::text IS NULL OR workload = %(workload)s)
           AND (%(label)s::jsonb IS NULL OR labels @> %(label)s::jsonb)
+          AND (%(depends_on)s::uuid IS NULL
+               OR (depends_on IS NOT NULL AND depends_on @> ARRAY[%(depends_on)s::uuid]))
           AND (%(before_at)s::timestamptz IS NULL
                OR (created_at, id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
         ORDER BY created_at DESC, id DESC
@@ -353,6 +356,7 @@ def list_jobs(
             "status": status,
             "workload": workload,
             "label": Jsonb({label[0]: label[1]}) if label else None,
+            "depends_on": depends_on,
             "before_at": before[0] if before else None,
             "before_id": before[1] if before else None,
             "limit": limit,

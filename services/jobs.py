@@ -385,9 +385,10 @@ def list_jobs(
     label: tuple[str, str] | None = None,
     owner: str | None = None,
     workload: str | None = None,
+    depends_on: UUID | None = None,
 ) -> tuple[list[JobView], str | None]:
     """The caller's jobs (an operator's: everyone's, or one owner's), newest first, a page at
-    a time."""
+    a time; optionally only those of a workload, with a label, or waiting for a job."""
     before = _decode_cursor(cursor) if cursor else None
     with rt.pool.connection() as conn:
         page = job_rows.list_jobs(
@@ -399,6 +400,7 @@ def list_jobs(
             limit=limit + 1,
             before=before,
             label=label,
+            depends_on=depends_on,
         )
         views = _views(conn, page[:limit])
     next_cursor = _encode_cursor(page[limit - 1]) if len(page) > limit else None

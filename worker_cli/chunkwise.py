@@ -317,6 +317,7 @@ def list_jobs(cli: Invocation, args: argparse.Namespace) -> int:
         label=args.label,
         owner=args.owner,
         workload=args.workload,
+        depends_on=args.depends_on,
         cursor=args.cursor,
     )
     if cli.as_json:
@@ -585,6 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--label", type=label_filter, metavar="KEY=VALUE")
     sub.add_argument("--workload", metavar="NAME")
     sub.add_argument("--owner", metavar="USER", help="one user's jobs (operators see anyone's)")
+    sub.add_argument("--depends-on", type=uuid_text, metavar="JOB", help="the jobs waiting for JOB")
     sub.add_argument("--cursor", help="the next page, as printed after a full page")
 
     sub = command("chunks", list_chunks, "list a job's chunks")

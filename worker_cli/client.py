@@ -415,6 +415,7 @@ class CoordinatorClient:
         label: str | None = None,
         owner: str | None = None,
         workload: str | None = None,
+        depends_on: str | None = None,
         cursor: str | None = None,
         trace_id: str | None = None,
     ) -> dict:
@@ -425,6 +426,7 @@ class CoordinatorClient:
             "label": label,
             "owner": owner,
             "workload": workload,
+            "depends_on": depends_on,
             "cursor": cursor,
         }
         return self._request(

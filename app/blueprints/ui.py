@@ -68,6 +68,7 @@ FILTER_FIELDS = {
     "label": "Label",
     "workload": "Workload",
     "owner": "Owner",
+    "depends_on": "Waits for",
     "cursor": "Page",
 }
 # A job page's script waits this long on the job watch before asking again.

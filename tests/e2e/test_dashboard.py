@@ -353,6 +353,10 @@ def test_a_pipelines_steps_link_to_each_other_on_their_pages(stack, dashboard):
     page.locator("#depends-on a").first.click()
 
     expect(page.locator("#needed-by a")).to_have_text(report["id"])
+    page.goto(f"{stack.url}/ui/?depends_on={extract['id']}")
+    expect(page.locator("#jobs tbody tr")).to_have_count(1)
+    expect(page.locator("#jobs tbody")).to_contain_text(report["id"][:8])
+    dashboard.shoot(page, "jobs-waiting-for")
     dashboard.assert_no_script_errors()
 
 

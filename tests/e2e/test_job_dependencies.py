@@ -1,5 +1,6 @@
 """A pipeline put together with the chunkwise command on the real stack: the second job's tasks
-reach a worker's long poll once the first job has succeeded, and not before."""
+reach a worker's long poll once the first job has succeeded, and not before; and the command
+lists the jobs waiting for one."""
 
 from __future__ import annotations
 
@@ -53,4 +54,6 @@ def test_a_job_enqueued_after_another_reaches_a_waiting_worker_once_the_first_su
     assert [t["job_id"] for t in woken] == [second]
     shown = chunkwise(stack, "status", second)
     assert f"depends on  {first}" in shown.stdout
+    listed = as_json(chunkwise(stack, "jobs", "--depends-on", first, "--json"))
+    assert [job["id"] for job in listed["jobs"]] == [second]
     assert as_json(chunkwise(stack, "status", first, "--json"))["status"] == "succeeded"

@@ -577,6 +577,23 @@ def test_a_dependent_jobs_page_links_its_prerequisites_and_says_its_chunks_wait(
     assert 'id="needed-by"' not in page
 
 
+def test_a_jobs_page_links_the_whole_list_of_a_fan_out_it_shows_the_first_of(sign_in, submit):
+    first = submit(manifest(1))
+    waiting = [submit(manifest(1, depends_on=[first["id"]])) for _ in range(101)]
+    browser = sign_in("user")
+
+    page = browser.get(f"/ui/jobs/{first['id']}").text
+    listed = browser.get(f"/ui/?depends_on={first['id']}").text
+    unusable = browser.get("/ui/?depends_on=not-a-job")
+
+    assert page.count('<a href="/ui/jobs/') - page.count(f'<a href="/ui/jobs/{first["id"]}') == 100
+    assert f'id="all-needed-by" href="/ui/?depends_on={first["id"]}"' in page
+    assert f'value="{first["id"]}"' in control(listed, "depends_on")
+    assert waiting[-1]["id"] in listed and f'<a href="/ui/jobs/{first["id"]}"' not in listed
+    assert unusable.status_code == 422
+    assert field_error(unusable.text, "depends_on") == "Not a valid UUID."
+
+
 def test_a_jobs_page_shows_only_the_related_jobs_the_viewer_may_see(sign_in, submit):
     first = submit(manifest(1))
     theirs = submit(manifest(1, depends_on=[first["id"]]), as_="operator")

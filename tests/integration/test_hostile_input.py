@@ -588,6 +588,8 @@ QUERY_CASES = [
     ("user", "/api/v1/jobs", "workload", NUL, "NUL"),
     ("user", "/api/v1/jobs", "workload", "w" * 101, "Length"),
     ("user", "/api/v1/jobs", "limit", str(2**40), "less than"),
+    ("user", "/api/v1/jobs", "depends_on", NUL, "NUL"),
+    ("user", "/api/v1/jobs", "depends_on", "not-a-job", "Not a valid UUID"),
     ("user", "/api/v1/jobs/{job}", "wait_seconds", NUL, "NUL"),
     ("user", "/api/v1/jobs/{job}/chunks", "after", NUL, "NUL"),
     ("user", "/api/v1/jobs/{job}/chunks", "after", str(2**40), "less than"),

@@ -323,6 +323,33 @@ def test_a_retry_brings_back_an_operators_job_that_waited_for_the_users(
     assert status["status"] == "queued"
 
 
+def test_the_job_list_pages_through_the_jobs_waiting_for_a_job_the_caller_may_see(
+    submit, client, headers
+):
+    first, other = submit(manifest(1)), submit(manifest(1))
+    waiting = [submit(after(first)), submit(after(other, first)), submit(after(first))]
+    only_other = submit(after(other))
+    theirs = submit(after(first), as_="operator")
+
+    def listed(as_: str, **query) -> dict:
+        query = {"depends_on": first["id"], **query}
+        return client.get("/api/v1/jobs", query_string=query, headers=headers[as_]).get_json()
+
+    pages = [listed("user", limit=2)]
+    pages.append(listed("user", limit=2, cursor=pages[0]["next_cursor"]))
+
+    newest_first = [job["id"] for job in reversed(waiting)]
+    assert [[j["id"] for j in page["jobs"]] for page in pages] == [
+        newest_first[:2],
+        newest_first[2:],
+    ]
+    assert pages[1]["next_cursor"] is None
+    assert [j["id"] for j in listed("operator")["jobs"]] == [theirs["id"], *newest_first]
+    assert listed("other")["jobs"] == []
+    by_other = listed("user", depends_on=other["id"])["jobs"]
+    assert [j["id"] for j in by_other] == [only_other["id"], waiting[1]["id"]]
+
+
 def test_a_dependent_that_is_also_scheduled_waits_for_both(submit, claim, complete, db):
     first = submit(manifest(1))
     later = datetime.now(UTC) + timedelta(hours=1)

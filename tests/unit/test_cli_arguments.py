@@ -89,6 +89,7 @@ def test_missing_url_or_token_is_a_usage_error_naming_it(missing):
         ["submit", "data.csv", "--column", "v", "--chunks", "many"],
         ["jobs", "--status", "sleeping"],
         ["jobs", "--label", "=value"],
+        ["jobs", "--depends-on", "not-a-uuid"],
         ["events", "--after", "yesterday"],
         ["events", "--job", "not-a-uuid"],
         ["submit", "data.csv", "--column", "v", "--not-before", "tomorrow"],
