@@ -79,6 +79,24 @@ INVARIANTS = (
             WHERE t.n IS DISTINCT FROM c.n""",
     ),
     Invariant(
+        "no_job_waits_for_a_failed_one",
+        "no queued or running job depends on a failed or cancelled job (sql/0023)",
+        """SELECT j.id::text AS job_id, p.id::text AS prerequisite, p.status
+             FROM jobs j JOIN jobs p ON p.id = ANY(j.depends_on)
+            WHERE j.depends_on IS NOT NULL AND j.status IN ('queued', 'running')
+              AND p.status IN ('failed', 'cancelled')""",
+    ),
+    Invariant(
+        "no_task_waits_for_good",
+        "no task waits for the jobs its job depends on once they have all succeeded",
+        # 9999-12-31 is repositories.tasks.BLOCKED; a retention-deleted job counts as done.
+        """SELECT t.id::text AS task_id, t.job_id::text
+             FROM tasks t JOIN jobs j ON j.id = t.job_id
+            WHERE t.status = 'pending' AND t.not_before = '9999-12-31 00:00:00+00'
+              AND NOT EXISTS (SELECT FROM jobs p
+                              WHERE p.id = ANY(j.depends_on) AND p.status <> 'succeeded')""",
+    ),
+    Invariant(
         "job_tallies_equal_counts",
         "every job's tasks by status, tallied (sql/0016), equal the same counted over its tasks",
         """WITH tallied AS (

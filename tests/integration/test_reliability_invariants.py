@@ -12,6 +12,7 @@ import pytest
 from psycopg import sql
 
 from bench.reliability import invariants
+from repositories.tasks import BLOCKED
 
 
 def make_job(db, status: str = "running", chunks: int = 1) -> uuid.UUID:
@@ -121,6 +122,37 @@ def test_a_leased_task_without_an_owner_or_expiry_is_reported(db, missing):
     make_task(db, make_job(db), status="leased", attempt=1, **lease)
 
     assert list(invariants.violations(db)) == ["leased_task_has_owner"]
+
+
+def depend(db, job_id, *prerequisites) -> None:
+    """Make the job depend on these."""
+    db.execute("UPDATE jobs SET depends_on = %s WHERE id = %s", (list(prerequisites), job_id))
+
+
+@pytest.mark.parametrize("ended", ["failed", "cancelled"])
+def test_a_job_waiting_for_a_failed_or_cancelled_one_is_reported(db, ended):
+    prerequisite = make_job(db, status=ended)
+    waiting = make_job(db, status="queued")
+    depend(db, waiting, prerequisite)
+
+    found = invariants.violations(db)
+
+    assert list(found) == ["no_job_waits_for_a_failed_one"]
+    assert found["no_job_waits_for_a_failed_one"][0]["prerequisite"] == str(prerequisite)
+
+
+def test_a_task_still_waiting_once_its_prerequisites_succeeded_is_reported(db):
+    done, running = make_job(db, status="succeeded"), make_job(db)
+    stuck, waiting = make_job(db, status="queued"), make_job(db, status="queued")
+    depend(db, stuck, done)
+    depend(db, waiting, done, running)
+    for job in (stuck, waiting):
+        make_task(db, job, not_before=BLOCKED)
+
+    found = invariants.violations(db)
+
+    assert list(found) == ["no_task_waits_for_good"]
+    assert [row["job_id"] for row in found["no_task_waits_for_good"]] == [str(stuck)]
 
 
 def test_a_tally_that_parts_from_its_count_is_reported(db):
