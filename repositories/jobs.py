@@ -168,12 +168,12 @@ def admit_job(
 def lock_prerequisites(conn: Connection, ids: Sequence[UUID], owner_id: int | None) -> list[Job]:
     """Those of these jobs the owner may see (None: anyone's), locked so that none changes
     status until the caller commits: a job admitted to wait for one is then seen by its
-    finish."""
+    finish. In the order they were created, as lock_many locks."""
     rows = conn.execute(
         """
         SELECT * FROM jobs
         WHERE id = ANY(%(ids)s) AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
-        ORDER BY id
+        ORDER BY created_at, id
         FOR SHARE
         """,
         {"ids": list(ids), "owner": owner_id},
@@ -262,9 +262,10 @@ def get_many(conn: Connection, job_ids: Collection[UUID]) -> dict[UUID, Job]:
 
 
 def lock_many(conn: Connection, job_ids: Collection[UUID]) -> list[Job]:
-    """These jobs, locked in id order."""
+    """These jobs, locked in the order they were created: a job is created after the jobs it
+    depends on, so every transaction locking jobs of one graph locks them in one order."""
     rows = conn.execute(
-        "SELECT * FROM jobs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE",
+        "SELECT * FROM jobs WHERE id = ANY(%(ids)s) ORDER BY created_at, id FOR UPDATE",
         {"ids": list(job_ids)},
     ).fetchall()
     return [from_row(Job, r) for r in rows]

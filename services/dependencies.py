@@ -4,7 +4,7 @@ tells its dependents in services/settlement.py."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -71,6 +71,21 @@ def still_waits(conn: Connection, job: Job) -> bool:
     return any(status != "succeeded" for status in statuses.values())
 
 
+def downstream(
+    conn: Connection,
+    job_ids: Collection[UUID],
+    dependents_of: Callable[[Connection, list[UUID]], list[UUID]] = job_rows.dependents,
+) -> set[UUID]:
+    """The jobs depending on any of these, and those depending on them in turn (as
+    `dependents_of` finds a generation's): read, not locked."""
+    found: set[UUID] = set()
+    level = list(job_ids)
+    while level:
+        level = [i for i in dependents_of(conn, level) if i not in found]
+        found.update(level)
+    return found
+
+
 def failed_with(conn: Connection, job: Job) -> list[Job]:
     """The jobs this failed job's failure failed, and theirs in turn, that may wait again now
     that it is retried: each locked, in id order. One that also waits for another failed or
@@ -80,11 +95,7 @@ def failed_with(conn: Connection, job: Job) -> list[Job]:
     a prerequisite failing at the same time has either failed them first (it locks each, see
     services/settlement.py) and is read failed here, or waits for them and fails them again.
     """
-    found: set[UUID] = set()
-    level = [job.id]
-    while level:
-        level = [i for i in job_rows.failed_dependents(conn, level) if i not in found]
-        found.update(level)
+    found = downstream(conn, [job.id], job_rows.failed_dependents)
     waiting = {
         j.id: j
         for j in job_rows.lock_many(conn, found)

@@ -25,6 +25,7 @@ from repositories.jobs import ChunkCounts, Job, NewJob
 from repositories.tasks import NewTask, Task
 from services import dependencies, settlement
 from services.auth import Principal
+from services.deadlocks import rerun_deadlocks
 from services.errors import Conflict, InvalidInput, NotFound, QueueFull
 from services.runtime import Runtime
 
@@ -419,6 +420,7 @@ def list_completed_results(
         )
 
 
+@rerun_deadlocks
 def cancel_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str) -> JobView:
     """Cancel a job: pending chunks stop, running ones hear 409 on their next heartbeat."""
     with rt.pool.connection() as conn, conn.transaction():
@@ -465,15 +467,17 @@ def _cancellable(job: Job) -> Job:
     return job
 
 
+@rerun_deadlocks
 def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str) -> JobView:
     """Re-queue a failed job's unfinished chunks, keeping every accepted summary (a dependent
     job's to wait again for the jobs it depends on that have yet to succeed), and those of the
     jobs its failure failed, to wait for it again; all of them or, with no room, none."""
     with rt.pool.connection() as conn, conn.transaction():
-        # A dependent job's turn, as a prerequisite that finishes takes it (services/settlement):
-        # that finish then sees the tasks this requeues, or this sees its status.
-        locks.take_turn(conn, locks.DEPENDENTS, str(job_id))
         job = visible_job(conn, principal, job_id, for_update=True)
+        # Then a dependent job's turn, as a prerequisite that succeeds takes it (see
+        # services/settlement): that success then sees the tasks this requeues, or this sees
+        # its status. Row first, turn second: a failure upstream holds the row and never a turn.
+        locks.take_turn(conn, locks.DEPENDENTS, str(job_id))
         if job.status != "failed":
             raise Conflict(
                 f"only a failed job can be retried; this one is {job.status}",

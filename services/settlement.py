@@ -4,6 +4,7 @@ the jobs that depend on one that finished."""
 from __future__ import annotations
 
 import logging
+from uuid import UUID
 
 from psycopg import Connection
 
@@ -13,6 +14,7 @@ from repositories import locks
 from repositories import tasks as task_rows
 from repositories.jobs import Job
 from repositories.tasks import Task
+from services import dependencies
 from services.workloads import Workload
 
 logger = logging.getLogger(__name__)
@@ -148,45 +150,59 @@ def _announce_failures(conn: Connection, failed: list[Job]) -> None:
 def settle_dependents(conn: Connection, job: Job) -> None:
     """Tell the jobs that depend on this one, which has just finished: release the tasks of
     those whose every prerequisite has now succeeded, or, if it did not succeed, fail them
-    and theirs in turn, a generation at a time (a pipeline may be thousands of steps long, a
-    fan-out thousands of jobs wide: each generation is a few statements, whatever its size).
+    and theirs in turn.
 
-    Each dependent's turn is taken first, in id order, as a retry of it takes it: whichever
-    comes second sees what the first committed. The statuses of its other prerequisites are
-    read after the turn, in a statement of its own, so two prerequisites finishing at once
-    cannot each see the other unfinished and leave it waiting for good.
+    A success takes each dependent's turn first, in id order, as a retry of it takes it:
+    whichever comes second sees what the first committed. The statuses of its other
+    prerequisites are read after the turn, in a statement of its own, so two prerequisites
+    finishing at once cannot each see the other unfinished and leave it waiting for good.
     """
     dependents = job_rows.dependents(conn, [job.id])
     if not dependents:
         return
-    locks.take_turns(conn, locks.DEPENDENTS, [str(i) for i in dependents])
     if job.status == "succeeded":
+        locks.take_turns(conn, locks.DEPENDENTS, [str(i) for i in dependents])
         task_rows.release_blocked(conn, dependents)
         return
-    causes = {job.id: job}
-    while dependents:
-        unfinished = [
-            j for j in job_rows.lock_many(conn, dependents) if j.status in ("queued", "running")
-        ]
-        if not unfinished:
+    _fail_downstream(conn, job)
+
+
+def _fail_downstream(conn: Connection, job: Job) -> None:
+    """Fail the unfinished jobs that depend on this failed or cancelled one, and theirs in
+    turn, a few statements whatever the graph's size (a pipeline may be thousands of steps
+    long, a fan-out thousands of jobs wide).
+
+    Every job downstream is locked at once, in the order the jobs were created, as each of
+    them is locked by whoever else changes it (its cancel, a retry, an admission waiting for
+    it, another failure upstream): a generation at a time, two failures spreading through one
+    graph by paths of different lengths could each hold a job the other waits for. Locked
+    before they are decided on, so a retry or an admission racing this either went first and
+    is seen, or waits and sees the failure. A job admitted since the graph was read depends
+    on one failed here; it is the newest, so locking it last keeps the order.
+    """
+    failed = {job.id: job.status}
+    locked: set[UUID] = set()
+    reach = dependencies.downstream(conn, [job.id])
+    while reach:
+        errors = {}
+        for dependent in job_rows.lock_many(conn, reach):  # prerequisites first
+            cause = next((p for p in dependent.depends_on or [] if p in failed), None)
+            if cause is not None and dependent.status in ("queued", "running"):
+                errors[dependent.id] = _dependency_failed(cause, failed[cause])
+                failed[dependent.id] = "failed"
+        locked |= reach
+        if not errors:
             return
         # Only manifest jobs depend on others, and they keep no partial result.
-        task_rows.cancel_unfinished(conn, [j.id for j in unfinished], skip_locked=True)
-        errors = {
-            j.id: _dependency_failed(next(causes[p] for p in j.depends_on if p in causes))
-            for j in unfinished
-        }
-        failed = job_rows.fail_many(conn, errors)
-        _announce_failures(conn, failed)
-        causes = {j.id: j for j in failed}
-        dependents = job_rows.dependents(conn, causes)
-        locks.take_turns(conn, locks.DEPENDENTS, [str(i) for i in dependents])
+        task_rows.cancel_unfinished(conn, errors, skip_locked=True)
+        _announce_failures(conn, job_rows.fail_many(conn, errors))
+        reach = set(job_rows.dependents(conn, errors)) - locked
 
 
-def _dependency_failed(cause: Job) -> dict:
-    ended = "was cancelled" if cause.status == "cancelled" else "failed"
+def _dependency_failed(cause: UUID, status: str) -> dict:
+    ended = "was cancelled" if status == "cancelled" else "failed"
     return {
         "code": "dependency_failed",
-        "message": f"job {cause.id}, which it depends on, {ended}",
-        "details": {"job_id": str(cause.id), "status": cause.status},
+        "message": f"job {cause}, which it depends on, {ended}",
+        "details": {"job_id": str(cause), "status": status},
     }

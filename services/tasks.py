@@ -25,6 +25,7 @@ from repositories import workers as worker_rows
 from repositories.jobs import Job
 from repositories.tasks import ClaimedTask, ExpiredLease, Renewal, Task
 from services import logcontext, settlement
+from services.deadlocks import rerun_deadlocks
 from services.errors import ChunkwiseError, Conflict, LeaseLost, NotFound
 from services.runtime import Limits, Runtime
 from services.workloads import TaskFailure, TaskInput, TaskResult, Workload, Workloads
@@ -206,6 +207,7 @@ def complete_task(
     return outcome.task
 
 
+@rerun_deadlocks
 def complete_tasks(
     rt: Runtime, worker_id: str, completions: list[Completion]
 ) -> list[CompletionOutcome]:
@@ -325,6 +327,7 @@ def retry_delay(limits: Limits, attempt: int, asked: float | None = None) -> flo
     return step * random.uniform(0.5, 1.0)  # noqa: S311 - spreading retries, not a secret
 
 
+@rerun_deadlocks
 def fail_task(
     rt: Runtime, task_id: UUID, worker_id: str, attempt: int, failure: TaskFailure
 ) -> Task:

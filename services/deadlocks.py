@@ -1,0 +1,42 @@
+"""Running a service call again when PostgreSQL ended its transaction to break a deadlock."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+from psycopg.errors import DeadlockDetected
+
+logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Runs in all: a deadlock that comes back twice more is no accident of timing.
+ATTEMPTS = 3
+
+
+def rerun_deadlocks(call: Callable[P, R]) -> Callable[P, R]:
+    """Run the call again when its transaction was a deadlock's victim.
+
+    PostgreSQL rolled the victim back whole and let the other transaction go on, so a fresh
+    run starts from what that one committed. Jobs of one graph are locked in one order (see
+    services/settlement.py), but a batch of results settling several jobs, or a retry racing
+    a failure upstream, can still meet another transaction the other way round.
+    """
+
+    @functools.wraps(call)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        for attempt in range(1, ATTEMPTS):
+            try:
+                return call(*args, **kwargs)
+            except DeadlockDetected:
+                logger.warning(
+                    "transaction ended to break a deadlock; running it again",
+                    extra={"event": "deadlock_rerun", "call": call.__name__, "attempt": attempt},
+                )
+        return call(*args, **kwargs)
+
+    return run
