@@ -1,5 +1,6 @@
 """Pipelines under concurrent traffic: random graphs of dependent jobs whose tasks succeed and
-fail while their jobs are cancelled and retried from several threads at once. Whatever the
+fail while their jobs are cancelled, retried and waited for by new jobs, from several
+threads at once. Whatever the
 interleaving, no request fails on the server, no transaction deadlocks, no job waits for a
 failed one, no task waits for good, the queue's tallies hold, and draining the queue finishes
 every job."""
@@ -18,7 +19,8 @@ JOBS = 60
 THREADS = 4
 ACTIONS = 40  # per thread
 # What a request may answer in a storm: 409 for a task its job's cancel or failure took, a
-# cancel of a finished job, a retry of one not failed or waiting for a failed one.
+# cancel of a finished job, a retry of one not failed or waiting for a failed one, a job
+# submitted to wait for a failed one.
 EXPECTED = {200, 201, 204, 409}
 
 
@@ -33,7 +35,7 @@ def random_graph(submit, rng: random.Random) -> list[dict]:
 
 def storm(app, headers: dict, jobs: list[dict], seed: int, statuses: list[int]) -> None:
     """One thread's random actions: finish what it claims (a quarter failing for good),
-    cancel a job, or retry one."""
+    cancel a job, submit one depending on others, or retry one."""
     client, rng, worker = app.test_client(), random.Random(seed), f"storm-{seed}"
     for _ in range(ACTIONS):
         roll = rng.random()
@@ -51,6 +53,13 @@ def storm(app, headers: dict, jobs: list[dict], seed: int, statuses: list[int]) 
                 statuses.append(
                     client.post(path, json=report, headers=headers["worker"]).status_code
                 )
+        elif 0.7 <= roll < 0.8:
+            prerequisites = rng.sample(jobs, k=rng.choice([1, 2]))
+            body = manifest(1, depends_on=[p["id"] for p in prerequisites])
+            answer = client.post("/api/v1/jobs", json=body, headers=headers["user"])
+            statuses.append(answer.status_code)
+            if answer.status_code == 201:
+                jobs.append(answer.get_json())
         else:
             verb = "cancel" if roll < 0.7 else "retry"
             path = f"/api/v1/jobs/{rng.choice(jobs)['id']}/{verb}"
@@ -72,7 +81,7 @@ def drain(client, headers: dict) -> None:
 def test_a_storm_of_finishes_cancels_and_retries_leaves_no_job_waiting_for_good(
     seed, app, client, submit, headers, db, caplog
 ):
-    jobs = random_graph(submit, random.Random(seed))
+    jobs = random_graph(submit, random.Random(seed))  # and those the storm submits
     statuses: list[int] = []
     threads = [
         threading.Thread(target=storm, args=(app, headers, jobs, seed * 100 + n, statuses))
