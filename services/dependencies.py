@@ -88,8 +88,9 @@ def downstream(
 
 def failed_with(conn: Connection, job: Job) -> list[Job]:
     """The jobs this failed job's failure failed, and theirs in turn, that may wait again now
-    that it is retried: each locked, in id order. One that also waits for another failed or
-    cancelled job stays failed, as do those waiting for it; retrying that job brings them.
+    that it is retried: each locked, in the order they were created (as a failure locks them).
+    One that also waits for another failed or cancelled job stays failed, as do those waiting
+    for it; retrying that job brings them.
 
     They are locked before their prerequisites' statuses are read, in a statement of its own:
     a prerequisite failing at the same time has either failed them first (it locks each, see

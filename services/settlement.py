@@ -155,7 +155,7 @@ def settle_dependents(conn: Connection, job: Job) -> None:
     A success takes each dependent's turn first, in id order, as a retry of it takes it:
     whichever comes second sees what the first committed. The statuses of its other
     prerequisites are read after the turn, in a statement of its own, so two prerequisites
-    finishing at once cannot each see the other unfinished and leave it waiting for good.
+    succeeding at once cannot each see the other unfinished and leave it waiting for good.
     """
     dependents = job_rows.dependents(conn, [job.id])
     if not dependents:
