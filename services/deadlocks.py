@@ -22,9 +22,9 @@ def rerun_deadlocks(call: Callable[P, R]) -> Callable[P, R]:
     """Run the call again when its transaction was a deadlock's victim.
 
     PostgreSQL rolled the victim back whole and let the other transaction go on, so a fresh
-    run starts from what that one committed. Jobs of one graph are locked in one order (see
-    services/settlement.py), but a batch of results settling several jobs, or a retry racing
-    a failure upstream, can still meet another transaction the other way round.
+    run starts from what that one committed. Jobs of one graph are locked in one order, the
+    order they were created, and a transaction's turns are taken at once (see
+    services/settlement.py); this is for what that order cannot see, a server clock set back.
     """
 
     @functools.wraps(call)

@@ -473,11 +473,12 @@ def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str)
     job's to wait again for the jobs it depends on that have yet to succeed), and those of the
     jobs its failure failed, to wait for it again; all of them or, with no room, none."""
     with rt.pool.connection() as conn, conn.transaction():
-        job = visible_job(conn, principal, job_id, for_update=True)
-        # Then a dependent job's turn, as a prerequisite that succeeds takes it (see
+        # A dependent job's turn, as a prerequisite that succeeds takes it (see
         # services/settlement): that success then sees the tasks this requeues, or this sees
-        # its status. Row first, turn second: a failure upstream holds the row and never a turn.
+        # its status. Turn first, row second: the success may wait for the job's tasks, which
+        # its cancel holds while waiting for the row.
         locks.take_turn(conn, locks.DEPENDENTS, str(job_id))
+        job = visible_job(conn, principal, job_id, for_update=True)
         if job.status != "failed":
             raise Conflict(
                 f"only a failed job can be retried; this one is {job.status}",

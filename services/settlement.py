@@ -167,6 +167,19 @@ def settle_dependents(conn: Connection, job: Job) -> None:
     _fail_downstream(conn, job)
 
 
+def take_release_turns(conn: Connection, job_ids: list[UUID]) -> None:
+    """Take at once the turns the successes of these (locked) jobs would take one by one.
+
+    A transaction settling several jobs takes them in one statement, after the jobs' rows and
+    before settling any: taken job by job, two batches of results finishing jobs with
+    dependents in common could each hold a turn the other waits for, and a success settled
+    after another job's failure would take a turn while holding the rows that failure locked.
+    """
+    dependents = job_rows.dependents(conn, job_ids)
+    if dependents:
+        locks.take_turns(conn, locks.DEPENDENTS, [str(i) for i in dependents])
+
+
 def _fail_downstream(conn: Connection, job: Job) -> None:
     """Fail the unfinished jobs that depend on this failed or cancelled one, and theirs in
     turn, a few statements whatever the graph's size (a pipeline may be thousands of steps

@@ -305,12 +305,18 @@ def _record_completions(
     if len(done) == 1:
         # One result per request: the rest of the request (its merge) logs as this attempt.
         logcontext.bind(**_attempt_fields(done[0], worker_id, closed.get(done[0].id)))
+    counted = [
+        job_rows.count_completed(conn, job_id, count)
+        for job_id, count in sorted(Counter(t.job_id for t in done).items())
+    ]
+    complete = [j.id for j in counted if j.chunks_completed == j.chunks_total]
+    if complete and len(counted) > 1:
+        settlement.take_release_turns(conn, complete)
     merging = []
-    for job_id, count in sorted(Counter(t.job_id for t in done).items()):
-        job = job_rows.count_completed(conn, job_id, count)
+    for job in counted:
         rules = rt.workloads.of(job.workload)
         if settlement.settle_completions(conn, job, rules).status == "merging":
-            merging.append((job_id, rules))
+            merging.append((job.id, rules))
     # The worker's row last: a claim by the same worker may wait for it (see task_rows.claim)
     # but never for a job, so neither can wait on the other.
     peak = max((t.metrics or {}).get("peak_rss_bytes") or 0 for t in done) or None

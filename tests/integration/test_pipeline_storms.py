@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from bench.reliability import invariants
-from tests.integration.manifests import manifest, result_body
+from tests.integration.manifests import batch_item, manifest, result_body
 
 JOBS = 60
 THREADS = 4
@@ -34,25 +34,31 @@ def random_graph(submit, rng: random.Random) -> list[dict]:
 
 
 def storm(app, headers: dict, jobs: list[dict], seed: int, statuses: list[int]) -> None:
-    """One thread's random actions: finish what it claims (a quarter failing for good),
-    cancel a job, submit one depending on others, or retry one."""
+    """One thread's random actions: finish what it claims (a quarter failing for good, the
+    rest in one batch of results), cancel a job, submit one depending on others, or retry
+    one."""
     client, rng, worker = app.test_client(), random.Random(seed), f"storm-{seed}"
     for _ in range(ACTIONS):
         roll = rng.random()
         if roll < 0.6:
-            body = {"worker_id": worker, "workloads": ["echo"], "capacity": 2}
+            body = {"worker_id": worker, "workloads": ["echo"], "capacity": 3}
             answer = client.post("/api/v1/tasks/claim", json=body, headers=headers["worker"])
             statuses.append(answer.status_code)
+            succeeded = []
             for task in answer.get_json()["tasks"] if answer.status_code == 200 else []:
                 if rng.random() < 0.75:
-                    action, report = "result", result_body(task, worker)
-                else:
-                    report = {"worker_id": worker, "attempt": task["attempt"], "error_code": "x"}
-                    action, report = "failure", {**report, "retryable": False}
-                path = f"/api/v1/tasks/{task['task_id']}/{action}"
-                statuses.append(
-                    client.post(path, json=report, headers=headers["worker"]).status_code
+                    succeeded.append(batch_item(task, worker))
+                    continue
+                failure = {"worker_id": worker, "attempt": task["attempt"], "error_code": "x"}
+                path = f"/api/v1/tasks/{task['task_id']}/failure"
+                answer = client.post(
+                    path, json={**failure, "retryable": False}, headers=headers["worker"]
                 )
+                statuses.append(answer.status_code)
+            if succeeded:
+                batch = {"worker_id": worker, "results": succeeded}
+                answer = client.post("/api/v1/tasks/results", json=batch, headers=headers["worker"])
+                statuses.append(answer.status_code)
         elif 0.7 <= roll < 0.8:
             prerequisites = rng.sample(jobs, k=rng.choice([1, 2]))
             body = manifest(1, depends_on=[p["id"] for p in prerequisites])
