@@ -405,7 +405,7 @@ def set_status(
 
 
 def fail_many(conn: Connection, errors: Mapping[UUID, dict]) -> list[Job]:
-    """Fail these (locked) jobs, each with its error, as set_status would; in id order."""
+    """Fail these (locked) jobs, each with its error, as set_status would; in the order given."""
     rows = conn.execute(
         """
         UPDATE jobs j SET status = 'failed',
@@ -421,11 +421,12 @@ def fail_many(conn: Connection, errors: Mapping[UUID, dict]) -> list[Job]:
         """,
         {"ids": list(errors), "errors": [Jsonb(e) for e in errors.values()]},
     ).fetchall()
-    return sorted((from_row(Job, r) for r in rows), key=lambda job: job.id)
+    return _in_order(rows, errors)
 
 
 def requeue_many(conn: Connection, job_ids: Collection[UUID]) -> list[Job]:
-    """Put these (locked) failed jobs back in the queue, as set_status would; in id order."""
+    """Put these (locked) failed jobs back in the queue, as set_status would; in the order
+    given."""
     rows = conn.execute(
         """
         UPDATE jobs SET status = 'queued', revision = revision + 1, error = NULL, result = NULL,
@@ -435,7 +436,13 @@ def requeue_many(conn: Connection, job_ids: Collection[UUID]) -> list[Job]:
         """,
         {"ids": list(job_ids)},
     ).fetchall()
-    return sorted((from_row(Job, r) for r in rows), key=lambda job: job.id)
+    return _in_order(rows, job_ids)
+
+
+def _in_order(rows: list[dict], job_ids: Collection[UUID]) -> list[Job]:
+    """The jobs of an UPDATE's RETURNING rows (in no order), in the order of `job_ids`."""
+    by_id = {r["id"]: r for r in rows}
+    return [from_row(Job, by_id[i]) for i in job_ids if i in by_id]
 
 
 def merging_jobs(conn: Connection, limit: int = 20) -> list[tuple[UUID, str]]:
