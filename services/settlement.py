@@ -157,27 +157,25 @@ def settle_dependents(conn: Connection, job: Job) -> None:
     prerequisites are read after the turn, in a statement of its own, so two prerequisites
     succeeding at once cannot each see the other unfinished and leave it waiting for good.
     """
-    dependents = job_rows.dependents(conn, [job.id])
-    if not dependents:
-        return
-    if job.status == "succeeded":
-        locks.take_turns(conn, locks.DEPENDENTS, [str(i) for i in dependents])
+    if job.status != "succeeded":
+        _fail_downstream(conn, job)
+    elif dependents := take_release_turns(conn, [job.id]):
         task_rows.release_blocked(conn, dependents)
-        return
-    _fail_downstream(conn, job)
 
 
-def take_release_turns(conn: Connection, job_ids: list[UUID]) -> None:
+def take_release_turns(conn: Connection, job_ids: list[UUID]) -> list[UUID]:
     """Take at once the turns the successes of these (locked) jobs would take one by one.
 
     A transaction settling several jobs takes them in one statement, after the jobs' rows and
     before settling any: taken job by job, two batches of results finishing jobs with
     dependents in common could each hold a turn the other waits for, and a success settled
     after another job's failure would take a turn while holding the rows that failure locked.
+    Returns the dependents.
     """
     dependents = job_rows.dependents(conn, job_ids)
     if dependents:
         locks.take_turns(conn, locks.DEPENDENTS, [str(i) for i in dependents])
+    return dependents
 
 
 def _fail_downstream(conn: Connection, job: Job) -> None:
