@@ -242,7 +242,10 @@ def job_page(job_id: UUID):
         chunks_after=after,
         more_chunks=len(chunk_views) == CHUNKS_SHOWN,
         can_cancel=view.job.status in CANCELLABLE,
-        can_retry=view.job.status == "failed" and not unrecoverable,
+        # A job still waiting for a failed or cancelled one would only be refused.
+        can_retry=view.job.status == "failed"
+        and not unrecoverable
+        and not any(s in ("failed", "cancelled") for s in related.depends_on.values()),
         partial_result=shown["partial_result"],
         input_digest=shown["input_digest"],
         related=related,

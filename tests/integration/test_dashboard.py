@@ -594,6 +594,26 @@ def test_a_jobs_page_links_the_whole_list_of_a_fan_out_it_shows_the_first_of(sig
     assert field_error(unusable.text, "depends_on") == "Not a valid UUID."
 
 
+def test_a_job_its_prerequisites_failure_failed_links_the_job_whose_retry_brings_it_back(
+    sign_in, submit, claim, task_call
+):
+    first = submit(manifest(1))
+    then = submit(manifest(1, depends_on=[first["id"]]))
+    [task] = claim()
+    failure = {"worker_id": WORKER, "attempt": task["attempt"], "error_code": "boom"}
+    assert task_call(task["task_id"], "failure", {**failure, "retryable": False}).status_code == 200
+    browser = sign_in("user")
+
+    page = browser.get(f"/ui/jobs/{then['id']}").text
+    cause = browser.get(f"/ui/jobs/{first['id']}").text
+
+    hint = shown_text(page.split('<p id="brought-back">', 1)[1].split("</p>", 1)[0])
+    assert hint.startswith("This job never ran. Retrying the job that failed brings it back")
+    assert f'<a href="/ui/jobs/{first["id"]}">the job that failed</a>' in page
+    assert 'id="retry"' not in page  # it would be refused while the first job is failed
+    assert 'id="retry"' in cause
+
+
 def test_a_jobs_page_shows_only_the_related_jobs_the_viewer_may_see(sign_in, submit):
     first = submit(manifest(1))
     theirs = submit(manifest(1, depends_on=[first["id"]]), as_="operator")
