@@ -608,8 +608,8 @@ def test_a_job_its_prerequisites_failure_failed_links_the_job_whose_retry_brings
     cause = browser.get(f"/ui/jobs/{first['id']}").text
 
     hint = shown_text(page.split('<p id="brought-back">', 1)[1].split("</p>", 1)[0])
-    assert hint.startswith("This job never ran. Retrying the job that failed brings it back")
-    assert f'<a href="/ui/jobs/{first["id"]}">the job that failed</a>' in page
+    assert hint.startswith("This job never ran. Retrying that job (or, if it never ran either")
+    assert f'Retrying <a href="/ui/jobs/{first["id"]}">that job</a>' in page
     assert 'id="retry"' not in page  # it would be refused while the first job is failed
     assert 'id="retry"' in cause
 
