@@ -493,19 +493,23 @@ def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str)
                 code="not_recoverable",
                 details={"error": job.error},
             )
-        _requeue(rt, conn, [job], blocked=dependencies.still_waits(conn, job))
+        requeued = _requeue(rt, conn, [job], blocked=dependencies.still_waits(conn, job))
         # Running while a chunk of it is done; with none, back in the queue as it was admitted.
         done = job_rows.chunk_counts(conn, [job.id])[job.id].completed
         job = job_rows.set_status(conn, job.id, "running" if done else "queued")
         _record_user_action(conn, principal, job, "job.retried", "job.retry", trace_id)
-        _bring_back_dependents(rt, conn, job, trace_id)
+        _bring_back_dependents(rt, conn, job, trace_id, requeued)
         view = _view(conn, job)
     return view
 
 
-def _requeue(rt: Runtime, conn: Connection, jobs: Sequence[Job], *, blocked: bool) -> None:
+def _requeue(
+    rt: Runtime, conn: Connection, jobs: Sequence[Job], *, blocked: bool, already: int = 0
+) -> int:
     """Put these locked failed jobs' (of one workload) unfinished tasks back, within the
-    workload's queue bound, as admission is: a retry adds tasks to the queue too."""
+    workload's queue bound, as admission is: a retry adds tasks to the queue too. How many;
+    a refusal counts the `already` this retry put back in that queue as asked for, not queued.
+    """
     workload = jobs[0].workload
     limit = rt.workloads.of(workload).caps.max_queued_tasks
     budgets = {job.id: job.max_attempts or rt.limits.max_attempts for job in jobs}
@@ -515,18 +519,28 @@ def _requeue(rt: Runtime, conn: Connection, jobs: Sequence[Job], *, blocked: boo
     if not fits:
         queued = task_rows.recount_unfinished(conn, workload)
         if queued + n > limit:
-            raise _queue_full(rt, workload, queued, n, limit)
+            raise _queue_full(rt, workload, queued - already, n + already, limit)
         # It fits now: the count holds the bound's row until this transaction ends.
         task_rows.requeue_unfinished(conn, budgets, workload, queue_limit=limit, blocked=blocked)
+    return n
 
 
-def _bring_back_dependents(rt: Runtime, conn: Connection, job: Job, trace_id: str) -> None:
-    """Queue again the jobs a retried job's failure failed, to wait for it (they never ran)."""
+def _bring_back_dependents(
+    rt: Runtime, conn: Connection, job: Job, trace_id: str, requeued: int
+) -> None:
+    """Queue again the jobs a retried job's failure failed, to wait for it (they never ran);
+    `requeued` of the job's own tasks are back in its workload's queue already."""
     dependents = dependencies.failed_with(conn, job)
     if not dependents:
         return
     for workload in sorted({d.workload for d in dependents}):
-        _requeue(rt, conn, [d for d in dependents if d.workload == workload], blocked=True)
+        _requeue(
+            rt,
+            conn,
+            [d for d in dependents if d.workload == workload],
+            blocked=True,
+            already=requeued if workload == job.workload else 0,
+        )
     requeued = job_rows.requeue_many(conn, [d.id for d in dependents])
     event_rows.publish_many(
         conn,

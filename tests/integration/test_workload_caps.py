@@ -162,8 +162,8 @@ def test_a_retry_whose_dependents_would_overfill_the_queue_is_429_and_changes_no
 
     assert retried.status_code == 429, retried.get_json()
     assert retried.get_json()["error"]["details"] == {
-        "queued_chunks": 301,  # the other job's 300, and the retried job's own task
-        "requested_chunks": 300,
+        "queued_chunks": 300,
+        "requested_chunks": 301,  # the retried job's task and its dependent's 300
         "limit": 600,
     }
     assert (
