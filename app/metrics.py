@@ -82,10 +82,19 @@ class QueueCollector:
         )
         schedules.add_metric(["active"], f.schedules.active)
         schedules.add_metric(["paused"], f.schedules.paused)
+        paused = GaugeMetricFamily(
+            "chunkwise_workload_paused",
+            "1 while an operator has paused the workload's claims, else 0.",
+            labels=["workload"],
+        )
+        paused_names = {p.workload for p in f.paused}
+        for name in self._runtime.workloads.names():
+            paused.add_metric([name], int(name in paused_names))
         families = [
             chunks,
             jobs_family,
             waiting,
+            paused,
             schedules,
             _gauge(
                 "chunkwise_failing_schedules",

@@ -50,6 +50,9 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "events.list_events": (schemas.EventQuerySchema, schemas.EventListSchema, ()),
     "queue.queue_status": (None, schemas.QueueSchema, ()),
     "queue.list_workers": (None, schemas.WorkerListSchema, ()),
+    "queue.list_workloads": (None, schemas.WorkloadListSchema, ()),
+    "queue.pause_workload": (None, schemas.WorkloadSchema, (404,)),
+    "queue.resume_workload": (None, schemas.WorkloadSchema, (404,)),
     "tasks.claim": (schemas.ClaimSchema, schemas.ClaimResponseSchema, (204,)),
     "tasks.read_input": (schemas.LeaseSchema, None, (404, 409)),
     "tasks.heartbeat": (schemas.HeartbeatSchema, schemas.LeaseRenewedSchema, (404, 409)),
@@ -77,8 +80,9 @@ OWNER_ENDPOINTS = {
     "schedules.resume_schedule",
     "schedules.delete_schedule",
 }
-# Every path parameter is an id but a schedule's name.
+# Every path parameter is an id but a schedule's name and a workload's.
 PATH_SCHEMAS = {
+    "workload": {"type": "string", "minLength": 1, "maxLength": 100},
     "job_id": {"type": "string", "format": "uuid"},
     "chunk_id": {"type": "string", "format": "uuid"},
     "task_id": {"type": "string", "format": "uuid"},

@@ -733,6 +733,14 @@ class ScheduleFiguresSchema(Schema):
     )
 
 
+class WorkloadPauseSchema(Schema):
+    """A paused workload: who paused it, and when."""
+
+    workload = fields.Str()
+    paused_by = fields.Str()
+    paused_at = fields.DateTime()
+
+
 class QueueSchema(ResponseSchema):
     """The queue at a glance (dumped from services.queue.QueueView)."""
 
@@ -751,6 +759,36 @@ class QueueSchema(ResponseSchema):
     max_leases_per_worker = fields.Int(attribute="limits.max_leases_per_worker")
     max_queued_chunks = fields.Int(attribute="limits.max_queued_chunks")
     schedules = fields.Nested(ScheduleFiguresSchema, attribute="figures.schedules")
+    paused_workloads = fields.List(
+        fields.Nested(WorkloadPauseSchema),
+        attribute="figures.paused",
+        metadata={"description": "workloads whose tasks no claim leases until resumed"},
+    )
+
+
+class WorkloadSchema(ResponseSchema):
+    """A served workload: its caps and pause (dumped from services.queue.WorkloadView)."""
+
+    workload = fields.Str(attribute="name")
+    paused = fields.Bool()
+    paused_by = fields.Str(attribute="pause.paused_by", allow_none=True, dump_default=None)
+    paused_at = fields.DateTime(attribute="pause.paused_at", allow_none=True, dump_default=None)
+    max_leases_per_worker = fields.Int(
+        attribute="caps.max_leases_per_worker",
+        allow_none=True,
+        metadata={"description": "null: a worker's capacity is its only bound"},
+    )
+    max_leases_total = fields.Int(
+        attribute="caps.max_leases_total", allow_none=True, metadata={"description": "null: none"}
+    )
+    max_queued_tasks = fields.Int(attribute="caps.max_queued_tasks")
+    max_tasks_per_job = fields.Int(attribute="caps.max_tasks_per_job")
+
+
+class WorkloadListSchema(ResponseSchema):
+    """Every workload this coordinator serves."""
+
+    workloads = fields.List(fields.Nested(WorkloadSchema))
 
 
 class WorkerSchema(Schema):

@@ -1,10 +1,13 @@
-"""Queue-wide figures for operators and /metrics, and the tallies that keep them cheap."""
+"""Queue-wide figures for operators and /metrics, the tallies that keep them cheap, and pauses."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from psycopg import Connection
+
+from repositories import channels, from_row
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,15 @@ class ScheduleFigures:
 
 
 @dataclass(frozen=True)
+class WorkloadPause:
+    """A paused workload (sql/0024): who paused it, and when."""
+
+    workload: str
+    paused_by: str
+    paused_at: datetime
+
+
+@dataclass(frozen=True)
 class QueueFigures:
     """A snapshot of the queue."""
 
@@ -53,6 +65,7 @@ class QueueFigures:
     # Pending tasks not yet claimable: waiting out a retry delay or their job's schedule.
     waiting_by_workload: dict[str, int]
     schedules: ScheduleFigures
+    paused: list[WorkloadPause]
 
 
 def figures(conn: Connection) -> QueueFigures:
@@ -76,11 +89,15 @@ def figures(conn: Connection) -> QueueFigures:
               AS jobs,
           -- How long a claimable task has waited for a worker: a ready one since it was
           -- created, one whose retry wait or schedule has ended since that ended; a task
-          -- still waiting is not late. Each half reads its own partial index (sql/0019).
+          -- still waiting, or of a paused workload, is not late. Each half reads its own
+          -- partial index (sql/0019).
           (SELECT extract(epoch FROM now() - least(
-              (SELECT min(created_at) FROM tasks WHERE status = 'pending' AND not_before IS NULL),
+              (SELECT min(created_at) FROM tasks
+               WHERE status = 'pending' AND not_before IS NULL
+                 AND workload NOT IN (SELECT workload FROM workload_pauses)),
               (SELECT min(not_before) FROM tasks
-               WHERE status = 'pending' AND not_before <= now())))) AS oldest_pending,
+               WHERE status = 'pending' AND not_before <= now()
+                 AND workload NOT IN (SELECT workload FROM workload_pauses))))) AS oldest_pending,
           (SELECT count(*) FROM tasks WHERE status = 'leased') AS active_leases,
           (SELECT extract(epoch FROM now() - min(a.leased_at))
               FROM tasks t JOIN task_attempts a ON a.task_id = t.id AND a.attempt = t.attempt
@@ -106,7 +123,9 @@ def figures(conn: Connection) -> QueueFigures:
               'failing', count(*) FILTER (WHERE last_error IS NOT NULL),
               'lag_seconds', extract(epoch FROM now() - min(next_run_at)
                                      FILTER (WHERE NOT paused AND next_run_at < now())))
-           FROM schedules) AS schedules
+           FROM schedules) AS schedules,
+          (SELECT coalesce(json_agg(p ORDER BY p.workload), '[]') FROM workload_pauses p)
+              AS paused
         """
     ).fetchone()
     return QueueFigures(
@@ -121,7 +140,39 @@ def figures(conn: Connection) -> QueueFigures:
         unfinished_jobs=[JobProgress(**p) for p in row["unfinished"]],
         waiting_by_workload=row["waiting"],
         schedules=ScheduleFigures(**row["schedules"]),
+        paused=[
+            WorkloadPause(p["workload"], p["paused_by"], datetime.fromisoformat(p["paused_at"]))
+            for p in row["paused"]
+        ],
     )
+
+
+def pause(conn: Connection, workload: str, paused_by: str) -> WorkloadPause:
+    """Pause a workload; a paused one keeps who paused it first, and when."""
+    row = conn.execute(
+        """
+        INSERT INTO workload_pauses (workload, paused_by) VALUES (%(workload)s, %(by)s)
+        ON CONFLICT (workload) DO UPDATE SET workload = EXCLUDED.workload
+        RETURNING *
+        """,
+        {"workload": workload, "by": paused_by},
+    ).fetchone()
+    return from_row(WorkloadPause, row)
+
+
+def resume(conn: Connection, workload: str) -> None:
+    """Resume a paused workload, waking waiting claims when the caller commits."""
+    resumed = conn.execute(
+        "DELETE FROM workload_pauses WHERE workload = %(workload)s", {"workload": workload}
+    ).rowcount
+    if resumed:
+        conn.execute("SELECT pg_notify(%s, '')", (channels.CLAIMABLE,))
+
+
+def pauses(conn: Connection) -> dict[str, WorkloadPause]:
+    """Every paused workload's pause, by workload."""
+    rows = conn.execute("SELECT * FROM workload_pauses").fetchall()
+    return {r["workload"]: from_row(WorkloadPause, r) for r in rows}
 
 
 def fold_tallies(conn: Connection, limit: int = 200_000) -> None:

@@ -135,8 +135,9 @@ def claim(
 ) -> list[ClaimedTask]:
     """Lease up to `capacity` pending tasks within the lease caps, opening one attempt each.
 
-    One statement, so one commit: it also moves the tasks' queued jobs to running and records
-    the worker as seen, with the workloads it named and the largest capacity it asked for.
+    Tasks of a paused workload (sql/0024) stay pending. One statement, so one commit: it also
+    moves the tasks' queued jobs to running and records the worker as seen, with the workloads
+    it named and the largest capacity it asked for.
     A cap of None is no cap, and then its count is never taken. With caps, the caller takes
     the workload's claim turn first (see services.tasks) so the arithmetic cannot be raced;
     SKIP LOCKED keeps claims from waiting on rows another transaction is finishing. A claim
@@ -156,10 +157,15 @@ def claim(
             SELECT GREATEST(0, LEAST(%(capacity)s, %(per_worker)s::int - mine,
                                      %(total)s::int - total)) AS n
             FROM held
+        ), unpaused AS (
+            -- The workloads no operator has paused (sql/0024), read by this statement's
+            -- snapshot: a pause holds from the first claim that starts after it commits.
+            SELECT w.name FROM unnest(%(workloads)b::text[]) AS w(name)
+            WHERE NOT EXISTS (SELECT FROM workload_pauses p WHERE p.workload = w.name)
         ), ready AS (
             -- Each workload's head read in claim order from tasks_ready_idx, then merged:
             -- one ordered scan of "workload = ANY" would sort every pending row instead.
-            SELECT h.* FROM unnest(%(workloads)b::text[]) AS w(name)
+            SELECT h.* FROM unpaused AS w
             CROSS JOIN LATERAL (
                 SELECT t.id, t.priority, t.created_at, t.job_id, t.chunk_index FROM tasks t
                 WHERE t.status = 'pending' AND t.workload = w.name AND t.not_before IS NULL
@@ -172,7 +178,7 @@ def claim(
             -- And the tasks whose waits (a retry's, a schedule's) have ended, the longest
             -- ended first, from tasks_waiting_idx (sql/0019): no claim reads past the ones
             -- still waiting.
-            SELECT d.* FROM unnest(%(workloads)b::text[]) AS w(name)
+            SELECT d.* FROM unpaused AS w
             CROSS JOIN LATERAL (
                 SELECT t.id, t.priority, t.created_at, t.job_id, t.chunk_index FROM tasks t
                 WHERE t.status = 'pending' AND t.workload = w.name AND t.not_before <= now()

@@ -1,14 +1,21 @@
-"""Operator views of the queue and its workers."""
+"""Operator views of the queue and its workers, and pausing a workload's claims."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
+from repositories import events as event_rows
 from repositories import queue as queue_rows
 from repositories import workers as worker_rows
-from repositories.queue import QueueFigures
+from repositories.queue import QueueFigures, WorkloadPause
 from repositories.workers import Worker
+from services.auth import Principal
+from services.errors import NotFound
 from services.runtime import Limits, Runtime
+from services.workloads import Caps
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,58 @@ def _lease_limit(rt: Runtime, worker: Worker) -> int:
     if not caps or None in caps:
         return worker.capacity
     return min(worker.capacity, sum(caps))
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """A served workload: its caps, and its pause if an operator paused it."""
+
+    name: str
+    caps: Caps
+    pause: WorkloadPause | None
+
+    @property
+    def paused(self) -> bool:
+        """Whether claims lease none of its tasks now."""
+        return self.pause is not None
+
+
+def list_workloads(rt: Runtime) -> list[WorkloadView]:
+    """Every workload this coordinator serves, with its caps and whether it is paused."""
+    with rt.pool.connection() as conn:
+        pauses = queue_rows.pauses(conn)
+    return [
+        WorkloadView(name, rt.workloads.of(name).caps, pauses.get(name))
+        for name in rt.workloads.names()
+    ]
+
+
+def pause_workload(
+    rt: Runtime, principal: Principal, name: str, *, paused: bool, trace_id: str
+) -> WorkloadView:
+    """Pause a workload (claims lease none of its tasks) or resume it, waking waiting claims."""
+    rules = rt.workloads.get(name)
+    if rules is None:
+        raise NotFound(f"workload {name} is not served here")
+    with rt.pool.connection() as conn, conn.transaction():
+        if paused:
+            pause = queue_rows.pause(conn, name, principal.name)
+        else:
+            pause = None
+            queue_rows.resume(conn, name)
+        event_rows.audit(
+            conn,
+            actor=principal.name,
+            action="workload.pause" if paused else "workload.resume",
+            target=name,
+            details={},
+            trace_id=trace_id,
+        )
+    logger.info(
+        "workload paused" if paused else "workload resumed",
+        extra={"event": "workload_paused" if paused else "workload_resumed", "workload": name},
+    )
+    return WorkloadView(name, rules.caps, pause)
 
 
 def fold_tallies(rt: Runtime) -> None:

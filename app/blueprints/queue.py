@@ -1,11 +1,13 @@
-"""Operator views: the queue and the workers."""
+"""Operator views and actions: the queue, its workloads and the workers."""
 
 from __future__ import annotations
 
 from flask import Blueprint
 
 from app import auth, schemas
+from app.auth import current_principal
 from app.runtime import get_runtime
+from app.tracing import current_trace_id
 from services import queue
 
 bp = Blueprint("queue", __name__, url_prefix="/api/v1")
@@ -13,6 +15,8 @@ bp.before_request(auth.operators_only)
 
 # Built once: building a schema deep-copies every field it declares.
 QUEUE = schemas.QueueSchema()
+WORKLOAD = schemas.WorkloadSchema()
+WORKLOAD_LIST = schemas.WorkloadListSchema()
 WORKER_LIST = schemas.WorkerListSchema()
 
 
@@ -22,7 +26,32 @@ def queue_status():
     return QUEUE.dump(queue.queue_status(get_runtime()))
 
 
+@bp.get("/workloads")
+def list_workloads():
+    """Every served workload with its caps, and whether an operator paused it."""
+    return WORKLOAD_LIST.dump({"workloads": queue.list_workloads(get_runtime())})
+
+
+@bp.post("/workloads/<workload>/pause")
+def pause_workload(workload: str):
+    """Pause a workload: claims lease none of its tasks until it is resumed."""
+    return _set_paused(workload, paused=True)
+
+
+@bp.post("/workloads/<workload>/resume")
+def resume_workload(workload: str):
+    """Resume a workload: its pending tasks are claimable again, waiting claims woken."""
+    return _set_paused(workload, paused=False)
+
+
 @bp.get("/workers")
 def list_workers():
     """Each worker's last heartbeat, leases held, chunks done and peak memory."""
     return WORKER_LIST.dump({"workers": queue.list_workers(get_runtime())})
+
+
+def _set_paused(workload: str, *, paused: bool):
+    view = queue.pause_workload(
+        get_runtime(), current_principal(), workload, paused=paused, trace_id=current_trace_id()
+    )
+    return WORKLOAD.dump(view)
