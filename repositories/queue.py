@@ -169,10 +169,10 @@ def resume(conn: Connection, workload: str) -> None:
         conn.execute("SELECT pg_notify(%s, '')", (channels.CLAIMABLE,))
 
 
-def pauses(conn: Connection) -> dict[str, WorkloadPause]:
-    """Every paused workload's pause, by workload."""
-    rows = conn.execute("SELECT * FROM workload_pauses").fetchall()
-    return {r["workload"]: from_row(WorkloadPause, r) for r in rows}
+def pauses(conn: Connection) -> list[WorkloadPause]:
+    """Every paused workload's pause."""
+    rows = conn.execute("SELECT * FROM workload_pauses ORDER BY workload").fetchall()
+    return [from_row(WorkloadPause, r) for r in rows]
 
 
 def fold_tallies(conn: Connection, limit: int = 200_000) -> None:

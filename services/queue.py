@@ -11,7 +11,7 @@ from repositories import workers as worker_rows
 from repositories.queue import QueueFigures, WorkloadPause
 from repositories.workers import Worker
 from services.auth import Principal
-from services.errors import NotFound
+from services.errors import Forbidden, NotFound
 from services.runtime import Limits, Runtime
 from services.workloads import Caps
 
@@ -19,17 +19,33 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class WorkloadView:
+    """A served workload: its caps, and its pause if an operator paused it."""
+
+    name: str
+    caps: Caps
+    pause: WorkloadPause | None
+
+    @property
+    def paused(self) -> bool:
+        """Whether claims lease none of its tasks now."""
+        return self.pause is not None
+
+
+@dataclass(frozen=True)
 class QueueView:
-    """The queue's figures beside the limits they are held to."""
+    """The queue's figures beside the limits they are held to, and the served workloads."""
 
     figures: QueueFigures
     limits: Limits
+    workloads: list[WorkloadView]
 
 
 def queue_status(rt: Runtime) -> QueueView:
     """Chunks by state and workload, oldest pending age, active leases against the caps."""
     with rt.pool.connection() as conn:
-        return QueueView(queue_rows.figures(conn), rt.limits)
+        figures = queue_rows.figures(conn)
+    return QueueView(figures, rt.limits, _workloads(rt, figures.paused))
 
 
 @dataclass(frozen=True)
@@ -56,26 +72,16 @@ def _lease_limit(rt: Runtime, worker: Worker) -> int:
     return min(worker.capacity, sum(caps))
 
 
-@dataclass(frozen=True)
-class WorkloadView:
-    """A served workload: its caps, and its pause if an operator paused it."""
-
-    name: str
-    caps: Caps
-    pause: WorkloadPause | None
-
-    @property
-    def paused(self) -> bool:
-        """Whether claims lease none of its tasks now."""
-        return self.pause is not None
-
-
 def list_workloads(rt: Runtime) -> list[WorkloadView]:
     """Every workload this coordinator serves, with its caps and whether it is paused."""
     with rt.pool.connection() as conn:
-        pauses = queue_rows.pauses(conn)
+        return _workloads(rt, queue_rows.pauses(conn))
+
+
+def _workloads(rt: Runtime, pauses: list[WorkloadPause]) -> list[WorkloadView]:
+    by_workload = {p.workload: p for p in pauses}
     return [
-        WorkloadView(name, rt.workloads.of(name).caps, pauses.get(name))
+        WorkloadView(name, rt.workloads.of(name).caps, by_workload.get(name))
         for name in rt.workloads.names()
     ]
 
@@ -84,6 +90,8 @@ def pause_workload(
     rt: Runtime, principal: Principal, name: str, *, paused: bool, trace_id: str
 ) -> WorkloadView:
     """Pause a workload (claims lease none of its tasks) or resume it, waking waiting claims."""
+    if not principal.is_operator:
+        raise Forbidden("only operators pause or resume a workload")
     rules = rt.workloads.get(name)
     if rules is None:
         raise NotFound(f"workload {name} is not served here")

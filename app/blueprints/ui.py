@@ -48,7 +48,9 @@ CSV_JOB_FORM = schemas.CsvJobFormSchema()
 SCHEDULE_OWNER_QUERY = schemas.ScheduleOwnerQuerySchema()
 
 OPEN_ENDPOINTS = frozenset({"ui.sign_in", "ui.static"})
-OPERATOR_ENDPOINTS = frozenset({"ui.queue_page", "ui.workers_page"})
+OPERATOR_ENDPOINTS = frozenset(
+    {"ui.queue_page", "ui.pause_workload", "ui.resume_workload", "ui.workers_page"}
+)
 # Nothing inline and nothing from elsewhere: scripts and styles come only from /ui/static.
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -486,6 +488,25 @@ def _schedule_owner() -> str | None:
 def queue_page():
     """Chunks by workload and state, the oldest pending age, leases against the caps."""
     return render_template("ui/queue.html", queue=queue.queue_status(get_runtime()))
+
+
+@bp.post("/workloads/<workload>/pause")
+def pause_workload(workload: str):
+    """Pause the workload's claims, then show the queue again."""
+    return _set_workload_paused(workload, paused=True)
+
+
+@bp.post("/workloads/<workload>/resume")
+def resume_workload(workload: str):
+    """Resume the workload's claims, then show the queue again."""
+    return _set_workload_paused(workload, paused=False)
+
+
+def _set_workload_paused(workload: str, *, paused: bool):
+    queue.pause_workload(
+        get_runtime(), g.principal, workload, paused=paused, trace_id=current_trace_id()
+    )
+    return redirect(url_for("ui.queue_page", _anchor="workloads"), 303)
 
 
 @bp.get("/workers")

@@ -428,6 +428,35 @@ def test_an_operator_sees_the_queue_and_the_workers_holding_its_leases(stack, da
         stack.kill(name)
 
 
+def test_an_operator_pauses_a_workload_and_its_job_waits_for_the_resume(stack, jobs, dashboard, db):
+    page = dashboard.sign_in(stack.tokens.operator)
+    page.click("nav >> text=Queue")
+    row = page.locator("#workload-csv_stats")
+    row.locator("button", has_text="Pause").click()
+    expect(row).to_contain_text("paused by operator since")
+    stack.start_worker("worker-1", *SHORT_POLL, "--capacity", "2")
+    job = jobs.submit(generate_csv(20_000, seed=24), 4)
+
+    # The worker's claims record it as seen: once one has run after the job was admitted, the
+    # job's chunks were there to lease, and the pause kept them pending.
+    wait_for(
+        lambda: db.execute(
+            "SELECT 1 FROM workers WHERE last_seen_at > %s", (job["created_at"],)
+        ).fetchone(),
+        20,
+        what="a claim after the job was admitted",
+    )
+    assert jobs.get(job["id"])["status"] == "queued"
+    page.reload()
+    expect(page.locator("#chunks-by-state")).to_contain_text("pending")
+    dashboard.shoot(page, "queue-paused")
+
+    row.locator("button", has_text="Resume").click()
+
+    expect(row).to_contain_text("running")
+    assert jobs.wait(job["id"], timeout=30)["status"] == "succeeded"
+
+
 def test_a_worker_token_cannot_sign_in(stack, dashboard):
     page = dashboard.page()
     page.goto(f"{stack.url}/ui/sign-in")

@@ -810,6 +810,43 @@ def test_the_queue_page_counts_the_chunks_waiting_by_workload(sign_in, submit):
     assert re.search(r'<td id="waiting">echo 2</td>', page)
 
 
+def test_an_operator_pauses_and_resumes_a_workload_from_the_queue_page(sign_in, submit, claim):
+    submit(manifest(1))
+    browser = sign_in("operator")
+    csrf = csrf_of(browser.get("/ui/queue"))
+
+    paused = browser.post("/ui/workloads/echo/pause", data={"csrf_token": csrf})
+
+    assert paused.status_code == 303 and paused.location.endswith("/ui/queue#workloads")
+    row = re.search(r'<tr id="workload-echo">.*?</tr>', browser.get("/ui/queue").text, re.S)[0]
+    assert "paused</span> by operator since" in row and ">Resume</button>" in row
+    assert claim() == []
+
+    browser.post("/ui/workloads/echo/resume", data={"csrf_token": csrf})
+
+    row = re.search(r'<tr id="workload-echo">.*?</tr>', browser.get("/ui/queue").text, re.S)[0]
+    assert "running</span>" in row and ">Pause</button>" in row
+    assert len(claim()) == 1
+
+
+def test_a_user_posting_a_workload_pause_is_refused_and_nothing_pauses(sign_in, db):
+    browser = sign_in("user")
+
+    answer = browser.post(
+        "/ui/workloads/echo/pause", data={"csrf_token": csrf_of(browser.get("/ui/"))}
+    )
+
+    assert answer.status_code == 403
+    assert db.execute("SELECT count(*) AS n FROM workload_pauses").fetchone()["n"] == 0
+
+
+def test_a_workload_pause_without_the_csrf_token_is_refused(sign_in, db):
+    answer = sign_in("operator").post("/ui/workloads/echo/pause", data={})
+
+    assert answer.status_code == 403
+    assert db.execute("SELECT count(*) AS n FROM workload_pauses").fetchone()["n"] == 0
+
+
 def test_a_csv_jobs_chunks_show_their_record_ranges(sign_in):
     browser = sign_in("user")
     answer = submit_through_form(browser)
