@@ -11,6 +11,7 @@ import pytest
 
 from app.metrics import QueueCollector
 from services import auth, jobs, queue, tasks
+from services.errors import Forbidden
 from services.wakeups import Wakeups
 from tests.integration.manifests import WORKER, manifest
 
@@ -143,6 +144,13 @@ def test_only_operators_pause_resume_or_list_workloads(set_paused, client, heade
     assert set_paused("echo", as_=as_).status_code == 403
     assert set_paused("echo", paused=False, as_=as_).status_code == 403
     assert client.get("/api/v1/workloads", headers=headers[as_]).status_code == 403
+    assert db.execute("SELECT count(*) AS n FROM workload_pauses").fetchone()["n"] == 0
+
+
+def test_the_service_itself_refuses_a_user_who_asks_to_pause(rt, user, db):
+    with pytest.raises(Forbidden):
+        queue.pause_workload(rt, user, "echo", paused=True, trace_id="t" * 32)
+
     assert db.execute("SELECT count(*) AS n FROM workload_pauses").fetchone()["n"] == 0
 
 
