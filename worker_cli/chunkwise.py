@@ -486,6 +486,39 @@ def workers(cli: Invocation, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def list_workloads(cli: Invocation, args: argparse.Namespace) -> int:
+    """Show each served workload: running or paused (by whom, since when), and its caps."""
+    listing = cli.call(cli.client.list_workloads)
+    if cli.as_json:
+        cli.print_json(listing)
+    else:
+        cli.print(tables.workload_table(listing["workloads"]))
+    return EXIT_OK
+
+
+def pause_workload(cli: Invocation, args: argparse.Namespace) -> int:
+    """Pause a workload: claims lease none of its tasks until it is resumed."""
+    return set_workload_paused(cli, args, paused=True)
+
+
+def resume_workload(cli: Invocation, args: argparse.Namespace) -> int:
+    """Resume a workload: claims lease its tasks again."""
+    return set_workload_paused(cli, args, paused=False)
+
+
+def set_workload_paused(cli: Invocation, args: argparse.Namespace, *, paused: bool) -> int:
+    """Pause or resume a workload and say which it now is."""
+    # Retried like a read: pausing a paused workload, or resuming a running one, changes nothing.
+    workload = cli.call(cli.client.pause_workload, args.workload, paused=paused)
+    if cli.as_json:
+        cli.print_json(workload)
+    elif workload["paused"]:
+        cli.print(f"workload {workload['workload']} is paused ({tables.pause_note(workload)})")
+    else:
+        cli.print(f"workload {workload['workload']} is running")
+    return EXIT_OK
+
+
 # -- errors and exit statuses ---------------------------------------------------------------
 
 
@@ -642,6 +675,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("queue", queue, "operators: the queue at a glance")
     command("workers", workers, "operators: every worker the coordinator has seen")
+    command("workloads", list_workloads, "operators: every workload served, its caps and pause")
+    for name, action, help_text in (
+        ("pause-workload", pause_workload, "operators: stop claims leasing a workload's tasks"),
+        ("resume-workload", resume_workload, "operators: let claims lease a workload's tasks"),
+    ):
+        command(name, action, help_text).add_argument("workload", metavar="NAME")
     return parser
 
 

@@ -575,6 +575,17 @@ class CoordinatorClient:
         """Each worker's last heartbeat, leases held, chunks done and peak memory: {workers}."""
         return self._request("GET", "/api/v1/workers", trace_id=trace_id)
 
+    def list_workloads(self, *, trace_id: str | None = None) -> dict:
+        """Every workload the coordinator serves, with its caps and pause: {workloads}."""
+        return self._request("GET", "/api/v1/workloads", trace_id=trace_id)
+
+    def pause_workload(self, workload: str, *, paused: bool, trace_id: str | None = None) -> dict:
+        """Pause a workload (claims lease none of its tasks), or resume it; return it."""
+        action = "pause" if paused else "resume"
+        return self._request(
+            "POST", f"/api/v1/workloads/{_segment(workload)}/{action}", trace_id=trace_id
+        )
+
     # -- plumbing ---------------------------------------------------------------------------
 
     def _task_request(self, method: str, path: str, **kwargs):

@@ -304,7 +304,7 @@ def schedule_table(schedules: list[dict]) -> str:
 
 
 def queue_view(queue: dict) -> str:
-    """Chunks by workload and state, jobs by status, the oldest pending chunk, leases vs caps."""
+    """Chunks by workload and state, jobs by status, oldest pending chunk, leases, pauses."""
     by_workload: dict[str, dict[str, int]] = {}
     for row in queue.get("chunks") or []:
         by_workload.setdefault(row["workload"], {})[row["state"]] = row["count"]
@@ -332,6 +332,7 @@ def queue_view(queue: dict) -> str:
         ("oldest lease", format_age(queue.get("oldest_lease_seconds"))),
         ("unfinished chunks", f"{unfinished} of {queue['max_queued_chunks']} admitted at most"),
         ("schedules", _schedule_figures(queue.get("schedules"))),
+        ("paused workloads", _paused_workloads(queue.get("paused_workloads"))),
     ]
     return f"{table}\n\n{render_pairs(pairs)}"
 
@@ -342,6 +343,43 @@ def _schedule_figures(figures: dict | None) -> str | None:
     said = f"{figures['active']} active, {figures['paused']} paused, {figures['failing']} failing"
     lag = figures.get("lag_seconds")
     return f"{said}; a run {format_age(lag)} late" if lag else said
+
+
+def _paused_workloads(pauses: list[dict] | None) -> str | None:
+    return ", ".join(f"{p['workload']} ({pause_note(p)})" for p in pauses or ()) or None
+
+
+def pause_note(pause: dict) -> str:
+    """Who paused a workload and since when: `by ana since 2026-12-05 11:00:00 UTC`."""
+    return f"by {pause['paused_by']} since {format_time(pause['paused_at'])} UTC"
+
+
+def workload_table(workloads: list[dict]) -> str:
+    """Served workloads, one line each: running or paused (by whom, since when), and caps."""
+    rows = [
+        (
+            w["workload"],
+            "paused" if w["paused"] else "running",
+            w.get("paused_by"),
+            format_time(w.get("paused_at")),
+            w.get("max_leases_per_worker"),
+            w.get("max_leases_total"),
+            w["max_queued_tasks"],
+            w["max_tasks_per_job"],
+        )
+        for w in workloads
+    ]
+    headers = [
+        "WORKLOAD",
+        "STATE",
+        "PAUSED BY",
+        "PAUSED SINCE (UTC)",
+        "MAX LEASES/WORKER",
+        "MAX LEASES",
+        "MAX QUEUED TASKS",
+        "MAX TASKS/JOB",
+    ]
+    return render_table(headers, rows)
 
 
 def leases_against(held: int, limit: int | None) -> str:

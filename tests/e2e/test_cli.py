@@ -280,3 +280,21 @@ def test_errors_exit_2_3_or_4_naming_code_and_trace_id(stack):
     queue, workers = chunkwise_all(stack, ["queue", "--json"], ["workers"], token=operator)
     assert as_json(queue)["max_leases_total"] > 0
     assert workers.returncode == 0 and workers.stdout.splitlines()[1].startswith("worker-1 ")
+
+
+def test_an_operator_pauses_and_resumes_a_workload_from_the_command_line(stack):
+    operator = stack.tokens.operator
+    refused = chunkwise(stack, "pause-workload", "csv_stats")
+    paused = chunkwise(stack, "pause-workload", "csv_stats", token=operator)
+    listed, queue = chunkwise_all(stack, ["workloads"], ["queue"], token=operator)
+    resumed = chunkwise(stack, "resume-workload", "csv_stats", token=operator)
+    unknown = chunkwise(stack, "pause-workload", "nope", token=operator)
+
+    assert refused.returncode == 3 and "(HTTP 403)" in refused.stderr
+    assert paused.returncode == 0
+    assert paused.stdout.startswith("workload csv_stats is paused (by operator since ")
+    [row] = [line for line in listed.stdout.splitlines() if line.startswith("csv_stats ")]
+    assert row.split()[1:3] == ["paused", "operator"]
+    assert "paused workloads" in queue.stdout and "csv_stats (by operator since" in queue.stdout
+    assert (resumed.returncode, resumed.stdout) == (0, "workload csv_stats is running\n")
+    assert unknown.returncode == 3 and "not_found" in unknown.stderr

@@ -94,6 +94,10 @@ def test_missing_url_or_token_is_a_usage_error_naming_it(missing):
         ["events", "--job", "not-a-uuid"],
         ["submit", "data.csv", "--column", "v", "--not-before", "tomorrow"],
         ["submit", "data.csv", "--column", "v", "--not-before", "2026-12-06T10:00:00"],
+        ["pause-workload"],
+        ["resume-workload"],
+        ["pause-workload", "echo", "render"],
+        ["workloads", "echo"],
     ],
 )
 def test_bad_usage_exits_2_without_calling_the_coordinator(argv):

@@ -29,6 +29,7 @@ DB_DOWN = CoordinatorUnavailable(
     "the database is unavailable", status=503, code="unavailable", retry_after=2.0, trace_id="t503"
 )
 REFUSED = CoordinatorUnavailable("GET /api/v1/jobs: connection refused")
+PAUSE = {"paused_by": "operator", "paused_at": "2026-12-05T11:00:00+00:00"}
 
 
 def job(status: str, **fields) -> dict:
@@ -80,6 +81,12 @@ class ScriptedClient:
 
     def queue_status(self, *, trace_id):
         return self._next("queue_status")
+
+    def list_workloads(self, *, trace_id):
+        return self._next("list_workloads")
+
+    def pause_workload(self, workload, *, paused, trace_id):
+        return self._next("pause_workload")
 
     def submit_csv_job(self, file, *, trace_id, **form):
         return self._next("submit_csv_job")
@@ -209,7 +216,9 @@ def test_field_errors_not_keyed_by_field_do_not_hide_the_message():
     assert err.splitlines()[0].startswith("chunkwise: invalid_input: invalid fields (HTTP 422)")
 
 
-@pytest.mark.parametrize("command", [["status", JOB_ID], ["queue"]])
+@pytest.mark.parametrize(
+    "command", [["status", JOB_ID], ["queue"], ["workloads"], ["pause-workload", "echo"]]
+)
 def test_an_answer_without_the_documented_fields_exits_3_saying_so(command):
     status, out, err, _ = run_scripted(command, [{"unexpected": True}])
     assert status == EXIT_HTTP_ERROR
@@ -269,6 +278,37 @@ def test_an_upload_the_coordinator_cannot_store_is_not_sent_again(tmp_path, stat
 def test_retry_is_sent_once_even_when_the_answer_is_lost():
     status, _, _, slept = run_scripted(["retry", JOB_ID], [REFUSED, job("running")])
     assert (status, slept, ScriptedClient.calls) == (EXIT_UNREACHABLE, [], ["retry_job"])
+
+
+@pytest.mark.parametrize(
+    "command", [["workloads"], ["pause-workload", "echo"], ["resume-workload", "echo"]]
+)
+def test_a_workload_command_refused_to_a_non_operator_exits_3(command):
+    status, out, err, _ = run_scripted(command, [FORBIDDEN])
+    assert (status, out) == (EXIT_HTTP_ERROR, "")
+    assert "forbidden: this view is for operators (HTTP 403)" in err
+
+
+@pytest.mark.parametrize("command", ["pause-workload", "resume-workload"])
+def test_a_workload_the_coordinator_does_not_serve_exits_3_saying_not_found(command):
+    not_served = RequestRejected("workload nope is not served here", status=404, code="not_found")
+    status, _, err, slept = run_scripted([command, "nope"], [not_served])
+    assert (status, slept, ScriptedClient.calls) == (EXIT_HTTP_ERROR, [], ["pause_workload"])
+    assert "not_found: workload nope is not served here (HTTP 404)" in err
+
+
+@pytest.mark.parametrize(
+    ("command", "answer"),
+    [
+        ("pause-workload", {"workload": "echo", "paused": True, **PAUSE}),
+        ("resume-workload", {"workload": "echo", "paused": False}),
+    ],
+)
+def test_a_workload_pause_or_resume_whose_answer_was_lost_is_sent_again(command, answer):
+    status, out, _, slept = run_scripted([command, "echo"], [REFUSED, answer])
+    assert (status, slept) == (EXIT_OK, [RETRY_DELAYS[0]])
+    assert ScriptedClient.calls == ["pause_workload", "pause_workload"]
+    assert out.startswith("workload echo is ")
 
 
 def test_exit_status_mapping():

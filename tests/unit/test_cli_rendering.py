@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -109,6 +110,29 @@ WORKERS = {
             "tasks_done": 12,
             "peak_rss_bytes": 57_671_680,
         }
+    ]
+}
+PAUSE = {"paused_by": "operator", "paused_at": "2026-12-05T11:00:00.123456+00:00"}
+RUNNING = {"paused": False, "paused_by": None, "paused_at": None}
+WORKLOADS = {
+    "workloads": [
+        {
+            "workload": "csv_stats",
+            **RUNNING,
+            "max_leases_per_worker": None,
+            "max_leases_total": None,
+            "max_queued_tasks": 256,
+            "max_tasks_per_job": 64,
+        },
+        {
+            "workload": "echo",
+            "paused": True,
+            **PAUSE,
+            "max_leases_per_worker": 1,
+            "max_leases_total": 4,
+            "max_queued_tasks": 100,
+            "max_tasks_per_job": 10,
+        },
     ]
 }
 EVENT = {
@@ -289,6 +313,49 @@ def test_queue_view_counts_the_schedules_and_says_how_late_a_run_is():
     assert on_time.endswith("schedules             3 active, 1 paused, 1 failing")
 
 
+def test_queue_view_names_each_paused_workload_with_who_paused_it_and_since_when():
+    paused = [{"workload": "echo", **PAUSE}, {"workload": "render", **PAUSE, "paused_by": "ana"}]
+
+    text = tables.queue_view({**QUEUE, "paused_workloads": paused})
+
+    assert text.endswith(
+        "\npaused workloads      echo (by operator since 2026-12-05 11:00:00 UTC), "
+        "render (by ana since 2026-12-05 11:00:00 UTC)"
+    )
+
+
+@pytest.mark.parametrize("queue", [{**QUEUE, "paused_workloads": []}, QUEUE])
+def test_queue_view_says_nothing_of_pauses_when_no_workload_is_paused(queue):
+    assert "paused workloads" not in tables.queue_view(queue)
+
+
+def test_workload_table_shows_each_workloads_state_who_paused_it_since_when_and_its_caps():
+    lines = tables.workload_table(WORKLOADS["workloads"]).splitlines()
+
+    assert re.split(" {2,}", lines[0]) == [
+        "WORKLOAD",
+        "STATE",
+        "PAUSED BY",
+        "PAUSED SINCE (UTC)",
+        "MAX LEASES/WORKER",
+        "MAX LEASES",
+        "MAX QUEUED TASKS",
+        "MAX TASKS/JOB",
+    ]
+    assert lines[1].split() == ["csv_stats", "running", "-", "-", "-", "-", "256", "64"]
+    assert lines[2].split() == [
+        "echo",
+        "paused",
+        "operator",
+        "2026-12-05",
+        "11:00:00",
+        "1",
+        "4",
+        "100",
+        "10",
+    ]
+
+
 def test_queue_view_pivots_chunk_states_by_workload():
     lines = tables.queue_view(QUEUE).splitlines()
     assert lines[0].split() == ["WORKLOAD", "PENDING", "LEASED", "COMPLETED", "FAILED", "CANCELLED"]
@@ -435,6 +502,13 @@ class CannedClient:
     def list_workers(self, *, trace_id):
         return WORKERS
 
+    def list_workloads(self, *, trace_id):
+        return WORKLOADS
+
+    def pause_workload(self, workload, *, paused, trace_id):
+        state = {"paused": True, **PAUSE} if paused else RUNNING
+        return {**WORKLOADS["workloads"][1], "workload": workload, **state}
+
     def close(self):
         pass
 
@@ -453,6 +527,9 @@ class CannedClient:
         (["events"], lambda doc: doc["events"][0]["id"] == 42),
         (["queue"], lambda doc: doc == QUEUE),
         (["workers"], lambda doc: doc == WORKERS),
+        (["workloads"], lambda doc: doc == WORKLOADS),
+        (["pause-workload", "echo"], lambda doc: doc["paused"] and doc["workload"] == "echo"),
+        (["resume-workload", "echo"], lambda doc: not doc["paused"] and doc["workload"] == "echo"),
     ],
 )
 def test_json_output_is_the_servers_document(argv, expected):
@@ -489,3 +566,31 @@ def test_followed_events_in_json_are_one_document_per_line():
     )
     assert status == 0
     assert [json.loads(line)["id"] for line in out.getvalue().splitlines()] == [42]
+
+
+def run_canned(argv: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    env = {"CHUNKWISE_URL": "http://c.test", "CHUNKWISE_TOKEN": "cwu_t"}
+    status = run(argv, client_factory=CannedClient, out=out, err=io.StringIO(), environ=env)
+    return status, out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["pause-workload", "render"],
+            "workload render is paused (by operator since 2026-12-05 11:00:00 UTC)\n",
+        ),
+        (["resume-workload", "render"], "workload render is running\n"),
+    ],
+)
+def test_pausing_or_resuming_a_workload_says_in_one_line_which_it_now_is(argv, said):
+    assert run_canned(argv) == (0, said)
+
+
+def test_workloads_prints_the_table_of_served_workloads():
+    status, out = run_canned(["workloads"])
+
+    assert status == 0
+    assert out == tables.workload_table(WORKLOADS["workloads"]) + "\n"

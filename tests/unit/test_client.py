@@ -305,6 +305,41 @@ def test_other_4xx_is_rejected_with_status_code_message_and_trace_id(client, coo
     assert error.details == {"x": 1}
 
 
+def test_served_workloads_are_listed_from_the_operators_endpoint(client, coordinator):
+    echo = {"workload": "echo", "paused": False, "max_queued_tasks": 100}
+    coordinator.reply(200, {"workloads": [echo], "trace_id": TRACE_ID})
+
+    listing = client.list_workloads(trace_id=TRACE_ID)
+
+    assert listing["workloads"] == [echo]
+    [request] = coordinator.requests
+    assert (request["method"], request["path"]) == ("GET", "/api/v1/workloads")
+
+
+def test_a_workload_is_paused_and_resumed_by_posting_its_action_without_a_body(client, coordinator):
+    coordinator.reply(200, {"workload": "echo", "paused": True, "paused_by": "operator"})
+    coordinator.reply(200, {"workload": "echo", "paused": False, "paused_by": None})
+
+    paused = client.pause_workload("echo", paused=True)
+    resumed = client.pause_workload("echo", paused=False)
+
+    assert (paused["paused"], resumed["paused"]) == (True, False)
+    sent = [(r["method"], r["path"], r["json"]) for r in coordinator.requests]
+    assert sent == [
+        ("POST", "/api/v1/workloads/echo/pause", None),
+        ("POST", "/api/v1/workloads/echo/resume", None),
+    ]
+
+
+def test_a_workload_name_stays_one_path_segment(client, coordinator):
+    coordinator.reply(404, error_body("not_found"))
+
+    with pytest.raises(RequestRejected):
+        client.pause_workload("../queue", paused=True)
+
+    assert coordinator.requests[0]["path"] == "/api/v1/workloads/..%2Fqueue/pause"
+
+
 def test_connection_refused_is_unavailable():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
