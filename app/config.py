@@ -15,6 +15,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 MIN_SECRET_KEY_LENGTH = 32
 # A revoked token must not outlive a cut-off listener by long.
 MAX_AUTH_CACHE_SECONDS = 300
+# CHUNKWISE_WORKLOAD_RATE_LIMITS: seconds in each unit a rate may be given per.
+RATE_UNITS = {"s": 1, "min": 60, "h": 3600}
+MAX_RATE_PER_SECOND = 1_000_000
 
 
 class ConfigError(ValueError):
@@ -89,6 +92,7 @@ KNOWN_VARIABLES = frozenset(
         "CHUNKWISE_MAINTENANCE_SECONDS",
         "CHUNKWISE_AUTH_CACHE_SECONDS",
         "CHUNKWISE_ALLOWED_WORKLOADS",
+        "CHUNKWISE_WORKLOAD_RATE_LIMITS",
         "CHUNKWISE_LOG_LEVEL",
         "CHUNKWISE_SECRET_KEY",
     }
@@ -151,6 +155,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if bad:
         problems.append(f"CHUNKWISE_ALLOWED_WORKLOADS has names that are not identifiers: {bad}")
     values["allowed_workloads"] = tuple(dict.fromkeys(["csv_stats", *extra]))
+    values["rate_limits"] = _rate_limits(
+        env.get("CHUNKWISE_WORKLOAD_RATE_LIMITS", ""), values["allowed_workloads"], problems
+    )
 
     for name, field in _PATHS.items():
         if env.get(name):
@@ -173,6 +180,36 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return settings
+
+
+def _rate_limits(raw: str, allowed: tuple[str, ...], problems: list[str]) -> tuple:
+    """`email=10/s,render=30/min` as ((workload, starts a second), ...), naming what is wrong."""
+    rates: dict[str, float] = {}
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        name, _, rate = item.partition("=")
+        number, _, unit = rate.partition("/")
+        name = name.strip()
+        try:
+            per_second = float(number) / RATE_UNITS[unit.strip()]
+        except (ValueError, KeyError):
+            per_second = None
+        if per_second is None or not 0 < per_second <= MAX_RATE_PER_SECOND:
+            problems.append(
+                f"CHUNKWISE_WORKLOAD_RATE_LIMITS: {item!r} is not workload=N/s, N/min or N/h "
+                f"with N above 0 (at most {MAX_RATE_PER_SECOND:,} a second)"
+            )
+        elif name not in allowed:
+            problems.append(
+                f"CHUNKWISE_WORKLOAD_RATE_LIMITS names {name!r}, which is not an allowed "
+                "workload (csv_stats or one of CHUNKWISE_ALLOWED_WORKLOADS)"
+            )
+        elif name in rates:
+            problems.append(f"CHUNKWISE_WORKLOAD_RATE_LIMITS names {name!r} twice")
+        else:
+            rates[name] = per_second
+    return tuple(rates.items())
 
 
 def _cross_checks(s: Settings) -> list[str]:

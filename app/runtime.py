@@ -9,7 +9,7 @@ from flask import Flask, current_app
 
 from app.config import ConfigError, Settings
 from app.db import open_pool
-from services import archive, csvstats, health
+from services import archive, csvjobs, csvstats, health
 from services.auth import KnownPrincipals
 from services.csvjobs import CsvStats
 from services.runtime import Limits, Runtime
@@ -48,12 +48,14 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
 
 
 def workloads_for(limits: Limits) -> Workloads:
-    """csv_stats with its own rules and caps; every other allowed workload with the defaults."""
+    """csv_stats's rules and caps, the defaults for every other allowed workload, and rates."""
+    rates = dict(limits.rate_limits)
     csv_caps = Caps(
         max_leases_per_worker=limits.max_leases_per_worker,
         max_leases_total=limits.max_leases_total,
         max_queued_tasks=limits.max_queued_chunks,
         max_tasks_per_job=csvstats.MAX_CHUNKS,
+        max_starts_per_second=rates.get(csvjobs.WORKLOAD),
     )
     manifest_caps = Caps(
         max_leases_per_worker=limits.manifest_max_leases_per_worker,
@@ -61,7 +63,7 @@ def workloads_for(limits: Limits) -> Workloads:
         max_queued_tasks=limits.manifest_max_queued_tasks,
         max_tasks_per_job=limits.manifest_max_tasks_per_job,
     )
-    return Workloads(limits.allowed_workloads, manifest_caps, [CsvStats(csv_caps)])
+    return Workloads(limits.allowed_workloads, manifest_caps, [CsvStats(csv_caps)], rates)
 
 
 def require_storage(settings: Settings) -> None:

@@ -783,6 +783,11 @@ class WorkloadSchema(ResponseSchema):
     )
     max_queued_tasks = fields.Int(attribute="caps.max_queued_tasks")
     max_tasks_per_job = fields.Int(attribute="caps.max_tasks_per_job")
+    max_starts_per_second = fields.Float(
+        attribute="caps.max_starts_per_second",
+        allow_none=True,
+        metadata={"description": "tasks its claims may start a second (null: no rate limit)"},
+    )
 
 
 class WorkloadListSchema(ResponseSchema):

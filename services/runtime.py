@@ -39,6 +39,8 @@ class Limits:
     manifest_max_queued_tasks: int = 100_000
     manifest_max_tasks_per_job: int = 10_000
     allowed_workloads: tuple[str, ...] = ("csv_stats",)
+    # (workload, tasks it may start a second): the workloads whose claims are rate limited.
+    rate_limits: tuple[tuple[str, float], ...] = ()
     retention_days: int | None = None  # finished jobs are kept forever unless set
     max_upload_bytes: int = 50 * 1024 * 1024
 

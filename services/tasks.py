@@ -28,7 +28,14 @@ from services import logcontext, settlement
 from services.deadlocks import rerun_deadlocks
 from services.errors import ChunkwiseError, Conflict, LeaseLost, NotFound
 from services.runtime import Limits, Runtime
-from services.workloads import TaskFailure, TaskInput, TaskResult, Workload, Workloads
+from services.workloads import (
+    Caps,
+    TaskFailure,
+    TaskInput,
+    TaskResult,
+    Workload,
+    Workloads,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +94,9 @@ def claim_tasks(
 def _claim_once(
     rt: Runtime, worker_id: str, rules: list[Workload], capacity: int
 ) -> list[ClaimedTask]:
-    # Workloads without lease caps are claimed together, in one priority order, by one
-    # statement in a transaction of its own; each capped workload takes its turn in a
-    # transaction of its own, so a claim holds one turn at a time and cannot deadlock.
+    # Workloads without lease caps or a rate are claimed together, in one priority order, by
+    # one statement in a transaction of its own; each capped or rate-limited workload takes its
+    # turn in a transaction of its own, so a claim holds one turn at a time and cannot deadlock.
     # Expired leases are the maintenance pass's (every CHUNKWISE_MAINTENANCE_SECONDS): a sweep
     # here would read every leased row on every claim.
     named = [r.name for r in rules]
@@ -99,21 +106,14 @@ def _claim_once(
     with rt.pool.connection() as conn:
         if free:
             with _claim_transaction(conn):
-                claimed += _lease(conn, rt, worker_id, named, free, capacity, None, None)
+                claimed += _lease(conn, rt, worker_id, named, free, capacity, None)
         for r in capped:
             if len(claimed) >= capacity:
                 break
             with _claim_transaction(conn):
                 locks.take_turn(conn, locks.CLAIM, r.name)
                 claimed += _lease(
-                    conn,
-                    rt,
-                    worker_id,
-                    named,
-                    [r.name],
-                    capacity - len(claimed),
-                    r.caps.max_leases_per_worker,
-                    r.caps.max_leases_total,
+                    conn, rt, worker_id, named, [r.name], capacity - len(claimed), r.caps
                 )
     # Per task, so skipped whole (dicts and all) when INFO is off, as under load it may be.
     for c in claimed if logger.isEnabledFor(logging.INFO) else ():
@@ -154,18 +154,25 @@ def _lease(
     named: list[str],
     workloads: list[str],
     capacity: int,
-    max_per_worker: int | None,
-    max_total: int | None,
+    caps: Caps | None,
 ) -> list[ClaimedTask]:
+    # Caps only for one workload's claim in its turn (None: no caps), so none can be raced.
+    held_to = {}
+    if caps is not None:
+        held_to = {
+            "max_per_worker": caps.max_leases_per_worker,
+            "max_total": caps.max_leases_total,
+            "starts_per_second": caps.max_starts_per_second,
+            "start_burst": caps.start_burst,
+        }
     return task_rows.claim(
         conn,
         worker_id=worker_id,
         workloads=workloads,
         named=named,
         capacity=capacity,
-        max_per_worker=max_per_worker,
-        max_total=max_total,
         lease_seconds=rt.limits.lease_seconds,
+        **held_to,
     )
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 from uuid import UUID
@@ -26,11 +26,23 @@ class Caps:
     max_leases_total: int | None
     max_queued_tasks: int
     max_tasks_per_job: int
+    # Tasks its claims may start a second, from a bucket of one second's starts (at least one).
+    max_starts_per_second: float | None = None
 
     @property
     def serialised(self) -> bool:
-        """Whether claims must take turns so the lease caps cannot be raced."""
-        return self.max_leases_per_worker is not None or self.max_leases_total is not None
+        """Whether claims must take turns so the lease caps and the rate cannot be raced."""
+        return (
+            self.max_leases_per_worker is not None
+            or self.max_leases_total is not None
+            or self.max_starts_per_second is not None
+        )
+
+    @property
+    def start_burst(self) -> float | None:
+        """The most starts a rate-limited workload's claims may make at once, after a lull."""
+        rate = self.max_starts_per_second
+        return None if rate is None else max(1.0, rate)
 
 
 @dataclass(frozen=True)
@@ -117,10 +129,17 @@ class Workload:
 class Workloads:
     """The workloads this coordinator serves, by name: registered rules, else the default."""
 
-    def __init__(self, names: Iterable[str], default_caps: Caps, registered: Iterable[Workload]):
+    def __init__(
+        self,
+        names: Iterable[str],
+        default_caps: Caps,
+        registered: Iterable[Workload],
+        rates: Mapping[str, float] | None = None,
+    ):
         self._rules = {w.name: w for w in registered}
         for name in names:
-            self._rules.setdefault(name, Workload(name, default_caps))
+            caps = replace(default_caps, max_starts_per_second=(rates or {}).get(name))
+            self._rules.setdefault(name, Workload(name, caps))
 
     def names(self) -> list[str]:
         """The served workloads' names, sorted."""

@@ -366,6 +366,7 @@ def workload_table(workloads: list[dict]) -> str:
             w.get("max_leases_total"),
             w["max_queued_tasks"],
             w["max_tasks_per_job"],
+            w.get("max_starts_per_second"),
         )
         for w in workloads
     ]
@@ -378,6 +379,7 @@ def workload_table(workloads: list[dict]) -> str:
         "MAX LEASES",
         "MAX QUEUED TASKS",
         "MAX TASKS/JOB",
+        "MAX STARTS/S",
     ]
     return render_table(headers, rows)
 

@@ -829,6 +829,15 @@ def test_an_operator_pauses_and_resumes_a_workload_from_the_queue_page(sign_in, 
     assert len(claim()) == 1
 
 
+@settings(CHUNKWISE_WORKLOAD_RATE_LIMITS="echo=30/min")
+def test_the_queue_page_shows_each_workloads_rate_limit(sign_in):
+    page = sign_in("operator").get("/ui/queue").text
+
+    echo = re.search(r'<tr id="workload-echo">.*?</tr>', page, re.S)[0]
+    render = re.search(r'<tr id="workload-render">.*?</tr>', page, re.S)[0]
+    assert "<td>0.5</td>" in echo and "<td>no limit</td>" in render
+
+
 def test_a_user_posting_a_workload_pause_is_refused_and_nothing_pauses(sign_in, db):
     browser = sign_in("user")
 

@@ -25,14 +25,16 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0024.workload_pauses"
+LATEST = "0025.workload_rates"
 # The table the latest migration adds.
+BUCKETS_TABLE = "workload_buckets"
+# The table 0024 adds.
 PAUSES_TABLE = "workload_pauses"
 # The column 0023 adds to jobs, and its index, built outside a transaction.
 DEPENDENCY_COLUMN, DEPENDENTS_INDEX = "depends_on", "jobs_dependents_idx"
 # The table 0022 adds.
 SCHEDULES_TABLE = "schedules"
-HEAD_TABLES = QUEUE_TABLES | CSV_TABLES | {SCHEDULES_TABLE, PAUSES_TABLE}
+HEAD_TABLES = QUEUE_TABLES | CSV_TABLES | {SCHEDULES_TABLE, PAUSES_TABLE, BUCKETS_TABLE}
 # The columns 0021 adds, by table.
 TIMEOUT_COLUMNS = {"jobs": {"timeout_seconds"}, "tasks": {"timeout_seconds", "deadline"}}
 # The column 0019 adds to tasks, and the claim index it splits in two.
@@ -203,12 +205,20 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert DEPENDENCY_COLUMN in columns(empty_database_url, "jobs")
 
     migrations.rollback_latest(empty_database_url)
-    assert public_tables(empty_database_url) == HEAD_TABLES - {PAUSES_TABLE}
-    assert DEPENDENCY_COLUMN in columns(empty_database_url, "jobs")  # 0023's stays
+    assert public_tables(empty_database_url) == HEAD_TABLES - {BUCKETS_TABLE}  # 0024's stays
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == HEAD_TABLES
     assert triggers(empty_database_url) == TRIGGERS
+
+
+def test_rolling_back_the_workload_pauses_migration_drops_its_table(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    roll_back_through(empty_database_url, "0024.workload_pauses")
+
+    assert public_tables(empty_database_url) == HEAD_TABLES - {PAUSES_TABLE, BUCKETS_TABLE}
+    assert DEPENDENCY_COLUMN in columns(empty_database_url, "jobs")  # 0023's stays
 
 
 def test_rolling_back_the_job_dependencies_migration_drops_its_column_and_index(

@@ -123,6 +123,7 @@ WORKLOADS = {
             "max_leases_total": None,
             "max_queued_tasks": 256,
             "max_tasks_per_job": 64,
+            "max_starts_per_second": None,
         },
         {
             "workload": "echo",
@@ -132,6 +133,7 @@ WORKLOADS = {
             "max_leases_total": 4,
             "max_queued_tasks": 100,
             "max_tasks_per_job": 10,
+            "max_starts_per_second": 2.5,
         },
     ]
 }
@@ -329,7 +331,7 @@ def test_queue_view_says_nothing_of_pauses_when_no_workload_is_paused(queue):
     assert "paused workloads" not in tables.queue_view(queue)
 
 
-def test_workload_table_shows_each_workloads_state_who_paused_it_since_when_and_its_caps():
+def test_workload_table_shows_each_workloads_state_who_paused_it_its_caps_and_rate():
     lines = tables.workload_table(WORKLOADS["workloads"]).splitlines()
 
     assert re.split(" {2,}", lines[0]) == [
@@ -341,8 +343,9 @@ def test_workload_table_shows_each_workloads_state_who_paused_it_since_when_and_
         "MAX LEASES",
         "MAX QUEUED TASKS",
         "MAX TASKS/JOB",
+        "MAX STARTS/S",
     ]
-    assert lines[1].split() == ["csv_stats", "running", "-", "-", "-", "-", "256", "64"]
+    assert lines[1].split() == ["csv_stats", "running", "-", "-", "-", "-", "256", "64", "-"]
     assert lines[2].split() == [
         "echo",
         "paused",
@@ -353,6 +356,7 @@ def test_workload_table_shows_each_workloads_state_who_paused_it_since_when_and_
         "4",
         "100",
         "10",
+        "2.5",
     ]
 
 

@@ -1,8 +1,11 @@
 """Settings are read from the environment and every bad value is named at start."""
 
+import re
+
 import pytest
 
 from app.config import ConfigError, load_settings, to_libpq_url, to_yoyo_url
+from app.runtime import workloads_for
 
 URL = "postgresql://postgres@127.0.0.1:5432/chunkwise"
 
@@ -162,3 +165,64 @@ def test_a_retry_delay_of_zero_retries_at_once():
         }
     ).limits
     assert (limits.retry_delay_seconds, limits.retry_delay_max_seconds) == (0, 0)
+
+
+def test_workload_rate_limits_are_read_per_second_or_minute_or_hour():
+    env = {
+        "DATABASE_URL": URL,
+        "CHUNKWISE_ALLOWED_WORKLOADS": "email,render,slow",
+        "CHUNKWISE_WORKLOAD_RATE_LIMITS": "email=10/s, render=30/min,slow=1.8/h,csv_stats=2.5/s",
+    }
+
+    rates = dict(load_settings(env).limits.rate_limits)
+
+    assert rates == {"email": 10, "render": 0.5, "slow": 0.0005, "csv_stats": 2.5}
+
+
+def test_no_workload_is_rate_limited_by_default():
+    assert load_settings({"DATABASE_URL": URL}).limits.rate_limits == ()
+
+
+@pytest.mark.parametrize(
+    ("rates", "named"),
+    [
+        ("email=10", "'email=10' is not workload=N/s, N/min or N/h"),
+        ("email=10/day", "'email=10/day' is not workload=N/s"),
+        ("email=ten/s", "'email=ten/s' is not workload=N/s"),
+        ("email=0/s", "with N above 0"),
+        ("email=-1/s", "with N above 0"),
+        ("email=nan/s", "'email=nan/s' is not"),
+        ("email=inf/s", "'email=inf/s' is not"),
+        ("email=2000000/s", "at most 1,000,000 a second"),
+        ("nope=1/s", "names 'nope', which is not an allowed workload"),
+        ("email=1/s,email=2/s", "names 'email' twice"),
+    ],
+)
+def test_a_bad_workload_rate_limit_is_named_in_the_error(rates, named):
+    env = {
+        "DATABASE_URL": URL,
+        "CHUNKWISE_ALLOWED_WORKLOADS": "email",
+        "CHUNKWISE_WORKLOAD_RATE_LIMITS": rates,
+    }
+
+    with pytest.raises(ConfigError, match=f"CHUNKWISE_WORKLOAD_RATE_LIMITS.*{re.escape(named)}"):
+        load_settings(env)
+
+
+def test_each_rate_limited_workload_claims_from_a_bucket_of_a_seconds_starts_at_least_one():
+    env = {
+        "DATABASE_URL": URL,
+        "CHUNKWISE_ALLOWED_WORKLOADS": "email,render,other",
+        "CHUNKWISE_WORKLOAD_RATE_LIMITS": "email=10/s,render=30/min,csv_stats=4/s",
+    }
+    workloads = workloads_for(load_settings(env).limits)
+
+    caps = {name: workloads.of(name).caps for name in workloads.names()}
+
+    assert {name: (c.max_starts_per_second, c.start_burst) for name, c in caps.items()} == {
+        "csv_stats": (4, 4),
+        "email": (10, 10),
+        "other": (None, None),
+        "render": (0.5, 1),
+    }
+    assert caps["email"].serialised and not caps["other"].serialised
