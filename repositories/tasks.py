@@ -129,20 +129,17 @@ def claim(
     workloads: Sequence[str],
     named: Sequence[str],
     capacity: int,
+    max_per_worker: int | None,
+    max_total: int | None,
     lease_seconds: int,
-    max_per_worker: int | None = None,
-    max_total: int | None = None,
-    starts_per_second: float | None = None,
-    start_burst: float | None = None,
 ) -> list[ClaimedTask]:
     """Lease up to `capacity` pending tasks within the lease caps, opening one attempt each.
 
     Tasks of a paused workload (sql/0024) stay pending. One statement, so one commit: it also
     moves the tasks' queued jobs to running and records the worker as seen, with the workloads
     it named and the largest capacity it asked for.
-    A cap of None is no cap, and then its count is never taken; with a rate, the claim spends
-    the workload's start tokens (sql/0025). With caps or a rate, the caller takes the
-    workload's claim turn first (see services.tasks) so the arithmetic cannot be raced;
+    A cap of None is no cap, and then its count is never taken. With caps, the caller takes
+    the workload's claim turn first (see services.tasks) so the arithmetic cannot be raced;
     SKIP LOCKED keeps claims from waiting on rows another transaction is finishing. A claim
     locks up to `capacity` ready rows of each workload, and as many whose waits (a retry's or
     a schedule's) have ended, until it commits, and leases the first ones in claim order that
@@ -155,19 +152,10 @@ def claim(
             FROM tasks
             WHERE status = 'leased' AND workload = ANY(%(workloads)b)
               AND (%(per_worker)s::int IS NOT NULL OR %(total)s::int IS NOT NULL)
-        ), bucket AS (
-            -- A rate-limited workload's start tokens now: what its last claim left, refilled
-            -- since, up to the burst (sql/0025; no row yet: a full bucket). No rate: NULL.
-            SELECT LEAST(%(burst)s::float8, COALESCE(
-                (SELECT b.tokens + %(rate)s::float8 * GREATEST(0, extract(
-                     epoch FROM statement_timestamp() - b.refilled_at)::float8)
-                 FROM workload_buckets b WHERE b.workload = %(rated)s),
-                %(burst)s::float8)) AS tokens
         ), room AS (
-            -- LEAST ignores NULLs: an absent cap or rate does not limit the claim.
+            -- LEAST ignores NULLs: an absent cap does not limit the claim.
             SELECT GREATEST(0, LEAST(%(capacity)s, %(per_worker)s::int - mine,
-                                     %(total)s::int - total,
-                                     floor((SELECT tokens FROM bucket))::int)) AS n
+                                     %(total)s::int - total)) AS n
             FROM held
         ), unpaused AS (
             -- The workloads no operator has paused (sql/0024), read by this statement's
@@ -231,13 +219,6 @@ def claim(
             WHERE j.id IN (SELECT id FROM jobs
                            WHERE id IN (SELECT job_id FROM leased) AND status = 'queued'
                            FOR UPDATE SKIP LOCKED)
-        ), spent AS (
-            INSERT INTO workload_buckets (workload, tokens, refilled_at)
-            SELECT %(rated)s, (SELECT tokens FROM bucket) - (SELECT count(*) FROM leased),
-                   statement_timestamp()
-            WHERE %(rated)s::text IS NOT NULL AND EXISTS (SELECT FROM leased)
-            ON CONFLICT (workload) DO UPDATE
-                SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
         ), seen AS (
             -- The only row a claim may wait for: a batch of this worker's results updates it
             -- last, after its job, so the two cannot wait for each other.
@@ -258,10 +239,6 @@ def claim(
             "capacity": capacity,
             "per_worker": max_per_worker,
             "total": max_total,
-            "rate": starts_per_second,
-            "burst": start_burst,
-            # The claim of a rate-limited workload is of that workload alone (its turn).
-            "rated": workloads[0] if starts_per_second is not None else None,
             "lease": lease_seconds,
         },
     ).fetchall()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import random
 import time
 from collections import Counter
@@ -20,6 +21,7 @@ from repositories import attempts as attempt_rows
 from repositories import events as event_rows
 from repositories import jobs as job_rows
 from repositories import locks
+from repositories import rate_limits as rate_rows
 from repositories import tasks as task_rows
 from repositories import workers as worker_rows
 from repositories.jobs import Job
@@ -28,14 +30,7 @@ from services import logcontext, settlement
 from services.deadlocks import rerun_deadlocks
 from services.errors import ChunkwiseError, Conflict, LeaseLost, NotFound
 from services.runtime import Limits, Runtime
-from services.workloads import (
-    Caps,
-    TaskFailure,
-    TaskInput,
-    TaskResult,
-    Workload,
-    Workloads,
-)
+from services.workloads import TaskFailure, TaskInput, TaskResult, Workload, Workloads
 
 logger = logging.getLogger(__name__)
 
@@ -106,15 +101,13 @@ def _claim_once(
     with rt.pool.connection() as conn:
         if free:
             with _claim_transaction(conn):
-                claimed += _lease(conn, rt, worker_id, named, free, capacity, None)
+                claimed += _lease(conn, rt, worker_id, named, free, capacity, None, None)
         for r in capped:
             if len(claimed) >= capacity:
                 break
             with _claim_transaction(conn):
                 locks.take_turn(conn, locks.CLAIM, r.name)
-                claimed += _lease(
-                    conn, rt, worker_id, named, [r.name], capacity - len(claimed), r.caps
-                )
+                claimed += _lease_in_turn(conn, rt, worker_id, named, r, capacity - len(claimed))
     # Per task, so skipped whole (dicts and all) when INFO is off, as under load it may be.
     for c in claimed if logger.isEnabledFor(logging.INFO) else ():
         logger.info(
@@ -147,6 +140,31 @@ def _claim_transaction(conn: Connection) -> Iterator[None]:
         yield
 
 
+def _lease_in_turn(
+    conn: Connection, rt: Runtime, worker_id: str, named: list[str], rules: Workload, room: int
+) -> list[ClaimedTask]:
+    # In the workload's turn, so its lease caps and start tokens cannot be raced.
+    caps = rules.caps
+    tokens = None
+    if caps.max_starts_per_second is not None:
+        tokens = rate_rows.bucket(conn, rules.name, caps.max_starts_per_second, caps.start_burst)
+        # With no token to spend the claim still runs: it records the worker as seen.
+        room = min(room, math.floor(tokens.tokens))
+    leased = _lease(
+        conn,
+        rt,
+        worker_id,
+        named,
+        [rules.name],
+        room,
+        caps.max_leases_per_worker,
+        caps.max_leases_total,
+    )
+    if tokens is not None and leased:
+        rate_rows.spend(conn, rules.name, tokens, len(leased))
+    return leased
+
+
 def _lease(
     conn: Connection,
     rt: Runtime,
@@ -154,25 +172,18 @@ def _lease(
     named: list[str],
     workloads: list[str],
     capacity: int,
-    caps: Caps | None,
+    max_per_worker: int | None,
+    max_total: int | None,
 ) -> list[ClaimedTask]:
-    # Caps only for one workload's claim in its turn (None: no caps), so none can be raced.
-    held_to = {}
-    if caps is not None:
-        held_to = {
-            "max_per_worker": caps.max_leases_per_worker,
-            "max_total": caps.max_leases_total,
-            "starts_per_second": caps.max_starts_per_second,
-            "start_burst": caps.start_burst,
-        }
     return task_rows.claim(
         conn,
         worker_id=worker_id,
         workloads=workloads,
         named=named,
         capacity=capacity,
+        max_per_worker=max_per_worker,
+        max_total=max_total,
         lease_seconds=rt.limits.lease_seconds,
-        **held_to,
     )
 
 
