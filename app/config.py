@@ -182,7 +182,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     return settings
 
 
-def _rate_limits(raw: str, allowed: tuple[str, ...], problems: list[str]) -> tuple:
+def _rate_limits(
+    raw: str, allowed: tuple[str, ...], problems: list[str]
+) -> tuple[tuple[str, float], ...]:
     """`email=10/s,render=30/min` as ((workload, starts a second), ...), naming what is wrong."""
     rates: dict[str, float] = {}
     for item in (part.strip() for part in raw.split(",")):
