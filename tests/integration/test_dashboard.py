@@ -849,6 +849,17 @@ def test_a_user_posting_a_workload_pause_is_refused_and_nothing_pauses(sign_in, 
     assert db.execute("SELECT count(*) AS n FROM workload_pauses").fetchone()["n"] == 0
 
 
+def test_pausing_a_workload_not_served_here_from_the_page_is_404(sign_in, db):
+    browser = sign_in("operator")
+
+    answer = browser.post(
+        "/ui/workloads/nope/pause", data={"csrf_token": csrf_of(browser.get("/ui/queue"))}
+    )
+
+    assert answer.status_code == 404 and "workload nope is not served here" in answer.text
+    assert db.execute("SELECT count(*) AS n FROM workload_pauses").fetchone()["n"] == 0
+
+
 def test_a_workload_pause_without_the_csrf_token_is_refused(sign_in, db):
     answer = sign_in("operator").post("/ui/workloads/echo/pause", data={})
 
