@@ -19,6 +19,12 @@ def user(rt, tokens) -> auth.Principal:
 
 
 @pytest.fixture
+def operator(rt, tokens) -> auth.Principal:
+    """The seeded operator as a principal, for calling services directly."""
+    return auth.authenticate(rt.pool, tokens["operator"])
+
+
+@pytest.fixture
 def time_passes(db):
     """Move every waiting task's not_before into the past, as the clock would."""
 

@@ -10,16 +10,10 @@ from dataclasses import replace
 import pytest
 
 from app.metrics import QueueCollector
-from services import auth, jobs, queue, tasks
+from services import jobs, queue, tasks
 from services.errors import Forbidden
 from services.wakeups import Wakeups
 from tests.integration.manifests import WORKER, manifest
-
-
-@pytest.fixture
-def operator(rt, tokens) -> auth.Principal:
-    """The seeded operator as a principal, for calling services directly."""
-    return auth.authenticate(rt.pool, tokens["operator"])
 
 
 @pytest.fixture

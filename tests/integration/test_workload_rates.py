@@ -8,7 +8,7 @@ import uuid
 
 from app import create_app
 from app.runtime import close
-from services import jobs, tasks
+from services import jobs, queue, tasks
 from tests.integration.csv_worker import settings
 from tests.integration.manifests import manifest
 
@@ -94,3 +94,13 @@ def test_the_workload_list_shows_each_workloads_rate(client, headers):
 
     rates = {w["workload"]: w["max_starts_per_second"] for w in listed["workloads"]}
     assert rates == {"csv_stats": None, "echo": RATE, "render": None}
+
+
+def test_claims_of_a_paused_rate_limited_workload_spend_no_tokens(rt, user, operator):
+    fill(rt, user, 50)
+    queue.pause_workload(rt, operator, "echo", paused=True, trace_id="t" * 32)
+    assert tasks.claim_tasks(rt, "w1", ["echo"], capacity=50) == []
+
+    queue.pause_workload(rt, operator, "echo", paused=False, trace_id="t" * 32)
+
+    assert len(tasks.claim_tasks(rt, "w1", ["echo"], capacity=50)) == RATE
