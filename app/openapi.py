@@ -44,6 +44,7 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "jobs.get_job": (schemas.JobWaitQuerySchema, schemas.JobSchema, (304, 404)),
     "jobs.list_results": (schemas.ChunkPageQuerySchema, schemas.ResultListSchema, (404,)),
     "jobs.cancel_job": (None, schemas.JobSchema, (404, 409)),
+    "jobs.cancel_jobs": (schemas.JobCancelSchema, schemas.JobCancelResultSchema, ()),
     "jobs.retry_job": (None, schemas.JobSchema, (404, 409, 429)),
     "chunks.list_chunks": (schemas.ChunkPageQuerySchema, schemas.ChunkListSchema, (404,)),
     "chunks.get_chunk": (None, schemas.ChunkSchema, (404,)),

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from marshmallow import Schema, ValidationError, fields, post_dump, validate, validates
+from marshmallow import (
+    Schema,
+    ValidationError,
+    fields,
+    post_dump,
+    validate,
+    validates,
+    validates_schema,
+)
 
 from app.input_rules import COLUMN_RANGES, Bool, Int, RequestSchema
 from services.csvjobs import WORKLOAD as CSV_WORKLOAD
@@ -200,7 +208,19 @@ class CsvJobFormSchema(RequestSchema):
     not_before = Schedule()
 
 
-class JobListQuerySchema(RequestSchema):
+class JobFilterSchema(RequestSchema):
+    """Which jobs: those with a label, of an owner, of a workload, or waiting for a job."""
+
+    label = LabelText(load_default=None)
+    # A user's name; only an operator sees anyone else's jobs.
+    owner = fields.Str(validate=validate.Length(min=1, max=200), load_default=None)
+    workload = fields.Str(validate=validate.Length(min=1, max=100), load_default=None)
+    depends_on = fields.UUID(
+        load_default=None, metadata={"description": "only the jobs that depend on this one"}
+    )
+
+
+class JobListQuerySchema(JobFilterSchema):
     """Query parameters of the job list."""
 
     status = fields.Str(
@@ -211,13 +231,25 @@ class JobListQuerySchema(RequestSchema):
     )
     limit = Int(minimum=1, maximum=500, load_default=50)
     cursor = fields.Str(load_default=None)
-    label = LabelText(load_default=None)
-    # A user's name; only an operator sees anyone else's jobs.
-    owner = fields.Str(validate=validate.Length(min=1, max=200), load_default=None)
-    workload = fields.Str(validate=validate.Length(min=1, max=100), load_default=None)
-    depends_on = fields.UUID(
-        load_default=None, metadata={"description": "only the jobs that depend on this one"}
+
+
+class JobCancelSchema(JobFilterSchema):
+    """Which unfinished jobs to cancel at once: at least one filter, and how many at most."""
+
+    FILTERS = ("workload", "label", "owner", "depends_on", "status")
+
+    status = fields.Str(
+        validate=validate.OneOf(["queued", "running", "merging"]), load_default=None
     )
+    limit = Int(minimum=1, maximum=1000, load_default=100)
+
+    @validates_schema
+    def _some_filter(self, data: dict, **kwargs) -> None:
+        # Cancelling everything the caller has takes saying so: status is a filter too.
+        if all(data.get(name) is None for name in self.FILTERS):
+            raise ValidationError(
+                f"give at least one of {', '.join(self.FILTERS)}", field_name="filter"
+            )
 
 
 class JobWaitQuerySchema(RequestSchema):
@@ -514,6 +546,16 @@ class JobListSchema(ResponseSchema):
 
     jobs = fields.List(fields.Nested(JobSchema))
     next_cursor = fields.Str(allow_none=True)
+
+
+class JobCancelResultSchema(ResponseSchema):
+    """The jobs a filtered cancel cancelled (dumped from services.jobs.Cancelled)."""
+
+    cancelled = fields.List(fields.UUID())
+    count = fields.Int()
+    more = fields.Bool(
+        metadata={"description": "more matching unfinished jobs remain: send it again"}
+    )
 
 
 class AttemptSchema(Schema):

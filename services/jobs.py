@@ -32,6 +32,7 @@ from services.runtime import Runtime
 logger = logging.getLogger(__name__)
 
 UNRECOVERABLE_ERRORS = frozenset({"invalid_input", "sum_overflow"})
+UNFINISHED = ("queued", "running", "merging")
 MAX_LABELS = 32
 # Every event the outbox holds, as GET /api/v1/events names them.
 EVENT_TYPES = (
@@ -440,6 +441,59 @@ def cancel_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str
         view = _view(conn, job)
     logger.info("job cancelled", extra={"event": "job_cancelled", "job_id": str(job_id)})
     return view
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """The jobs a filtered cancel cancelled, and whether more it matched remain."""
+
+    cancelled: list[UUID]
+    more: bool
+
+    @property
+    def count(self) -> int:
+        """How many it cancelled."""
+        return len(self.cancelled)
+
+
+def cancel_jobs(
+    rt: Runtime,
+    principal: Principal,
+    *,
+    limit: int,
+    trace_id: str,
+    status: str | None = None,
+    label: tuple[str, str] | None = None,
+    owner: str | None = None,
+    workload: str | None = None,
+    depends_on: UUID | None = None,
+) -> Cancelled:
+    """Cancel up to `limit` of the caller's unfinished jobs the filters match (an operator's:
+    anyone's), queued ones first, each as cancel_job does, in a transaction of its own."""
+    matched: list[Job] = []
+    with rt.pool.connection() as conn:
+        for wanted in [status] if status else UNFINISHED:
+            matched += job_rows.list_jobs(
+                conn,
+                owner_id=None if principal.is_operator else principal.user_id,
+                owner_name=owner,
+                status=wanted,
+                workload=workload,
+                limit=limit + 1 - len(matched),
+                before=None,
+                label=label,
+                depends_on=depends_on,
+            )
+            if len(matched) > limit:
+                break
+    cancelled = []
+    for job in matched[:limit]:
+        try:
+            cancel_job(rt, principal, job.id, trace_id=trace_id)
+        except (Conflict, NotFound):
+            continue  # finished, or deleted by retention, since it was listed
+        cancelled.append(job.id)
+    return Cancelled(cancelled, more=len(matched) > limit)
 
 
 def _record_user_action(

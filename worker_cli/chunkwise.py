@@ -34,6 +34,9 @@ EXIT_INTERRUPTED = 130
 FINISHED = frozenset({"succeeded", "failed", "cancelled"})
 UNSUCCESSFUL = frozenset({"failed", "cancelled"})
 JOB_STATUSES = ("queued", "running", "merging", "succeeded", "failed", "cancelled")
+UNFINISHED_STATUSES = tuple(status for status in JOB_STATUSES if status not in FINISHED)
+# The options `jobs` and `cancel-jobs` filter by, as the API names them.
+JOB_FILTERS = ("workload", "label", "owner", "depends_on", "status")
 # Waits between attempts of a call that met a 429, a 5xx or no coordinator at all.
 RETRY_DELAYS = (0.25, 0.5, 1.0)
 MAX_RETRY_AFTER = 5.0
@@ -363,6 +366,29 @@ def cancel(cli: Invocation, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cancel_jobs(cli: Invocation, args: argparse.Namespace) -> int:
+    """Cancel every unfinished job that matches the filters, a batch at a time."""
+    cancelled: list[str] = []
+    more = True
+    while more:
+        # Retried like cancel: if an answer is lost, the jobs its batch cancelled no longer match.
+        batch = cli.call(cli.client.cancel_jobs, limit=args.limit, **job_filters(args))
+        cancelled += batch["cancelled"]
+        # A batch that cancelled nothing cannot make progress: stop rather than spin.
+        more = batch["more"] and bool(batch["cancelled"])
+    if cli.as_json:
+        cli.print_json({"cancelled": cancelled, "count": len(cancelled)})
+    else:
+        cli.print(f"cancelled {len(cancelled)} job{'' if len(cancelled) == 1 else 's'}")
+    return EXIT_OK
+
+
+def job_filters(args: argparse.Namespace) -> dict[str, str]:
+    """The job filters given on the command line, by the API's names."""
+    given = {name: getattr(args, name) for name in JOB_FILTERS}
+    return {name: value for name, value in given.items() if value is not None}
+
+
 def retry(cli: Invocation, args: argparse.Namespace) -> int:
     """Re-queue a failed job whose failure another attempt may fix."""
     # Not repeated on its own: a retry that went through but whose answer was lost would
@@ -613,14 +639,35 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--watch", action="store_true", help="follow the job until it finishes")
     sub.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
 
-    sub = command("jobs", list_jobs, "list your jobs, newest first")
-    sub.add_argument("--status", choices=JOB_STATUSES)
+    def filtered_command(
+        name: str, action: Callable, help_text: str, statuses: tuple[str, ...]
+    ) -> argparse.ArgumentParser:
+        sub = command(name, action, help_text)
+        sub.add_argument("--workload", metavar="NAME")
+        sub.add_argument("--label", type=label_filter, metavar="KEY=VALUE")
+        sub.add_argument("--owner", metavar="USER", help="one user's jobs (operators see anyone's)")
+        sub.add_argument(
+            "--depends-on", type=uuid_text, metavar="JOB", help="the jobs waiting for JOB"
+        )
+        sub.add_argument("--status", choices=statuses)
+        return sub
+
+    sub = filtered_command("jobs", list_jobs, "list your jobs, newest first", JOB_STATUSES)
     sub.add_argument("--limit", type=int)
-    sub.add_argument("--label", type=label_filter, metavar="KEY=VALUE")
-    sub.add_argument("--workload", metavar="NAME")
-    sub.add_argument("--owner", metavar="USER", help="one user's jobs (operators see anyone's)")
-    sub.add_argument("--depends-on", type=uuid_text, metavar="JOB", help="the jobs waiting for JOB")
     sub.add_argument("--cursor", help="the next page, as printed after a full page")
+
+    sub = filtered_command(
+        "cancel-jobs",
+        cancel_jobs,
+        "cancel every unfinished job that matches (give at least one filter)",
+        UNFINISHED_STATUSES,
+    )
+    sub.add_argument(
+        "--limit", type=int, metavar="N", help="jobs per request, 1-1000 (default: the server's)"
+    )
+    # argparse has no "at least one of these options": parse_arguments asks this parser to
+    # say so, with this command's usage.
+    sub.set_defaults(usage_error=sub.error)
 
     sub = command("chunks", list_chunks, "list a job's chunks")
     sub.add_argument("job", type=uuid_text, metavar="JOB")
@@ -684,6 +731,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    """Parse the arguments; bad usage exits as argparse's own errors do."""
+    args = build_parser().parse_args(argv)
+    # Without a filter every unfinished job of the caller (an operator: anyone's) would match.
+    if args.command == "cancel-jobs" and not job_filters(args):
+        flags = ", ".join("--" + name.replace("_", "-") for name in JOB_FILTERS)
+        args.usage_error(f"give at least one filter: {flags}")
+    return args
+
+
 def run(
     argv: list[str] | None,
     *,
@@ -698,7 +755,7 @@ def run(
     environ = os.environ if environ is None else environ
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            args = build_parser().parse_args(argv)
+            args = parse_arguments(argv)
     except SystemExit as exc:  # argparse: 2 for bad usage, 0 for --help
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     url = getattr(args, "url", None) or environ.get("CHUNKWISE_URL")

@@ -485,6 +485,30 @@ class CoordinatorClient:
         """Cancel a job (repeating it is harmless); return the job."""
         return self._request("POST", f"/api/v1/jobs/{_segment(job_id)}/cancel", trace_id=trace_id)
 
+    def cancel_jobs(
+        self,
+        *,
+        workload: str | None = None,
+        label: str | None = None,
+        owner: str | None = None,
+        depends_on: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        trace_id: str | None = None,
+    ) -> dict:
+        """Cancel up to `limit` of the caller's unfinished jobs that match, newest first:
+        {cancelled, count, more}."""
+        given = {
+            "workload": workload,
+            "label": label,
+            "owner": owner,
+            "depends_on": depends_on,
+            "status": status,
+            "limit": limit,
+        }
+        body = {name: value for name, value in given.items() if value is not None}
+        return self._request("POST", "/api/v1/jobs/cancel", json=body, trace_id=trace_id)
+
     def retry_job(self, job_id: str, *, trace_id: str | None = None) -> dict:
         """Re-queue a recoverable failed job's unfinished chunks; return the job."""
         return self._request("POST", f"/api/v1/jobs/{_segment(job_id)}/retry", trace_id=trace_id)

@@ -1,4 +1,4 @@
-"""Jobs: submit (a CSV upload or a task manifest), view, list, cancel, retry, results."""
+"""Jobs: submit (a CSV upload or a manifest), view, list, cancel (one or by filter), retry."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ JOB = schemas.JobSchema()
 JOB_LIST_QUERY = schemas.JobListQuerySchema()
 JOB_LIST = schemas.JobListSchema()
 JOB_WAIT_QUERY = schemas.JobWaitQuerySchema()
+JOB_CANCEL = schemas.JobCancelSchema()
+JOB_CANCEL_RESULT = schemas.JobCancelResultSchema()
 CHUNK_PAGE_QUERY = schemas.ChunkPageQuerySchema()
 RESULT_LIST = schemas.ResultListSchema()
 
@@ -143,6 +145,14 @@ def cancel_job(job_id: UUID):
     """Cancel a job (a no-op for a cancelled one)."""
     view = jobs.cancel_job(get_runtime(), current_principal(), job_id, trace_id=current_trace_id())
     return _dump_job(view)
+
+
+@bp.post("/cancel")
+def cancel_jobs():
+    """Cancel the caller's unfinished jobs a filter matches, up to a limit."""
+    body = input_rules.load_json(JOB_CANCEL)
+    done = jobs.cancel_jobs(get_runtime(), current_principal(), trace_id=current_trace_id(), **body)
+    return JOB_CANCEL_RESULT.dump(done)
 
 
 @bp.post("/<uuid:job_id>/retry")

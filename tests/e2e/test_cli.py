@@ -298,3 +298,24 @@ def test_an_operator_pauses_and_resumes_a_workload_from_the_command_line(stack):
     assert "paused workloads" in queue.stdout and "csv_stats (by operator since" in queue.stdout
     assert (resumed.returncode, resumed.stdout) == (0, "workload csv_stats is running\n")
     assert unknown.returncode == 3 and "not_found" in unknown.stderr
+
+
+def test_cancel_jobs_cancels_every_match_in_batches_and_leaves_the_rest(stack):
+    # Four different files: the same file with the same options is one job (its submit key).
+    paths = [write_csv(stack, f"batch-{n}.csv", generate_csv(2_000, seed=41 + n)) for n in range(4)]
+    submitted = chunkwise_all(
+        stack,
+        *[
+            ["submit", path, "--column", "value", "--label", f"batch={batch}"]
+            for path, batch in zip(paths, "xxxy", strict=True)
+        ],
+    )
+    ids = [done.stdout.strip() for done in submitted]
+
+    done = chunkwise(stack, "cancel-jobs", "--label", "batch=x", "--limit", "2")
+    shown = [chunkwise(stack, "status", job, "--json") for job in ids]
+
+    assert (done.returncode, done.stdout) == (0, "cancelled 3 jobs\n")
+    # status exits 1 for a cancelled job, 0 for one still queued.
+    assert [as_json(s, status=1)["status"] for s in shown[:3]] == ["cancelled"] * 3
+    assert as_json(shown[3])["status"] == "queued"

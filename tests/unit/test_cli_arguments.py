@@ -98,6 +98,11 @@ def test_missing_url_or_token_is_a_usage_error_naming_it(missing):
         ["resume-workload"],
         ["pause-workload", "echo", "render"],
         ["workloads", "echo"],
+        ["cancel-jobs"],
+        ["cancel-jobs", "--limit", "5"],
+        ["cancel-jobs", "--status", "succeeded"],
+        ["cancel-jobs", "--label", "no-equals-sign"],
+        ["cancel-jobs", "--depends-on", "not-a-uuid"],
     ],
 )
 def test_bad_usage_exits_2_without_calling_the_coordinator(argv):
@@ -152,6 +157,42 @@ def test_a_schedule_whose_job_file_holds_no_json_object_is_a_usage_error(content
 def test_help_exits_0(capsys):
     assert run(["--help"]) == EXIT_OK
     assert "submit" in capsys.readouterr().out
+
+
+def test_cancel_jobs_without_a_filter_is_a_usage_error_naming_the_filters():
+    status, out, err = run_quietly(["cancel-jobs", "--limit", "5"])
+
+    assert (status, out, RecordingClient.built) == (EXIT_USAGE, "", [])
+    assert "usage: chunkwise cancel-jobs" in err
+    assert "give at least one filter: --workload, --label, --owner, --depends-on, --status" in err
+
+
+def test_cancel_jobs_filters_parse_as_the_jobs_filters_do():
+    args = build_parser().parse_args(
+        [
+            "cancel-jobs",
+            "--workload",
+            "echo",
+            "--label",
+            "team=a=b",
+            "--owner",
+            "bob",
+            "--depends-on",
+            JOB.upper(),
+            "--status",
+            "merging",
+            "--limit",
+            "50",
+        ]
+    )
+    assert (args.workload, args.label, args.owner, args.depends_on, args.status, args.limit) == (
+        "echo",
+        "team=a=b",
+        "bob",
+        JOB,
+        "merging",
+        50,
+    )
 
 
 def test_labels_repeat_and_split_at_the_first_equals_sign():

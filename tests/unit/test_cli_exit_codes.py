@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
@@ -55,6 +56,7 @@ class ScriptedClient:
     replies: list = []
     calls: list[str] = []
     watched: list[tuple] = []
+    cancel_requests: list[dict] = []
 
     def __init__(self, url, token):
         pass
@@ -79,6 +81,10 @@ class ScriptedClient:
     def retry_job(self, job_id, *, trace_id):
         return self._next("retry_job")
 
+    def cancel_jobs(self, *, trace_id, **request):
+        ScriptedClient.cancel_requests.append(request)
+        return self._next("cancel_jobs")
+
     def queue_status(self, *, trace_id):
         return self._next("queue_status")
 
@@ -97,6 +103,7 @@ class ScriptedClient:
 
 def run_scripted(argv, replies):
     ScriptedClient.replies, ScriptedClient.calls, ScriptedClient.watched = list(replies), [], []
+    ScriptedClient.cancel_requests = []
     out, err, slept = io.StringIO(), io.StringIO(), []
     status = run(
         argv, client_factory=ScriptedClient, out=out, err=err, environ=ENV, sleep=slept.append
@@ -309,6 +316,72 @@ def test_a_workload_pause_or_resume_whose_answer_was_lost_is_sent_again(command,
     assert (status, slept) == (EXIT_OK, [RETRY_DELAYS[0]])
     assert ScriptedClient.calls == ["pause_workload", "pause_workload"]
     assert out.startswith("workload echo is ")
+
+
+def cancelled(*ids: str, more: bool) -> dict:
+    return {"cancelled": list(ids), "count": len(ids), "more": more, "trace_id": "t"}
+
+
+def test_cancel_jobs_asks_again_while_more_remain_and_prints_one_total():
+    replies = [
+        cancelled("a", "b", more=True),
+        cancelled("c", "d", more=True),
+        cancelled("e", more=False),
+    ]
+
+    status, out, _, _ = run_scripted(["cancel-jobs", "--workload", "echo", "--limit", "2"], replies)
+
+    assert (status, out) == (EXIT_OK, "cancelled 5 jobs\n")
+    assert ScriptedClient.cancel_requests == [{"workload": "echo", "limit": 2}] * 3
+
+
+def test_cancel_jobs_in_json_is_one_document_of_every_id_cancelled():
+    replies = [cancelled("a", more=True), cancelled("b", more=False)]
+
+    status, out, _, _ = run_scripted(["cancel-jobs", "--status", "queued", "--json"], replies)
+
+    assert status == EXIT_OK
+    assert json.loads(out) == {"cancelled": ["a", "b"], "count": 2}
+
+
+def test_cancel_jobs_sends_every_filter_given_and_no_limit_unless_asked():
+    argv = ["cancel-jobs", "--label", "team=a", "--owner", "bob", "--depends-on", JOB_ID]
+
+    run_scripted(argv, [cancelled(more=False)])
+
+    assert ScriptedClient.cancel_requests == [
+        {"label": "team=a", "owner": "bob", "depends_on": JOB_ID, "limit": None}
+    ]
+
+
+def test_cancel_jobs_stops_when_a_batch_cancels_nothing_though_more_remain():
+    status, out, _, _ = run_scripted(["cancel-jobs", "--workload", "echo"], [cancelled(more=True)])
+    assert (status, out, ScriptedClient.calls) == (EXIT_OK, "cancelled 0 jobs\n", ["cancel_jobs"])
+
+
+def test_cancel_jobs_whose_answer_was_lost_is_sent_again():
+    replies = [REFUSED, cancelled("a", more=False)]
+
+    status, out, _, slept = run_scripted(["cancel-jobs", "--workload", "echo"], replies)
+
+    assert (status, out, slept) == (EXIT_OK, "cancelled 1 job\n", [RETRY_DELAYS[0]])
+    assert ScriptedClient.calls == ["cancel_jobs", "cancel_jobs"]
+
+
+def test_cancel_jobs_refused_as_invalid_exits_3_naming_the_field():
+    invalid = RequestRejected(
+        "invalid fields: limit",
+        status=422,
+        code="invalid_input",
+        details={"fields": {"limit": ["must be between 1 and 1000"]}},
+    )
+
+    status, out, err, slept = run_scripted(
+        ["cancel-jobs", "--workload", "echo", "--limit", "0"], [invalid]
+    )
+
+    assert (status, out, slept) == (EXIT_HTTP_ERROR, "", [])
+    assert err.splitlines()[1] == "  limit: must be between 1 and 1000"
 
 
 def test_exit_status_mapping():

@@ -190,6 +190,34 @@ def test_long_poll_claim_waits_longer_than_the_default_timeout(coordinator):
     assert short.claim_tasks(worker_id="w", workloads=["x"], capacity=1, wait_seconds=1) == []
 
 
+def test_cancel_jobs_posts_only_the_filters_given(client, coordinator):
+    answer = {"cancelled": ["j1"], "count": 1, "more": False, "trace_id": TRACE_ID}
+    coordinator.reply(200, answer)
+
+    assert client.cancel_jobs(workload="echo", status="queued") == answer
+
+    request = coordinator.requests[0]
+    assert (request["method"], request["path"]) == ("POST", "/api/v1/jobs/cancel")
+    assert request["json"] == {"workload": "echo", "status": "queued"}
+
+
+def test_cancel_jobs_posts_every_filter_and_the_limit(client, coordinator):
+    coordinator.reply(200, {"cancelled": [], "count": 0, "more": False, "trace_id": TRACE_ID})
+
+    client.cancel_jobs(
+        workload="echo", label="team=a", owner="bob", depends_on="j0", status="running", limit=5
+    )
+
+    assert coordinator.requests[0]["json"] == {
+        "workload": "echo",
+        "label": "team=a",
+        "owner": "bob",
+        "depends_on": "j0",
+        "status": "running",
+        "limit": 5,
+    }
+
+
 def test_a_job_watch_names_the_version_it_has_and_304_means_unchanged(client, coordinator):
     coordinator.reply(304, raw=b"", headers={"ETag": '"3.0.1.1.0.0"'})
 
