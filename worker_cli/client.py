@@ -496,7 +496,7 @@ class CoordinatorClient:
         limit: int | None = None,
         trace_id: str | None = None,
     ) -> dict:
-        """Cancel up to `limit` of the caller's unfinished jobs that match, newest first:
+        """Cancel up to `limit` of the caller's unfinished jobs that match, queued ones first:
         {cancelled, count, more}."""
         given = {
             "workload": workload,
