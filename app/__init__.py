@@ -38,7 +38,7 @@ def create_app(
     app.config["CHUNKWISE_SETTINGS"] = settings
     app.config["CHUNKWISE_MIGRATIONS"] = migration_ids(settings.migrations_dir)
     rt = runtime.init_app(app, settings, storage_fatal=storage_fatal)
-    metrics.init_app(app, rt)
+    metrics.init_app(app, rt, settings.metrics_token)
     tracing.init_app(app)
     uploads.init_app(app, settings.temp_dir, settings.limits.max_upload_bytes)
     errors.init_app(app)

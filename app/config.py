@@ -13,6 +13,10 @@ from services.runtime import MAX_RETRY_DELAY_SECONDS, Limits
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # A session-signing key shorter than this could be guessed offline from one signed cookie.
 MIN_SECRET_KEY_LENGTH = 32
+# The scrape token is compared, not looked up: it needs as much secret as an API token.
+MIN_METRICS_TOKEN_LENGTH = 32
+# Text that marks a value copied from an example rather than generated.
+PLACEHOLDER_MARKS = ("change-me", "changeme")
 # A revoked token must not outlive a cut-off listener by long.
 MAX_AUTH_CACHE_SECONDS = 300
 # CHUNKWISE_WORKLOAD_RATE_LIMITS: seconds in each unit a rate may be given per.
@@ -42,6 +46,8 @@ class Settings:
     log_level: str = "INFO"
     # Signs the dashboard's session cookie; None: a key file beside the archive directory.
     secret_key: str | None = dataclasses.field(default=None, repr=False)
+    # The bearer token Prometheus scrapes /metrics with; None: only operator tokens may scrape.
+    metrics_token: str | None = dataclasses.field(default=None, repr=False)
 
 
 # env name -> (field, lower bound)
@@ -63,6 +69,7 @@ _INTS = {
     "CHUNKWISE_MANIFEST_MAX_QUEUED_TASKS": ("manifest_max_queued_tasks", 1),
     "CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB": ("manifest_max_tasks_per_job", 1),
     "CHUNKWISE_RETENTION_DAYS": ("retention_days", 1),
+    "CHUNKWISE_WORKER_RETENTION_SECONDS": ("worker_retention_seconds", 60),
 }
 _PATHS = {
     "CHUNKWISE_TEMP_DIR": "temp_dir",
@@ -95,6 +102,7 @@ KNOWN_VARIABLES = frozenset(
         "CHUNKWISE_WORKLOAD_RATE_LIMITS",
         "CHUNKWISE_LOG_LEVEL",
         "CHUNKWISE_SECRET_KEY",
+        "CHUNKWISE_METRICS_TOKEN",
     }
 )
 
@@ -169,6 +177,15 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
                 f"CHUNKWISE_SECRET_KEY must be at least {MIN_SECRET_KEY_LENGTH} characters"
             )
         values["secret_key"] = raw
+    raw = env.get("CHUNKWISE_METRICS_TOKEN")
+    if raw:
+        if len(raw) < MIN_METRICS_TOKEN_LENGTH or any(m in raw.lower() for m in PLACEHOLDER_MARKS):
+            problems.append(
+                f"CHUNKWISE_METRICS_TOKEN must be at least {MIN_METRICS_TOKEN_LENGTH} random "
+                "characters, not a placeholder (python -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))')"
+            )
+        values["metrics_token"] = raw
     if env.get("CHUNKWISE_LOG_LEVEL"):
         values["log_level"] = env["CHUNKWISE_LOG_LEVEL"].upper()
 

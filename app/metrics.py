@@ -4,17 +4,23 @@ Under gunicorn (PROMETHEUS_MULTIPROC_DIR set) every process writes its counters 
 MultiProcessCollector sums, and gunicorn.conf.py's child_exit marks dead processes. Queue
 figures come from one aggregate query at scrape time, cached briefly, so they are right
 whichever process answers.
+
+A scrape needs a credential (the series name live worker ids, which must not be public):
+CHUNKWISE_METRICS_TOKEN as a bearer token, or any operator's API token.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import hmac
 import os
 import struct
 import threading
 import time
 from datetime import UTC, datetime
 
-from flask import Flask
+from flask import Flask, request
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -26,12 +32,17 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_flask_exporter import PrometheusMetrics
 from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
 
+from app import auth
 from services import jobs, metrics, queue
+from services.errors import Unauthenticated
 from services.runtime import Runtime
 
 CACHE_SECONDS = 2.0
 # A worker silent for this long is gone: its series is dropped instead of growing forever.
 WORKER_SERIES_SECONDS = 15 * 60
+# However many worker ids credentials invent, a scrape names at most this many (the most
+# recently seen): a series per worker must not let one credential flood the time-series store.
+MAX_WORKER_SERIES = 1000
 PROGRESS_BUCKETS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 FAILURE_CLASSES = {
     "invalid_input": "invalid_input",
@@ -185,7 +196,7 @@ def _worker_families(workers) -> list:
         "Peak resident memory each worker reported with its results.",
         labels=["worker_id"],
     )
-    for w in workers:
+    for w in workers[:MAX_WORKER_SERIES]:
         age = (now - w.last_seen_at).total_seconds()
         if age > WORKER_SERIES_SECONDS:
             continue
@@ -195,12 +206,40 @@ def _worker_families(workers) -> list:
     return [heartbeat, rss]
 
 
-def init_app(app: Flask, runtime: Runtime) -> PrometheusMetrics:
-    """Expose /metrics for this app (multiprocess-aware under gunicorn)."""
+def scrapers_only(scrape_token: str | None):
+    """Decorate the /metrics view: the scrape token or an operator's token, else 401/403."""
+    expected = hashlib.sha256(scrape_token.encode()).digest() if scrape_token else None
+
+    def decorate(view):
+        @functools.wraps(view)
+        def guarded(*args, **kwargs):
+            scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+            token = credentials.strip() if scheme.lower() == "bearer" else ""
+            if not token:
+                raise Unauthenticated(
+                    "GET /metrics needs an Authorization: Bearer header with "
+                    "CHUNKWISE_METRICS_TOKEN or an operator's token",
+                    details={"header": "Authorization"},
+                )
+            # Digests of equal length, compared in constant time: no timing tells how much of
+            # a guess was right, nor the token's length.
+            if expected and hmac.compare_digest(hashlib.sha256(token.encode()).digest(), expected):
+                return view(*args, **kwargs)
+            auth.operators_only()
+            return view(*args, **kwargs)
+
+        return guarded
+
+    return decorate
+
+
+def init_app(app: Flask, runtime: Runtime, scrape_token: str | None) -> PrometheusMetrics:
+    """Expose /metrics for this app to scrapers (multiprocess-aware under gunicorn)."""
     options = {
         "group_by": "url_rule",
         "defaults_prefix": "chunkwise",
         "excluded_paths": ["/metrics"],
+        "metrics_decorator": scrapers_only(scrape_token),
     }
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return MultiprocessCoordinatorMetrics(app, QueueCollector(runtime), **options)

@@ -9,7 +9,14 @@ import time
 from pathlib import Path
 
 from devstack.sample_csv import generate_csv
-from devstack.stack import REPO, LocalStack, database_url, follow_job, stop_on_sigterm
+from devstack.stack import (
+    REPO,
+    LocalStack,
+    database_url,
+    follow_job,
+    kept_tokens,
+    stop_on_sigterm,
+)
 from services import csvstats
 
 RUN_DIR = REPO / ".run"
@@ -18,7 +25,7 @@ RUN_DIR = REPO / ".run"
 def start_stack(run_dir: Path) -> LocalStack:
     """Database, migrations, tokens, gunicorn and two workers."""
     url = database_url(run_dir)
-    stack = LocalStack(database_url=url, run_dir=run_dir)
+    stack = LocalStack(database_url=url, run_dir=run_dir, tokens=kept_tokens(run_dir / "secrets"))
     say(f"database:  {url}")
     say(f"logs:      {stack.logs}/  (JSON lines, one file per process)")
     say(f"archive:   {run_dir / 'archive'}")
@@ -106,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"  user token:     {stack.tokens.user}")
         say(f"  operator token: {stack.tokens.operator}")
         say(f"  worker token:   {stack.tokens.worker}")
+        say(f"  metrics token:  {stack.tokens.metrics}  (GET /metrics, as a bearer token)")
+        say(f"  (kept in {RUN_DIR / 'secrets' / 'tokens.json'}: the next make run reuses them)")
         say("Ctrl-C stops everything.")
         signal.pause()
         return 0

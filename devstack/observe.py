@@ -179,7 +179,5 @@ class Scrape:
 
 
 def scrape(stack: LocalStack) -> Scrape:
-    """GET /metrics without a token, on a fresh connection."""
-    response = requests.get(f"{stack.url}/metrics", timeout=10)
-    assert response.status_code == 200, response.text
-    return Scrape(response.text)
+    """GET /metrics with the stack's scrape token, on a fresh connection."""
+    return Scrape(stack.scrape())

@@ -6,6 +6,7 @@ this one LocalStack class.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -36,11 +37,49 @@ def free_port() -> int:
 
 @dataclass
 class Tokens:
-    """The seeded local credentials."""
+    """The seeded local credentials, and the token /metrics is scraped with."""
 
     user: str = field(default_factory=lambda: "cwu_" + secrets.token_urlsafe(32))
     operator: str = field(default_factory=lambda: "cwu_" + secrets.token_urlsafe(32))
     worker: str = field(default_factory=lambda: "cww_" + secrets.token_urlsafe(32))
+    metrics: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+
+
+def kept_tokens(secrets_dir: Path) -> Tokens:
+    """The tokens a previous run stored in secrets_dir, else new ones, stored there (0600 in 0700).
+
+    make run seeds the same credentials each time: minting new ones per start would leave
+    every earlier start's tokens registered and valid.
+    """
+    secrets_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # mkdir's mode applies only to a directory it creates; one left by an older run is narrowed.
+    secrets_dir.chmod(0o700)
+    path = secrets_dir / "tokens.json"
+    known = {}
+    if path.exists():
+        known = json.loads(path.read_text())
+    tokens = Tokens(**{k: v for k, v in known.items() if k in Tokens.__dataclass_fields__})
+    if known != vars(tokens):
+        # os.open's mode: the file never exists, even for a moment, readable by others.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(vars(tokens), f)
+    path.chmod(0o600)
+    return tokens
+
+
+# Never in a worker's environment: it needs its own credential and the coordinator's URL,
+# not the database, nor the people's tokens, nor the scrape token.
+WORKER_WITHHELD = (
+    "DATABASE_URL",
+    "TEST_DATABASE_URL",
+    "CHUNKWISE_SEED_USER_TOKEN",
+    "CHUNKWISE_SEED_OPERATOR_TOKEN",
+    "CHUNKWISE_SEED_WORKER_TOKEN",
+    "CHUNKWISE_TOKEN",
+    "CHUNKWISE_METRICS_TOKEN",
+    "CHUNKWISE_SECRET_KEY",
+)
 
 
 @dataclass
@@ -77,13 +116,23 @@ class LocalStack:
             "CHUNKWISE_SEED_OPERATOR_TOKEN": self.tokens.operator,
             "CHUNKWISE_SEED_WORKER_TOKEN": self.tokens.worker,
             "CHUNKWISE_WORKER_TOKEN": self.tokens.worker,
+            "CHUNKWISE_METRICS_TOKEN": self.tokens.metrics,
             "PROMETHEUS_MULTIPROC_DIR": str(self.run_dir / "prometheus"),
             **self.env,
         }
 
+    def worker_env(self) -> dict[str, str]:
+        """A worker's environment: the stack's, less the database and every other credential."""
+        return {
+            name: value
+            for name, value in self.base_env().items()
+            if name not in WORKER_WITHHELD and not name.startswith("PG")
+        }
+
     def prepare(self) -> None:
         """Apply migrations and seed the tokens (the compose migrate and seed services)."""
-        self.logs.mkdir(parents=True, exist_ok=True)
+        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.logs.mkdir(mode=0o700, parents=True, exist_ok=True)
         # seed-local imports the app, whose counters open their files here at import.
         (self.run_dir / "prometheus").mkdir(parents=True, exist_ok=True)
         migrations.apply(self.database_url)
@@ -117,15 +166,20 @@ class LocalStack:
         return self._spawn(
             name,
             [str(BIN / "chunkwise-worker"), "--coordinator", self.url, "--worker-id", name, *args],
+            self.worker_env(),
         )
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
-        self.logs.mkdir(parents=True, exist_ok=True)
-        log = (self.logs / f"{name}.log").open("ab")
+    def _spawn(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
+        self.logs.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Logs carry trace ids, worker ids and job ids: the owner's alone, like the data.
+        fd = os.open(self.logs / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log = os.fdopen(fd, "ab")
         process = subprocess.Popen(
             argv,
             cwd=REPO,
-            env=self.base_env(),
+            env=self.base_env() if env is None else env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -156,6 +210,16 @@ class LocalStack:
     def client(self, token: str | None = None) -> CoordinatorClient:
         """The chunkwise command's client, as the user (or the given token)."""
         return CoordinatorClient(self.url, token or self.tokens.user)
+
+    def scrape(self) -> str:
+        """GET /metrics as Prometheus would, with the scrape token, on a fresh connection."""
+        response = requests.get(
+            f"{self.url}/metrics",
+            headers={"Authorization": f"Bearer {self.tokens.metrics}"},
+            timeout=10,
+        )
+        assert response.status_code == 200, response.text
+        return response.text
 
     def api(self, token: str | None = None) -> requests.Session:
         """A requests session authenticated as the user (or the given token)."""

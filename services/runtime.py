@@ -42,6 +42,8 @@ class Limits:
     # (workload, tasks it may start a second): the workloads whose claims are rate limited.
     rate_limits: tuple[tuple[str, float], ...] = ()
     retention_days: int | None = None  # finished jobs are kept forever unless set
+    # A worker row unseen this long and holding no lease is deleted, with its /metrics series.
+    worker_retention_seconds: int = 86_400
     max_upload_bytes: int = 50 * 1024 * 1024
 
 

@@ -1,7 +1,8 @@
-"""What an operator sees of a real run: /metrics (no token) across gunicorn processes, JSON logs.
+"""What an operator sees of a real run: /metrics across gunicorn processes, and JSON logs.
 
-Every scrape goes over a fresh connection, so any of the coordinator's processes may answer;
-queue figures are cached for up to 2 s, hence the waits.
+Every scrape goes over a fresh connection with the stack's scrape token (CHUNKWISE_METRICS_TOKEN),
+so any of the coordinator's processes may answer; queue figures are cached for up to 2 s, hence
+the waits.
 """
 
 from __future__ import annotations
@@ -208,3 +209,19 @@ def test_chunk_view_shows_the_trace_id_the_worker_logged_for_each_attempt(stack,
         assert view.status_code == 200, view.text
         attempts = view.json()["attempts"]
         assert attempts and all(a["trace_id"] == logged[a["attempt_id"]] for a in attempts)
+
+
+def test_every_coordinator_process_refuses_a_scrape_without_a_credential(stack):
+    # Fresh connections, so each gunicorn process is likely asked at least once.
+    for _ in range(4 * WEB_WORKERS):
+        anonymous = requests.get(f"{stack.url}/metrics", timeout=10)
+        as_worker = requests.get(
+            f"{stack.url}/metrics",
+            headers={"Authorization": f"Bearer {stack.tokens.worker}"},
+            timeout=10,
+        )
+        assert anonymous.status_code == 401
+        assert anonymous.json()["error"]["details"] == {"header": "Authorization"}
+        assert as_worker.status_code == 403
+    operator = stack.api(stack.tokens.operator).get(f"{stack.url}/metrics", timeout=10)
+    assert operator.status_code == 200

@@ -226,3 +226,31 @@ def test_each_rate_limited_workload_claims_from_a_bucket_of_a_seconds_starts_at_
         "render": (0.5, 1),
     }
     assert caps["email"].serialised and not caps["other"].serialised
+
+
+def test_idle_workers_are_kept_a_day_unless_configured():
+    assert load_settings({"DATABASE_URL": URL}).limits.worker_retention_seconds == 86_400
+    env = {"DATABASE_URL": URL, "CHUNKWISE_WORKER_RETENTION_SECONDS": "600"}
+    assert load_settings(env).limits.worker_retention_seconds == 600
+
+
+def test_a_worker_retention_under_a_minute_is_refused():
+    with pytest.raises(ConfigError, match="CHUNKWISE_WORKER_RETENTION_SECONDS must be at least 60"):
+        load_settings({"DATABASE_URL": URL, "CHUNKWISE_WORKER_RETENTION_SECONDS": "5"})
+
+
+def test_without_a_metrics_token_none_is_set():
+    assert load_settings({"DATABASE_URL": URL}).metrics_token is None
+
+
+@pytest.mark.parametrize("token", ["short", "prometheus-token-change-me-0000000000000"])
+def test_a_short_or_placeholder_metrics_token_is_refused(token):
+    with pytest.raises(ConfigError, match="CHUNKWISE_METRICS_TOKEN must be at least 32"):
+        load_settings({"DATABASE_URL": URL, "CHUNKWISE_METRICS_TOKEN": token})
+
+
+def test_the_metrics_token_is_kept_out_of_the_settings_repr():
+    token = "m" * 40
+    settings = load_settings({"DATABASE_URL": URL, "CHUNKWISE_METRICS_TOKEN": token})
+    assert settings.metrics_token == token
+    assert token not in repr(settings)
