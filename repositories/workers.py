@@ -53,3 +53,21 @@ def list_workers(conn: Connection) -> list[Worker]:
         """
     ).fetchall()
     return [from_row(Worker, r) for r in rows]
+
+
+def delete_idle_workers(conn: Connection, idle_seconds: int) -> list[str]:
+    """Delete the workers unseen for idle_seconds that hold no lease; return their ids."""
+    # A claim touching the row meanwhile moves last_seen_at on; READ COMMITTED re-checks the
+    # WHERE on that newer row, so a worker that just came back is not deleted under it.
+    rows = conn.execute(
+        """
+        DELETE FROM workers w
+        WHERE w.last_seen_at < now() - make_interval(secs => %(idle)s)
+          AND NOT EXISTS (
+              SELECT 1 FROM tasks t WHERE t.lease_owner = w.id AND t.status = 'leased'
+          )
+        RETURNING w.id
+        """,
+        {"idle": idle_seconds},
+    ).fetchall()
+    return [r["id"] for r in rows]

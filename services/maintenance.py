@@ -1,4 +1,4 @@
-"""One housekeeping pass: leases, stray tasks, merges, scheduled runs, spools, history, tallies."""
+"""One housekeeping pass: leases, strays, merges, schedules, spools, history, workers, tallies."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from repositories import jobs as job_rows
-from services import archive, jobs, logcontext, queue, schedules, tasks
+from services import archive, jobs, logcontext, queue, schedules, tasks, workers
 from services.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ def run_pass(rt: Runtime, *, trace_id: str | None = None) -> None:
     attempt(schedules.run_due_schedules, rt)
     attempt(archive.remove_stale_temp_files, rt.temp_dir, rt.archive_dir)
     attempt(jobs.delete_expired_history, rt)
+    attempt(workers.delete_idle_workers, rt)
     attempt(queue.fold_tallies, rt)
     attempt(jobs.fold_chunk_tallies, rt)
     if failures:
