@@ -12,7 +12,14 @@ from flask import Flask
 
 from app.runtime import get_runtime
 from services import credentials
-from services.errors import ChunkwiseError
+from services.errors import ChunkwiseError, InvalidInput
+
+# seed-local's arguments, by the variable each is read from.
+SEED_VARIABLES = {
+    "user_token": "CHUNKWISE_SEED_USER_TOKEN",
+    "operator_token": "CHUNKWISE_SEED_OPERATOR_TOKEN",
+    "worker_token": "CHUNKWISE_SEED_WORKER_TOKEN",
+}
 
 
 def init_app(app: Flask) -> None:
@@ -21,12 +28,11 @@ def init_app(app: Flask) -> None:
     @app.cli.command("seed-local")
     def seed_local() -> None:
         """Create compute_user, operator and a worker credential (idempotent)."""
-        issued = credentials.seed_local(
-            get_runtime().pool,
-            user_token=os.environ.get("CHUNKWISE_SEED_USER_TOKEN") or None,
-            operator_token=os.environ.get("CHUNKWISE_SEED_OPERATOR_TOKEN") or None,
-            worker_token=os.environ.get("CHUNKWISE_SEED_WORKER_TOKEN") or None,
-        )
+        given = {arg: os.environ.get(name) or None for arg, name in SEED_VARIABLES.items()}
+        try:
+            issued = credentials.seed_local(get_runtime().pool, **given)
+        except InvalidInput as exc:
+            raise click.ClickException(_named_by_variable(exc)) from exc
         for token in issued:
             state = "registered" if token.created else "already registered"
             click.echo(f"{token.kind:6} {token.name:14} {state:18} {token.token}")
@@ -80,6 +86,21 @@ def _refusal_as_error() -> Iterator[None]:
         yield
     except ChunkwiseError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _named_by_variable(exc: InvalidInput) -> str:
+    # The person fixes an environment variable, so the error names it, not the argument.
+    lines = [
+        f"{SEED_VARIABLES[field]} {problem}"
+        for field, problems in exc.details["fields"].items()
+        for problem in problems
+    ]
+    generate = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+    return (
+        "refusing to seed:\n  "
+        + "\n  ".join(lines)
+        + f"\n(generate a secret with {generate} and put cwu_ or cww_ before it)"
+    )
 
 
 def _when(moment: datetime) -> str:

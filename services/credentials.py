@@ -20,6 +20,10 @@ from services.errors import InvalidInput, NotFound
 # The actor of every audit row these commands write: they run beside the database, not as
 # any API principal.
 ACTOR = "command line"
+# A given token needs at least this much secret after its prefix (new_token makes 43).
+MIN_GIVEN_SECRET = 32
+# Text that marks a token copied from an example rather than generated.
+PLACEHOLDER_MARKS = ("change-me", "changeme")
 
 
 @dataclass(frozen=True)
@@ -46,9 +50,18 @@ def seed_local(
 ) -> list[IssuedToken]:
     """Create compute_user, operator and a worker credential; idempotent.
 
-    A given token is registered as is; a missing one is generated only when the principal
-    has no token yet, so re-running never mints a second credential by surprise.
+    A given token is registered as is, unless it is a placeholder or too short to be secret
+    (InvalidInput naming each bad one: user_token, operator_token, worker_token); a missing one
+    is generated only when the principal has no token yet, so re-running never mints a second
+    credential by surprise.
     """
+    given = {"user_token": user_token, "operator_token": operator_token}
+    problems = {field: weakness_of(token, "user") for field, token in given.items()}
+    problems["worker_token"] = weakness_of(worker_token, "worker")
+    problems = {field: [problem] for field, problem in problems.items() if problem}
+    if problems:
+        named = "; ".join(f"{field}: {p}" for field, [p] in problems.items())
+        raise InvalidInput(named, details={"fields": problems})
     wanted = [
         ("compute_user", "user", "user", user_token),
         ("operator", "user", "operator", operator_token),
@@ -64,6 +77,20 @@ def seed_local(
             created = _register(conn, token, kind, name, user_id)
             issued.append(IssuedToken(name=name, kind=kind, token=token, created=created))
     return issued
+
+
+def weakness_of(token: str | None, kind: str) -> str | None:
+    """Why a token given to seed-local must not be registered, or None when it may be."""
+    if token is None:
+        return None
+    prefix = WORKER_PREFIX if kind == "worker" else USER_PREFIX
+    if not token.startswith(prefix):
+        return f"must start with {prefix}"
+    if any(mark in token.lower() for mark in PLACEHOLDER_MARKS):
+        return "is a placeholder (it says change-me): generate a secret"
+    if len(token) - len(prefix) < MIN_GIVEN_SECRET:
+        return f"needs at least {MIN_GIVEN_SECRET} characters of secret after {prefix}"
+    return None
 
 
 def create_user(pool: ConnectionPool, name: str, role: str) -> IssuedToken:

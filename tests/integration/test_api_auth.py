@@ -383,3 +383,47 @@ def test_a_job_submitted_by_one_user_is_owned_by_that_user(submit, db, rt, token
         (uuid.UUID(job["id"]),),
     ).fetchone()
     assert owner["name"] == auth.authenticate(rt.pool, tokens["user"]).name
+
+
+SECRET = "k" * 40
+
+
+@pytest.mark.parametrize(
+    ("variable", "token", "problem"),
+    [
+        (
+            "CHUNKWISE_SEED_OPERATOR_TOKEN",
+            "cwu_local-operator-token-change-me-00000",
+            "is a placeholder",
+        ),
+        ("CHUNKWISE_SEED_USER_TOKEN", "cwu_CHANGEME" + SECRET, "is a placeholder"),
+        ("CHUNKWISE_SEED_WORKER_TOKEN", "cww_" + "w" * 31, "needs at least 32 characters"),
+        ("CHUNKWISE_SEED_USER_TOKEN", "cww_" + SECRET, "must start with cwu_"),
+        ("CHUNKWISE_SEED_WORKER_TOKEN", "cwu_" + SECRET, "must start with cww_"),
+    ],
+)
+def test_seed_local_refuses_a_weak_token_naming_its_variable_and_registers_nothing(
+    app, db, monkeypatch, variable, token, problem
+):
+    for name in GIVEN:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, token)
+
+    result = app.test_cli_runner().invoke(args=["seed-local"])
+
+    assert result.exit_code == 1
+    assert f"{variable} {problem}" in result.output
+    assert token not in result.output
+    assert db.execute("SELECT count(*) AS n FROM api_tokens").fetchone()["n"] == 0
+    assert db.execute("SELECT count(*) AS n FROM users").fetchone()["n"] == 0
+
+
+def test_seed_local_names_every_weak_token_at_once(app, monkeypatch):
+    monkeypatch.setenv("CHUNKWISE_SEED_USER_TOKEN", "cwu_local-user-token-change-me-0000000000")
+    monkeypatch.setenv("CHUNKWISE_SEED_OPERATOR_TOKEN", "cwu_short")
+    monkeypatch.setenv("CHUNKWISE_SEED_WORKER_TOKEN", "cww_local-worker-token-change-me-000000")
+
+    output = app.test_cli_runner().invoke(args=["seed-local"]).output
+
+    for variable in GIVEN:
+        assert variable in output
