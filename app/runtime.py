@@ -79,7 +79,7 @@ def storage_problems(settings: Settings) -> list[str]:
     problems = []
     for setting, directory in paths.items():
         try:
-            directory.mkdir(parents=True, exist_ok=True)
+            archive.make_private_directory(directory)
         except OSError as exc:
             problems.append(f"{setting}={directory} cannot be created ({archive.errno_name(exc)})")
     if problems:

@@ -13,7 +13,14 @@ from flask import Flask, Request, current_app, g, request
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from werkzeug.formparser import FormDataParser
 
-from services.archive import TEMP, Upload, storage_failure, sync_to_disk
+from services.archive import (
+    TEMP,
+    Upload,
+    make_private_directory,
+    private_opener,
+    storage_failure,
+    sync_to_disk,
+)
 from services.errors import StorageFull, StorageUnavailable
 
 
@@ -25,8 +32,9 @@ class HashingSpool(io.RawIOBase):
     def __init__(self, directory: Path):
         self.path = directory / f"upload-{uuid.uuid4().hex}"
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("wb")
+            make_private_directory(directory)
+            # "x": a name already there is never written into.
+            self._file = open(self.path, "xb", opener=private_opener)  # noqa: SIM115 - see close()
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
         self._sha = hashlib.sha256()

@@ -131,10 +131,13 @@ class LocalStack:
 
     def prepare(self) -> None:
         """Apply migrations and seed the tokens (the compose migrate and seed services)."""
+        # The stack's own directory (data, logs, archive, keys): its user's alone, even when an
+        # older run left it readable by others.
         self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.run_dir.chmod(0o700)
         self.logs.mkdir(mode=0o700, parents=True, exist_ok=True)
         # seed-local imports the app, whose counters open their files here at import.
-        (self.run_dir / "prometheus").mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "prometheus").mkdir(mode=0o700, parents=True, exist_ok=True)
         migrations.apply(self.database_url)
         subprocess.run(
             [str(BIN / "flask"), "--app", "app", "seed-local"],

@@ -25,6 +25,12 @@ OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 COPY_BLOCK_SIZE = 1024 * 1024
 # A copy on its way into the archive: named so, it is never taken for an archived input.
 INCOMING = ".incoming-"
+# Uploads are users' data: spools and archived inputs are the coordinator's user's alone.
+# Directories Chunkwise creates get 0700; one that already exists keeps the mode its operator
+# gave it (it may be a mount point, or shared with a backup group on purpose), while every
+# file created in it is 0600 either way.
+PRIVATE_DIRECTORY = 0o700
+PRIVATE_FILE = 0o600
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,7 @@ def store(archive_dir: Path, upload: Upload) -> bool:
     try:
         if target.exists():
             return False
-        target.parent.mkdir(parents=True, exist_ok=True)
+        make_private_directory(target.parent)
         move_file(upload.path, target)
         # The digest-prefix directory may be new: its own entry must be on disk as well.
         sync_to_disk(target.parent.parent)
@@ -136,13 +142,30 @@ def _copy_into_place(source: Path, target: Path) -> None:
 def _durable_copy(source: Path, copy: Path) -> None:
     # A failure removes the copy.
     try:
-        with source.open("rb") as src, copy.open("wb") as dst:
+        with source.open("rb") as src, open(copy, "xb", opener=private_opener) as dst:
             shutil.copyfileobj(src, dst, COPY_BLOCK_SIZE)
             dst.flush()
             os.fsync(dst.fileno())
     except BaseException:
         copy.unlink(missing_ok=True)
         raise
+
+
+def make_private_directory(path: Path) -> None:
+    """mkdir -p, each directory it creates 0700 (mkdir(parents=True) gives parents the umask's)."""
+    missing = []
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    for directory in [*reversed(missing), path]:
+        # exist_ok: a file holding the name still fails (EEXIST), as plain mkdir would.
+        directory.mkdir(mode=PRIVATE_DIRECTORY, exist_ok=True)
+
+
+def private_opener(path: str | Path, flags: int) -> int:
+    """open()'s opener for a file created 0600: never, even for a moment, readable by others."""
+    return os.open(path, flags, PRIVATE_FILE)
 
 
 def sync_to_disk(path: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app import create_app
+from app import create_app, uploads
 from app.config import ConfigError
 from app.runtime import close
 from devstack.sample_csv import generate_csv
@@ -48,15 +48,15 @@ class FullDiskFile:
 @pytest.fixture
 def full_temp_disk(monkeypatch):
     """Make spool files meet a full disk after 1 KiB; returns a setter for the errno."""
-    real_open = Path.open
     state = {"code": errno.ENOSPC}
 
-    def open_spool(self, mode="r", *args, **kwargs):
-        if self.name.startswith("upload-") and "w" in mode:
-            return FullDiskFile(self, state["code"], room=1024)
-        return real_open(self, mode, *args, **kwargs)
+    def open_spool(path, mode="r", *args, **kwargs):
+        if Path(path).name.startswith("upload-") and "x" in mode:
+            return FullDiskFile(Path(path), state["code"], room=1024)
+        return open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "open", open_spool)
+    # The spool is opened with the builtin open() (its opener sets the file's mode).
+    monkeypatch.setattr(uploads, "open", open_spool, raising=False)
     return state
 
 

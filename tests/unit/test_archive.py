@@ -128,3 +128,69 @@ def test_a_copy_across_filesystems_that_runs_out_of_space_leaves_no_partial_file
     }
     assert [p for p in (tmp_path / "archive").rglob("*") if p.is_file()] == []
     assert upload.path.exists()  # submit_csv_job removes the spool, whatever happened
+
+
+def mode_of(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+@pytest.fixture
+def open_umask():
+    """A umask that would leave new files 0666 and directories 0777: only explicit modes count."""
+    previous = os.umask(0)
+    yield
+    os.umask(previous)
+
+
+def test_a_spool_is_created_0600_in_a_new_0700_directory(tmp_path, open_umask):
+    spooled = uploads.HashingSpool(tmp_path / "tmp")
+    spooled.write(b"id,value\n1,2\n")
+
+    upload = spooled.finish()
+
+    assert mode_of(upload.path) == 0o600
+    assert mode_of(tmp_path / "tmp") == 0o700
+
+
+def test_an_archived_input_is_0600_under_0700_digest_directories(tmp_path, open_umask):
+    spooled = uploads.HashingSpool(tmp_path / "tmp")
+    spooled.write(b"id,value\n1,2\n")
+    upload = spooled.finish()
+
+    archive.store(tmp_path / "archive", upload)
+
+    stored = archive.archive_path(tmp_path / "archive", upload.sha256)
+    assert mode_of(stored) == 0o600
+    assert mode_of(stored.parent) == mode_of(stored.parent.parent) == 0o700
+
+
+def test_a_copy_across_filesystems_is_created_0600(tmp_path, monkeypatch, open_umask):
+    upload = spool(tmp_path / "tmp", b"id,value\n1,2\n")
+    real_replace = os.replace
+
+    def rename_across_devices(src, dst):
+        if Path(src).parent == upload.path.parent:
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), str(src), None, str(dst))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(archive.os, "replace", rename_across_devices)
+
+    archive.store(tmp_path / "archive", upload)
+
+    assert mode_of(archive.archive_path(tmp_path / "archive", upload.sha256)) == 0o600
+
+
+def test_an_existing_directory_keeps_the_mode_its_operator_gave_it(tmp_path, open_umask):
+    shared = tmp_path / "tmp"
+    shared.mkdir(mode=0o750)
+
+    upload = uploads.HashingSpool(shared).finish()
+
+    assert mode_of(shared) == 0o750
+    assert mode_of(upload.path) == 0o600
+
+
+def test_every_directory_a_spool_creates_above_it_is_0700(tmp_path, open_umask):
+    uploads.HashingSpool(tmp_path / "run" / "tmp").finish()
+
+    assert mode_of(tmp_path / "run") == mode_of(tmp_path / "run" / "tmp") == 0o700
