@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import psutil
 import pytest
 
 from devstack.faults import SlowLink
@@ -50,6 +51,19 @@ def test_two_workers_finish_a_multi_chunk_job_with_the_sequential_result(stack, 
         if a["state"] == "completed"
     ]
     assert sorted(accepted) == ["worker-a"] * 4 + ["worker-b"] * 4
+
+
+def test_a_worker_process_runs_with_its_token_and_without_the_database_or_other_tokens(stack, jobs):
+    job = jobs.submit(generate_csv(2_000, seed=2), 2)
+    worker = stack.start_worker("worker-a", *SHORT_POLL, "--capacity", "2")
+
+    jobs.wait(job["id"], "succeeded", timeout=30)
+
+    environ = psutil.Process(worker.pid).environ()
+    assert environ["CHUNKWISE_WORKER_TOKEN"] == stack.tokens.worker
+    assert not [name for name in environ if "DATABASE_URL" in name or name.startswith("PG")]
+    others = {stack.tokens.user, stack.tokens.operator, stack.tokens.metrics}
+    assert others.isdisjoint(environ.values())
 
 
 def test_chunk_of_a_crashed_worker_is_completed_by_the_other_after_its_lease_expires(stack, jobs):
