@@ -34,7 +34,9 @@ def create_app(
     """
     settings = load_settings({**os.environ, **(test_config or {})})
     logs.configure(settings.log_level)
-    app = Flask(__name__)
+    # No app-wide /static: the dashboard's files are served only under /ui/static, with the
+    # dashboard's headers (CSP, nosniff, no framing).
+    app = Flask(__name__, static_folder=None)
     app.config["CHUNKWISE_SETTINGS"] = settings
     app.config["CHUNKWISE_MIGRATIONS"] = migration_ids(settings.migrations_dir)
     rt = runtime.init_app(app, settings, storage_fatal=storage_fatal)
