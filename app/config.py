@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.credentials import PLACEHOLDER_MARKS
 from services.runtime import MAX_RETRY_DELAY_SECONDS, Limits
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -15,8 +16,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 MIN_SECRET_KEY_LENGTH = 32
 # The scrape token is compared, not looked up: it needs as much secret as an API token.
 MIN_METRICS_TOKEN_LENGTH = 32
-# Text that marks a value copied from an example rather than generated.
-PLACEHOLDER_MARKS = ("change-me", "changeme")
 # A revoked token must not outlive a cut-off listener by long.
 MAX_AUTH_CACHE_SECONDS = 300
 # CHUNKWISE_WORKLOAD_RATE_LIMITS: seconds in each unit a rate may be given per.

@@ -22,7 +22,8 @@ from services.errors import InvalidInput, NotFound
 ACTOR = "command line"
 # A given token needs at least this much secret after its prefix (new_token makes 43).
 MIN_GIVEN_SECRET = 32
-# Text that marks a token copied from an example rather than generated.
+# Text that marks a token copied from an example rather than generated (seed-local's tokens,
+# CHUNKWISE_METRICS_TOKEN).
 PLACEHOLDER_MARKS = ("change-me", "changeme")
 
 
