@@ -165,11 +165,13 @@ def claim(
         ), ready AS (
             -- Each workload's head read in claim order from tasks_ready_idx, then merged:
             -- one ordered scan of "workload = ANY" would sort every pending row instead.
+            -- Within a priority, fair_tag interleaves the owners (sql/0029).
             SELECT h.* FROM unpaused AS w
             CROSS JOIN LATERAL (
-                SELECT t.id, t.priority, t.created_at, t.job_id, t.chunk_index FROM tasks t
+                SELECT t.id, t.priority, t.fair_tag, t.created_at, t.job_id, t.chunk_index
+                FROM tasks t
                 WHERE t.status = 'pending' AND t.workload = w.name AND t.not_before IS NULL
-                ORDER BY t.priority DESC, t.created_at, t.job_id, t.chunk_index
+                ORDER BY t.priority DESC, t.fair_tag, t.created_at, t.job_id, t.chunk_index
                 -- The capacity, not the room, so the planner knows the scan ends early.
                 LIMIT %(capacity)s
                 FOR UPDATE SKIP LOCKED
@@ -180,7 +182,8 @@ def claim(
             -- still waiting.
             SELECT d.* FROM unpaused AS w
             CROSS JOIN LATERAL (
-                SELECT t.id, t.priority, t.created_at, t.job_id, t.chunk_index FROM tasks t
+                SELECT t.id, t.priority, t.fair_tag, t.created_at, t.job_id, t.chunk_index
+                FROM tasks t
                 WHERE t.status = 'pending' AND t.workload = w.name AND t.not_before <= now()
                 ORDER BY t.not_before
                 LIMIT %(capacity)s
@@ -188,7 +191,7 @@ def claim(
             ) AS d
         ), candidates AS (
             SELECT h.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) AS h
-            ORDER BY h.priority DESC, h.created_at, h.job_id, h.chunk_index
+            ORDER BY h.priority DESC, h.fair_tag, h.created_at, h.job_id, h.chunk_index
             LIMIT (SELECT n FROM room)
         ), leased AS (
             UPDATE tasks t SET status = 'leased', attempt = t.attempt + 1,

@@ -43,6 +43,12 @@ class Limits:
     rate_limits: tuple[tuple[str, float], ...] = ()
     retention_days: int | None = None  # finished jobs are kept forever unless set
     max_upload_bytes: int = 50 * 1024 * 1024
+    # Fair share: one user's unfinished tasks may fill this percent of a workload's queue cap,
+    # its unfinished jobs there store this many bytes of parameters and labels, and it may
+    # keep this many schedules.
+    user_max_queued_percent: int = 25
+    user_max_stored_bytes: int = 64 * 1024 * 1024
+    user_max_schedules: int = 100
 
 
 @dataclass(frozen=True)
