@@ -163,12 +163,14 @@ def admit_job(
                    -- A time already past leaves the tasks with the ready ones (sql/0019).
                    CASE WHEN %(blocked)s THEN %(forever)s
                         WHEN job.not_before > now() THEN job.not_before END,
-                   job.timeout_seconds, taken.first_tag + t.n
+                   -- Numbered in chunk order, the order a job's own tasks are claimed in.
+                   job.timeout_seconds,
+                   taken.first_tag + row_number() OVER (ORDER BY t.chunk_index)
             FROM job, taken,
                  unnest(%(task_ids)b::uuid[], %(indexes)b::int[], %(uris)b::text[],
                         %(shas)b::text[], %(task_parameters)b::jsonb[],
-                        %(task_max_attempts)b::int[]) WITH ORDINALITY
-                 AS t(id, chunk_index, input_uri, input_sha256, parameters, max_attempts, n)
+                        %(task_max_attempts)b::int[])
+                 AS t(id, chunk_index, input_uri, input_sha256, parameters, max_attempts)
         ), announced AS (
             INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
             SELECT job.id, job.owner_id, 'job.created',

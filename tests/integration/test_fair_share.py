@@ -183,9 +183,7 @@ def test_a_schedule_past_the_users_cap_is_409_naming_the_limit_and_writes_nothin
 
 
 @settings(**SHARE)
-def test_a_scheduled_run_past_its_owners_share_waits_and_submits_nothing(
-    rt, client, headers, db
-):
+def test_a_scheduled_run_past_its_owners_share_waits_and_submits_nothing(rt, client, headers, db):
     assert post(client, headers["user"], manifest(10)).status_code == 201
     body = {"cron": "@daily", "job": manifest(2)}
     assert client.put("/api/v1/schedules/nightly", json=body, headers=headers["user"]).status_code
