@@ -8,8 +8,9 @@ rolled back (main's schema and claim index), holding the same queue: one owner w
 pending tasks, then the same plus a second owner's 10-task job submitted after. Main's claim
 statement (repositories/tasks.py at --baseline, read with git) and this branch's take turns,
 each claim in a transaction rolled back, so every turn claims from the same queue; prints the
-median and range of each at claims of 1 and 100, and how many of the second owner's tasks
-each claim of 10 leases.
+median and range of each at claims of 1 and 100, the same for admitting a 10-task job
+(repositories/jobs.py at --baseline beside this one's), and how many of the second owner's
+tasks each claim of 10 leases.
 """
 
 from __future__ import annotations
@@ -32,12 +33,16 @@ from psycopg.rows import dict_row
 
 from app import migrations
 from devstack.stack import REPO
+from repositories import jobs as fair_jobs
 from repositories import tasks as fair_tasks
+from repositories.jobs import NewJob
+from repositories.tasks import NewTask
 
 WORKLOAD = "noop"
 BACKLOG = 10_000
 SMALL_JOB = 10
 CAPACITIES = (1, 100)
+WIDE_OPEN = 10**12
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -47,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline", default="main")
     parser.add_argument("--turns", type=int, default=200)
     args = parser.parse_args(argv)
-    baseline = baseline_tasks(args.baseline)
+    baseline = baseline_module(args.baseline, "repositories/tasks.py")
+    baseline_jobs = baseline_module(args.baseline, "repositories/jobs.py")
     with database(args.url, "main") as main_url, database(args.url, "fair") as fair_url:
         migrations.apply(main_url)
         migrations.rollback_latest(main_url)
@@ -68,6 +74,17 @@ def main(argv: list[str] | None = None) -> None:
                     f" | fair {summary(fair_ms)}"
                     f" | fair/main {statistics.median(fair_ms) / statistics.median(main_ms):.2f}"
                 )
+        with connect(main_url) as on_main, connect(fair_url) as on_fair:
+            main_ms, fair_ms = in_turns(
+                partial(admit_ms, on_main, baseline_jobs.admit_job, fair=False),
+                partial(admit_ms, on_fair, fair_jobs.admit_job, fair=True),
+                args.turns,
+            )
+        print(
+            f"admission of a {SMALL_JOB}-task job: main {summary(main_ms)}"
+            f" | fair {summary(fair_ms)}"
+            f" | fair/main {statistics.median(fair_ms) / statistics.median(main_ms):.2f}"
+        )
         print(
             f"second owner's tasks in a claim of {SMALL_JOB}: "
             f"main {second_owner_share(main_url, baseline.claim)}, "
@@ -75,19 +92,19 @@ def main(argv: list[str] | None = None) -> None:
         )
 
 
-def baseline_tasks(revision: str) -> types.ModuleType:
-    """repositories/tasks.py as it is at `revision`, as a module of its own."""
+def baseline_module(revision: str, path: str) -> types.ModuleType:
+    """A module's source as it is at `revision`, as a module of its own."""
     source = subprocess.run(
-        ["git", "show", f"{revision}:repositories/tasks.py"],
+        ["git", "show", f"{revision}:{path}"],
         cwd=REPO,
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    module = types.ModuleType("baseline_tasks")
+    module = types.ModuleType("baseline_" + path.replace("/", "_").removesuffix(".py"))
     # dataclasses look their module up by name.
     sys.modules[module.__name__] = module
-    exec(compile(source, f"{revision}:repositories/tasks.py", "exec"), module.__dict__)  # noqa: S102
+    exec(compile(source, f"{revision}:{path}", "exec"), module.__dict__)  # noqa: S102
     return module
 
 
@@ -137,6 +154,14 @@ def seed(url: str, *, owners: int, fair: bool) -> None:
                 ).format(tag=tag, value=sql.SQL(", i + 1") if fair else sql.SQL("")),
                 {"owner": f"owner-{n}"},
             )
+        # Admission's bounds, wide open: the bench times the statement, not a refusal.
+        conn.execute("INSERT INTO queue_bounds VALUES (%s, 0) ON CONFLICT DO NOTHING", (WORKLOAD,))
+        if fair:
+            conn.execute(
+                "INSERT INTO user_bounds (workload, owner_id, unfinished, stored_bytes)"
+                " SELECT %s, id, 0, 0 FROM users",
+                (WORKLOAD,),
+            )
         conn.execute("VACUUM ANALYZE tasks")
         conn.execute("VACUUM ANALYZE jobs")
 
@@ -161,6 +186,39 @@ def claim_ms(conn: psycopg.Connection, claim: Callable, capacity: int) -> float:
     )
     elapsed = time.perf_counter() - started
     conn.rollback()
+    return elapsed * 1000
+
+
+def admit_ms(conn: psycopg.Connection, admit: Callable, *, fair: bool) -> float:
+    """One admission of a SMALL_JOB-task job as the first owner, rolled back; its ms."""
+    owner = conn.execute("SELECT id FROM users WHERE name = 'owner-0'").fetchone()["id"]
+    conn.rollback()
+    job_id = uuid.uuid4()
+    job = NewJob(
+        id=job_id,
+        owner_id=owner,
+        workload=WORKLOAD,
+        input_uri="s3://in/",
+        input_sha256=None,
+        parameters={},
+        labels={},
+        priority=0,
+        chunks_total=SMALL_JOB,
+        idempotency_key=None,
+        request_sha256=None,
+        trace_id="bench",
+        max_attempts=3,
+    )
+    tasks = [
+        NewTask(uuid.uuid5(job_id, str(i)), i, f"s3://in/{i}", "a" * 64, {"n": i}, 3)
+        for i in range(SMALL_JOB)
+    ]
+    quotas = {"user_limit": WIDE_OPEN, "byte_limit": WIDE_OPEN} if fair else {}
+    started = time.perf_counter()
+    fits, _ = admit(conn, job, tasks, queue_limit=WIDE_OPEN, actor="bench", **quotas)
+    elapsed = time.perf_counter() - started
+    conn.rollback()
+    assert fits
     return elapsed * 1000
 
 
