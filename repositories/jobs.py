@@ -137,9 +137,12 @@ def admit_job(
                 (SELECT max(last_tag) FROM user_bounds WHERE workload = %(workload)s),
                 0) AS now
         ), taken AS (
+            -- An owner's line reaches at most its share past the head: one who cancelled a
+            -- backlog is not sent behind the tasks it no longer has.
             UPDATE user_bounds u SET unfinished = u.unfinished + %(n)s,
                 stored_bytes = u.stored_bytes + size.bytes,
-                last_tag = greatest(u.last_tag, clock.now) + %(n)s
+                last_tag = greatest(clock.now, least(u.last_tag, clock.now + %(user_limit)s))
+                           + %(n)s
             FROM room, clock, size
             WHERE u.workload = %(workload)s AND u.owner_id = %(owner_id)s
             RETURNING u.last_tag - %(n)s AS first_tag

@@ -232,3 +232,24 @@ def test_a_higher_priority_still_goes_first_whoever_owns_it(client, headers, cla
     urgent = post(client, headers["other"], manifest(3, priority=5)).get_json()
 
     assert leased_owners(claim, 3) == [urgent["id"]] * 3
+
+
+@settings(**SHARE)
+def test_a_user_who_cancelled_a_backlog_is_numbered_at_most_their_share_past_the_head(
+    client, headers, db
+):
+    post(client, headers["other"], manifest(10))
+    for _ in range(4):
+        cancelled = post(client, headers["user"], manifest(10)).get_json()
+        client.post(f"/api/v1/jobs/{cancelled['id']}/cancel", headers=headers["user"])
+    late = post(client, headers["user"], manifest(1)).get_json()
+
+    tags = db.execute(
+        "SELECT (SELECT fair_tag FROM tasks WHERE job_id = %s) AS late,"
+        " (SELECT min(fair_tag) FROM tasks WHERE status = 'pending') AS head",
+        (late["id"],),
+    ).fetchone()
+
+    # Its cancelled 40 took numbers up to 40 past the head; its share is 10. Another user
+    # refilling the queue would otherwise be served 40 tasks before this one, not 10.
+    assert tags["late"] <= tags["head"] + 10 + 1
