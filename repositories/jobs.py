@@ -86,6 +86,20 @@ _SIZE = sql.SQL("""
            + (SELECT coalesce(sum(octet_length(p::text)), 0)
               FROM unnest(%(task_parameters)b::jsonb[]) AS p) AS bytes
 """)
+# The workload's virtual time (sql/0029): its head's number at this priority, or, with none
+# queued there, the last number any owner took.
+_CLOCK = sql.SQL("""
+    SELECT coalesce(
+        (SELECT t.fair_tag FROM tasks t
+         WHERE t.status = 'pending' AND t.workload = %(workload)s
+           AND t.not_before IS NULL AND t.priority = %(priority)s
+         ORDER BY t.fair_tag LIMIT 1),
+        (SELECT max(last_tag) FROM user_bounds WHERE workload = %(workload)s),
+        0) AS now
+""")
+# Where an owner's next numbers start: after its last, but at most its share past the head,
+# so one who cancelled a backlog is not sent behind the tasks it no longer has.
+_NEXT_TAG = sql.SQL("greatest(clock.now, least(u.last_tag, clock.now + %(user_limit)s))")
 
 
 def admit_job(
@@ -126,23 +140,9 @@ def admit_job(
             WHERE workload = %(workload)s AND unfinished + %(n)s <= %(limit)s
               AND EXISTS (SELECT FROM share)
             RETURNING workload
-        ), clock AS (
-            -- The workload's virtual time: its head's number at this priority, or, with none
-            -- queued there, the last number any owner took.
-            SELECT coalesce(
-                (SELECT t.fair_tag FROM tasks t
-                 WHERE t.status = 'pending' AND t.workload = %(workload)s
-                   AND t.not_before IS NULL AND t.priority = %(priority)s
-                 ORDER BY t.fair_tag LIMIT 1),
-                (SELECT max(last_tag) FROM user_bounds WHERE workload = %(workload)s),
-                0) AS now
-        ), taken AS (
-            -- An owner's line reaches at most its share past the head: one who cancelled a
-            -- backlog is not sent behind the tasks it no longer has.
+        ), clock AS ({clock}), taken AS (
             UPDATE user_bounds u SET unfinished = u.unfinished + %(n)s,
-                stored_bytes = u.stored_bytes + size.bytes,
-                last_tag = greatest(clock.now, least(u.last_tag, clock.now + %(user_limit)s))
-                           + %(n)s
+                stored_bytes = u.stored_bytes + size.bytes, last_tag = {next_tag} + %(n)s
             FROM room, clock, size
             WHERE u.workload = %(workload)s AND u.owner_id = %(owner_id)s
             RETURNING u.last_tag - %(n)s AS first_tag
@@ -190,7 +190,7 @@ def admit_job(
         )
         SELECT EXISTS (SELECT FROM taken) AS fits, job.*
         FROM (VALUES (1)) AS one LEFT JOIN job ON true
-        """).format(size=_SIZE),
+        """).format(size=_SIZE, clock=_CLOCK, next_tag=_NEXT_TAG),
         {
             **job.__dict__,
             "parameters": Jsonb(job.parameters),
@@ -273,12 +273,16 @@ def stored_bytes(conn: Connection, job: NewJob, tasks: Sequence[NewTask]) -> int
     ).fetchone()["bytes"]
 
 
-def raise_owner_bounds(conn: Connection, job_ids: Sequence[UUID], workload: str) -> None:
+def raise_owner_bounds(
+    conn: Connection, jobs: Sequence[Job], workload: str, *, user_limit: int
+) -> dict[int, int]:
     """Raise the bounds of these failed jobs' owners by the tasks a retry is about to re-queue
-    and the bytes the jobs store, keeping them above the true counts; take this before the
-    workload's bound."""
-    conn.execute(
-        """
+    and the bytes the jobs store, keeping them above the true counts, and take each owner's
+    next numbers for those tasks, as admission would at the first job's priority; take this
+    before the workload's bound. Returns each owner's first number (an owner with no bounds
+    yet is left out: its tasks keep theirs)."""
+    rows = conn.execute(
+        sql.SQL("""
         WITH owners AS (
             SELECT j.owner_id,
                    sum(t.n) AS n,
@@ -296,15 +300,22 @@ def raise_owner_bounds(conn: Connection, job_ids: Sequence[UUID], workload: str)
             WHERE u.workload = %(workload)s AND u.owner_id IN (SELECT owner_id FROM owners)
             ORDER BY u.owner_id
             FOR UPDATE
-        )
+        ), clock AS ({clock})
         UPDATE user_bounds u SET unfinished = u.unfinished + owners.n,
-            stored_bytes = u.stored_bytes + owners.bytes
-        FROM owners
+            stored_bytes = u.stored_bytes + owners.bytes, last_tag = {next_tag} + owners.n
+        FROM owners, clock
         WHERE u.workload = %(workload)s AND u.owner_id = owners.owner_id
           AND u.owner_id IN (SELECT owner_id FROM locked)
-        """,
-        {"jobs": list(job_ids), "workload": workload},
-    )
+        RETURNING u.owner_id, u.last_tag - owners.n AS first_tag
+        """).format(clock=_CLOCK, next_tag=_NEXT_TAG),
+        {
+            "jobs": [j.id for j in jobs],
+            "workload": workload,
+            "priority": jobs[0].priority,
+            "user_limit": user_limit,
+        },
+    ).fetchall()
+    return {r["owner_id"]: r["first_tag"] for r in rows}
 
 
 def lock_prerequisites(conn: Connection, ids: Sequence[UUID], owner_id: int | None) -> list[Job]:

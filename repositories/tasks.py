@@ -612,12 +612,14 @@ def requeue_unfinished(
     workload: str,
     *,
     queue_limit: int,
+    first_tags: Mapping[int, int],
     blocked: bool = False,
 ) -> tuple[bool, int]:
     """Put these failed jobs' (of one workload) failed and cancelled tasks back to pending,
     each with its job's budget of attempts (or, `blocked`, waiting for the jobs it depends
     on), if the workload's queue bound leaves room for them all (see sql/0008), as admission
-    does.
+    does; numbered in each owner's line from `first_tags` (owner id -> first number, sql/0029),
+    in job and chunk order, as admission numbers a job.
 
     Returns (fits, n): n tasks are to be requeued, and nothing is written unless they fit.
     The attempt counter keeps counting up: it is the fencing generation, so a retry must
@@ -635,14 +637,24 @@ def requeue_unfinished(
             FROM todo
             WHERE b.workload = %(workload)s AND b.unfinished + todo.n <= %(limit)s
             RETURNING b.workload
+        ), numbered AS (
+            SELECT t.id, budget.attempts,
+                   coalesce(line.first_tag + row_number() OVER (
+                       PARTITION BY j.owner_id ORDER BY j.created_at, j.id, t.chunk_index
+                   ), t.fair_tag) AS fair_tag
+            FROM tasks t
+            JOIN budget ON budget.job_id = t.job_id
+            JOIN jobs j ON j.id = t.job_id
+            LEFT JOIN unnest(%(owners)s::bigint[], %(first_tags)s::bigint[])
+                 AS line(owner_id, first_tag) ON line.owner_id = j.owner_id
+            WHERE t.job_id = ANY(%(jobs)s) AND t.status IN ('failed', 'cancelled')
         ), requeued AS (
-            UPDATE tasks t SET status = 'pending', max_attempts = t.attempt + budget.attempts,
+            UPDATE tasks t SET status = 'pending', max_attempts = t.attempt + n.attempts,
                 lost_retries = 0, read_retries = 0, lease_owner = NULL,
                 lease_expires_at = NULL, completed_at = NULL, not_before = %(not_before)s,
-                version = t.version + 1
-            FROM budget
-            WHERE t.job_id = budget.job_id AND t.status IN ('failed', 'cancelled')
-              AND EXISTS (SELECT FROM room)
+                fair_tag = n.fair_tag, version = t.version + 1
+            FROM numbered n
+            WHERE t.id = n.id AND EXISTS (SELECT FROM room)
         )
         SELECT EXISTS (SELECT FROM room) AS fits, (SELECT n FROM todo) AS n
         """,
@@ -652,6 +664,8 @@ def requeue_unfinished(
             "workload": workload,
             "limit": queue_limit,
             "not_before": BLOCKED if blocked else None,
+            "owners": list(first_tags),
+            "first_tags": list(first_tags.values()),
         },
     ).fetchone()
     return row["fits"], row["n"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import logging
@@ -624,19 +625,30 @@ def _requeue(
     a refusal counts the `already` this retry put back in that queue as asked for, not queued.
     """
     workload = jobs[0].workload
-    limit = rt.workloads.of(workload).caps.max_queued_tasks
+    caps = rt.workloads.of(workload).caps
+    limit = caps.max_queued_tasks
     budgets = {job.id: job.max_attempts or rt.limits.max_attempts for job in jobs}
-    # Not refused by the owners' shares (the jobs were admitted within them), but counted.
-    job_rows.raise_owner_bounds(conn, list(budgets), workload)
-    fits, n = task_rows.requeue_unfinished(
-        conn, budgets, workload, queue_limit=limit, blocked=blocked
+    # Not refused by the owners' shares (the jobs were admitted within them), but counted, and
+    # queued at the back of each owner's line rather than ahead of everyone's.
+    first_tags = job_rows.raise_owner_bounds(
+        conn, jobs, workload, user_limit=caps.user_queued_limit
     )
+    requeue = functools.partial(
+        task_rows.requeue_unfinished,
+        conn,
+        budgets,
+        workload,
+        queue_limit=limit,
+        first_tags=first_tags,
+        blocked=blocked,
+    )
+    fits, n = requeue()
     if not fits:
         queued = task_rows.recount_unfinished(conn, workload)
         if queued + n > limit:
             raise _queue_full(rt, workload, queued - already, n + already, limit)
         # It fits now: the count holds the bound's row until this transaction ends.
-        task_rows.requeue_unfinished(conn, budgets, workload, queue_limit=limit, blocked=blocked)
+        requeue()
     return n
 
 

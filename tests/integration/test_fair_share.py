@@ -253,3 +253,24 @@ def test_a_user_who_cancelled_a_backlog_is_numbered_at_most_their_share_past_the
     # Its cancelled 40 took numbers up to 40 past the head; its share is 10. Another user
     # refilling the queue would otherwise be served 40 tasks before this one, not 10.
     assert tags["late"] <= tags["head"] + 10 + 1
+
+
+def test_a_retried_job_rejoins_its_owners_line_behind_others_already_waiting(
+    client, headers, db, claim
+):
+    failed = post(client, headers["user"], manifest(5)).get_json()
+    db.execute(
+        "UPDATE tasks SET status = 'failed', error_code = 'boom' WHERE job_id = %s",
+        (failed["id"],),
+    )
+    db.execute("UPDATE jobs SET status = 'failed' WHERE id = %s", (failed["id"],))
+    waiting = post(client, headers["other"], manifest(10)).get_json()
+
+    retried = client.post(f"/api/v1/jobs/{failed['id']}/retry", headers=headers["user"])
+    assert retried.status_code == 200, retried.get_json()
+
+    order = leased_owners(claim, 10)
+
+    # Taken in turns from the head on, not all five first on their old numbers.
+    assert order[:3] == [waiting["id"], failed["id"], waiting["id"]]
+    assert order.count(failed["id"]) == 5
