@@ -6,7 +6,9 @@
 -- Fair claims: each task carries a fair_tag, its owner's next number in the workload's
 -- virtual time (start-time fair queuing). Admission numbers a job's tasks from the later of
 -- the owner's last tag and the tag of the workload's head at the job's priority, so a user
--- who arrives behind a 10,000-task backlog interleaves with it, task for task. Claims read
+-- who arrives behind a 10,000-task backlog interleaves with it, task for task (a retry
+-- numbers the tasks it re-queues the same way, and an owner's line reaches at most its share
+-- past the head). Claims read
 -- the ready tasks in (priority, fair_tag, created_at) order: one index scan, as before.
 -- The default 0, for every task already here, keeps their old order ahead of new ones; a
 -- constant default does not rewrite the table.
