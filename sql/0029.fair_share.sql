@@ -8,8 +8,8 @@
 -- the owner's last tag and the tag of the workload's head at the job's priority, so a user
 -- who arrives behind a 10,000-task backlog interleaves with it, task for task (a retry
 -- numbers the tasks it re-queues the same way, and an owner's line reaches at most its share
--- past the head). Claims read
--- the ready tasks in (priority, fair_tag, created_at) order: one index scan, as before.
+-- past the head). Claims read the ready tasks in (priority, fair_tag, created_at) order:
+-- one index scan, as before.
 -- The default 0, for every task already here, keeps their old order ahead of new ones; a
 -- constant default does not rewrite the table.
 ALTER TABLE tasks ADD COLUMN fair_tag bigint NOT NULL DEFAULT 0;
