@@ -69,6 +69,10 @@ _INTS = {
     "CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB": ("manifest_max_tasks_per_job", 1),
     "CHUNKWISE_RETENTION_DAYS": ("retention_days", 1),
     "CHUNKWISE_WORKER_RETENTION_SECONDS": ("worker_retention_seconds", 60),
+    # Fair share between users (services/runtime.Limits).
+    "CHUNKWISE_USER_MAX_QUEUED_PERCENT": ("user_max_queued_percent", 1),
+    "CHUNKWISE_USER_MAX_STORED_BYTES": ("user_max_stored_bytes", 1024),
+    "CHUNKWISE_USER_MAX_SCHEDULES": ("user_max_schedules", 1),
 }
 _PATHS = {
     "CHUNKWISE_TEMP_DIR": "temp_dir",
@@ -259,6 +263,8 @@ def _cross_checks(s: Settings) -> list[str]:
             "CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB must not exceed "
             "CHUNKWISE_MANIFEST_MAX_QUEUED_TASKS: no job that size could ever be admitted"
         )
+    if s.limits.user_max_queued_percent > 100:
+        problems.append("CHUNKWISE_USER_MAX_QUEUED_PERCENT must be at most 100")
     return problems
 
 

@@ -21,6 +21,7 @@ from services.errors import (
     NotFound,
     PayloadTooLarge,
     QueueFull,
+    QuotaExceeded,
     StorageFull,
     StorageUnavailable,
     Unauthenticated,
@@ -38,6 +39,7 @@ STATUS: dict[type[ChunkwiseError], int] = {
     PayloadTooLarge: 413,
     InvalidInput: 422,
     QueueFull: 429,
+    QuotaExceeded: 429,  # user_quota_exceeded: past the caller's share of the workload
     StorageUnavailable: 500,  # a directory is missing, read-only, refused or not a directory
     Unavailable: 503,
     # Out of space is 507, not 503: no Retry-After, because only an operator can free space.

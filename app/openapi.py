@@ -114,7 +114,8 @@ ERROR_DESCRIPTIONS = {
     413: "the body or upload is larger than the limit",
     415: "the body's Content-Type is not one the route reads",
     422: "invalid fields, named in details.fields",
-    429: "the queue is full; Retry-After says when to try again",
+    429: "queue_full, or user_quota_exceeded (the caller's share of the workload, "
+    "CHUNKWISE_USER_MAX_*); Retry-After says when to try again",
     500: "storage_unavailable: the upload's directory is missing, read-only or refused",
     503: "the database is unavailable or too slow; Retry-After says when to try again",
     507: "insufficient_storage: no space left for the upload; no Retry-After",

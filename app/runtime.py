@@ -50,18 +50,23 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
 def workloads_for(limits: Limits) -> Workloads:
     """csv_stats's rules and caps, the defaults for every other allowed workload, and rates."""
     rates = dict(limits.rate_limits)
+    share = limits.user_max_queued_percent
     csv_caps = Caps(
         max_leases_per_worker=limits.max_leases_per_worker,
         max_leases_total=limits.max_leases_total,
         max_queued_tasks=limits.max_queued_chunks,
         max_tasks_per_job=csvstats.MAX_CHUNKS,
         max_starts_per_second=rates.get(csvjobs.WORKLOAD),
+        max_queued_tasks_per_user=max(1, limits.max_queued_chunks * share // 100),
+        max_stored_bytes_per_user=limits.user_max_stored_bytes,
     )
     manifest_caps = Caps(
         max_leases_per_worker=limits.manifest_max_leases_per_worker,
         max_leases_total=limits.manifest_max_leases_total,
         max_queued_tasks=limits.manifest_max_queued_tasks,
         max_tasks_per_job=limits.manifest_max_tasks_per_job,
+        max_queued_tasks_per_user=max(1, limits.manifest_max_queued_tasks * share // 100),
+        max_stored_bytes_per_user=limits.user_max_stored_bytes,
     )
     return Workloads(limits.allowed_workloads, manifest_caps, [CsvStats(csv_caps)], rates)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from psycopg import Connection
+from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
 from repositories import from_row
@@ -79,30 +79,73 @@ class ChunkCounts:
     cancelled: int = 0
 
 
+# The bytes a new job stores as its owner's bounds count them: its parameters and labels and
+# its tasks' parameters, as PostgreSQL writes them out.
+_SIZE = sql.SQL("""
+    SELECT octet_length(%(parameters)s::jsonb::text) + octet_length(%(labels)s::jsonb::text)
+           + (SELECT coalesce(sum(octet_length(p::text)), 0)
+              FROM unnest(%(task_parameters)b::jsonb[]) AS p) AS bytes
+""")
+# The workload's virtual time (sql/0029): its head's number at this priority, or, with none
+# queued there, the last number any owner took.
+_CLOCK = sql.SQL("""
+    SELECT coalesce(
+        (SELECT t.fair_tag FROM tasks t
+         WHERE t.status = 'pending' AND t.workload = %(workload)s
+           AND t.not_before IS NULL AND t.priority = %(priority)s
+         ORDER BY t.fair_tag LIMIT 1),
+        (SELECT max(last_tag) FROM user_bounds WHERE workload = %(workload)s),
+        0) AS now
+""")
+# Where an owner's next numbers start: after its last, but at most its share past the head,
+# so one who cancelled a backlog is not sent behind the tasks it no longer has.
+_NEXT_TAG = sql.SQL("greatest(clock.now, least(u.last_tag, clock.now + %(user_limit)s))")
+
+
 def admit_job(
     conn: Connection,
     job: NewJob,
     tasks: Sequence[NewTask],
     *,
     queue_limit: int,
+    user_limit: int,
+    byte_limit: int,
     actor: str,
     blocked: bool = False,
 ) -> tuple[bool, Job | None]:
     """Insert a queued job, its pending tasks (a job may have 10,000), its `job.created` event
-    and its audit row in one statement, if its workload's queue bound leaves room for them.
+    and its audit row in one statement, if its workload's queue bound and its owner's bounds
+    (sql/0029) leave room for them.
 
     One statement, so an admission with nothing else to do commits on its own in one round
-    trip. Returns (fits, job): fits is False when the bound leaves no room (or the workload
-    has none yet), and nothing is written; job is None when the owner's idempotency key is
-    taken, by a request that committed while this one was being admitted. A `blocked` job's
-    tasks wait for the jobs it depends on (tasks.BLOCKED).
+    trip. Returns (fits, job): fits is False when a bound leaves no room (or the workload or
+    the owner has none yet), and nothing is written; job is None when the owner's idempotency
+    key is taken, by a request that committed while this one was being admitted. A `blocked`
+    job's tasks wait for the jobs it depends on (tasks.BLOCKED). The tasks are numbered in
+    the workload's fair order from the later of the owner's last number and the number of the
+    workload's head at the job's priority, so claims interleave owners.
     """
     row = conn.execute(
-        """
-        WITH room AS (
+        sql.SQL("""
+        WITH size AS ({size}), share AS (
+            -- The owner's row first, then the workload's: every writer of both takes them in
+            -- this order. FOR UPDATE reads the row's latest version once it is locked.
+            SELECT u.last_tag FROM user_bounds u, size
+            WHERE u.workload = %(workload)s AND u.owner_id = %(owner_id)s
+              AND u.unfinished + %(n)s <= %(user_limit)s
+              AND u.stored_bytes + size.bytes <= %(byte_limit)s
+            FOR UPDATE OF u
+        ), room AS (
             UPDATE queue_bounds SET unfinished = unfinished + %(n)s
             WHERE workload = %(workload)s AND unfinished + %(n)s <= %(limit)s
+              AND EXISTS (SELECT FROM share)
             RETURNING workload
+        ), clock AS ({clock}), taken AS (
+            UPDATE user_bounds u SET unfinished = u.unfinished + %(n)s,
+                stored_bytes = u.stored_bytes + size.bytes, last_tag = {next_tag} + %(n)s
+            FROM room, clock, size
+            WHERE u.workload = %(workload)s AND u.owner_id = %(owner_id)s
+            RETURNING u.last_tag - %(n)s AS first_tag
         ), job AS (
             INSERT INTO jobs (id, owner_id, workload, input_uri, input_sha256, parameters,
                               labels, priority, chunks_total, idempotency_key, request_sha256,
@@ -111,22 +154,25 @@ def admit_job(
                    %(parameters)s, %(labels)s, %(priority)s, %(chunks_total)s,
                    %(idempotency_key)s, %(request_sha256)s, %(trace_id)s, %(max_attempts)s,
                    %(not_before)s, %(timeout_seconds)s, %(depends_on)s
-            FROM room
+            FROM taken
             ON CONFLICT ON CONSTRAINT jobs_idempotency_key DO NOTHING
             RETURNING *
         ), tasks AS (
             INSERT INTO tasks (id, job_id, chunk_index, workload, priority, input_uri,
                                input_sha256, parameters, max_attempts, not_before,
-                               timeout_seconds)
+                               timeout_seconds, fair_tag)
             SELECT t.id, job.id, t.chunk_index, %(workload)s, %(priority)s, t.input_uri,
                    t.input_sha256, t.parameters, t.max_attempts,
                    -- A time already past leaves the tasks with the ready ones (sql/0019).
                    CASE WHEN %(blocked)s THEN %(forever)s
                         WHEN job.not_before > now() THEN job.not_before END,
-                   job.timeout_seconds
-            FROM job, unnest(%(task_ids)b::uuid[], %(indexes)b::int[], %(uris)b::text[],
-                             %(shas)b::text[], %(task_parameters)b::jsonb[],
-                             %(task_max_attempts)b::int[])
+                   -- Numbered in chunk order, the order a job's own tasks are claimed in.
+                   job.timeout_seconds,
+                   taken.first_tag + row_number() OVER (ORDER BY t.chunk_index)
+            FROM job, taken,
+                 unnest(%(task_ids)b::uuid[], %(indexes)b::int[], %(uris)b::text[],
+                        %(shas)b::text[], %(task_parameters)b::jsonb[],
+                        %(task_max_attempts)b::int[])
                  AS t(id, chunk_index, input_uri, input_sha256, parameters, max_attempts)
         ), announced AS (
             INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
@@ -142,15 +188,17 @@ def admit_job(
             INSERT INTO audit_log (actor, action, target, trace_id)
             SELECT %(actor)s, 'job.create', job.id::text, job.trace_id FROM job
         )
-        SELECT EXISTS (SELECT FROM room) AS fits, job.*
+        SELECT EXISTS (SELECT FROM taken) AS fits, job.*
         FROM (VALUES (1)) AS one LEFT JOIN job ON true
-        """,
+        """).format(size=_SIZE, clock=_CLOCK, next_tag=_NEXT_TAG),
         {
             **job.__dict__,
             "parameters": Jsonb(job.parameters),
             "labels": Jsonb(job.labels),
             "n": len(tasks),
             "limit": queue_limit,
+            "user_limit": user_limit,
+            "byte_limit": byte_limit,
             "actor": actor,
             "blocked": blocked,
             "forever": BLOCKED,
@@ -163,6 +211,111 @@ def admit_job(
         },
     ).fetchone()
     return row["fits"], from_row(Job, row) if row["id"] is not None else None
+
+
+@dataclass(frozen=True)
+class OwnerUsage:
+    """What one owner's unfinished work in a workload holds, counted (sql/0029)."""
+
+    unfinished: int
+    stored_bytes: int
+
+
+def recount_owner(conn: Connection, workload: str, owner_id: int) -> OwnerUsage:
+    """Count an owner's unfinished tasks in a workload and the bytes of parameters and labels
+    its unfinished jobs there store, and start its bounds again from there.
+
+    Two statements, as tasks.recount_unfinished: the count is taken once the row is locked,
+    and the caller's transaction keeps the lock, so no admission of the owner's in the
+    workload overtakes the count until it commits. Take it before the workload's bound.
+    """
+    conn.execute(
+        """
+        INSERT INTO user_bounds (workload, owner_id, unfinished, stored_bytes)
+        VALUES (%(workload)s, %(owner)s, 0, 0)
+        ON CONFLICT (workload, owner_id) DO UPDATE SET unfinished = user_bounds.unfinished
+        """,
+        {"workload": workload, "owner": owner_id},
+    )
+    # The owner's unfinished jobs from jobs_owner_status_created_idx, their tasks by job.
+    row = conn.execute(
+        """
+        WITH mine AS (
+            SELECT id, octet_length(parameters::text) + octet_length(labels::text) AS bytes
+            FROM jobs
+            WHERE owner_id = %(owner)s AND status IN ('queued', 'running', 'merging')
+              AND workload = %(workload)s
+        ), counted AS (
+            SELECT count(*) FILTER (WHERE t.status IN ('pending', 'leased')) AS unfinished,
+                   coalesce(sum(octet_length(t.parameters::text)), 0) AS bytes
+            FROM mine JOIN tasks t ON t.job_id = mine.id
+        )
+        UPDATE user_bounds SET unfinished = counted.unfinished,
+            stored_bytes = counted.bytes + (SELECT coalesce(sum(bytes), 0) FROM mine)
+        FROM counted
+        WHERE workload = %(workload)s AND owner_id = %(owner)s
+        RETURNING user_bounds.unfinished, user_bounds.stored_bytes
+        """,
+        {"workload": workload, "owner": owner_id},
+    ).fetchone()
+    return from_row(OwnerUsage, row)
+
+
+def stored_bytes(conn: Connection, job: NewJob, tasks: Sequence[NewTask]) -> int:
+    """The bytes a new job would store, as its owner's bounds count them."""
+    return conn.execute(
+        _SIZE,
+        {
+            "parameters": Jsonb(job.parameters),
+            "labels": Jsonb(job.labels),
+            "task_parameters": [Jsonb(t.parameters) for t in tasks],
+        },
+    ).fetchone()["bytes"]
+
+
+def raise_owner_bounds(
+    conn: Connection, jobs: Sequence[Job], workload: str, *, user_limit: int
+) -> dict[int, int]:
+    """Raise the bounds of these failed jobs' owners by the tasks a retry is about to re-queue
+    and the bytes the jobs store, keeping them above the true counts, and take each owner's
+    next numbers for those tasks, as admission would at the first job's priority; take this
+    before the workload's bound. Returns each owner's first number (an owner with no bounds
+    yet is left out: its tasks keep theirs)."""
+    rows = conn.execute(
+        sql.SQL("""
+        WITH owners AS (
+            SELECT j.owner_id,
+                   sum(t.n) AS n,
+                   sum(octet_length(j.parameters::text) + octet_length(j.labels::text)
+                       + t.bytes) AS bytes
+            FROM jobs j
+            CROSS JOIN LATERAL (
+                SELECT count(*) FILTER (WHERE status IN ('failed', 'cancelled')) AS n,
+                       coalesce(sum(octet_length(parameters::text)), 0) AS bytes
+                FROM tasks WHERE job_id = j.id) AS t
+            WHERE j.id = ANY(%(jobs)s)
+            GROUP BY j.owner_id
+        ), locked AS (
+            SELECT u.owner_id FROM user_bounds u
+            WHERE u.workload = %(workload)s AND u.owner_id IN (SELECT owner_id FROM owners)
+            ORDER BY u.owner_id
+            FOR UPDATE
+        ), clock AS ({clock})
+        UPDATE user_bounds u SET unfinished = u.unfinished + owners.n,
+            stored_bytes = u.stored_bytes + owners.bytes, last_tag = {next_tag} + owners.n
+        FROM owners, clock
+        WHERE u.workload = %(workload)s AND u.owner_id = owners.owner_id
+          AND u.owner_id IN (SELECT owner_id FROM locked)
+        RETURNING u.owner_id, u.last_tag - owners.n AS first_tag
+        """).format(clock=_CLOCK, next_tag=_NEXT_TAG),
+        {
+            "jobs": [j.id for j in jobs],
+            "workload": workload,
+            "priority": jobs[0].priority,
+            "user_limit": user_limit,
+        },
+    ).fetchall()
+    return {r["owner_id"]: r["first_tag"] for r in rows}
 
 
 def lock_prerequisites(conn: Connection, ids: Sequence[UUID], owner_id: int | None) -> list[Job]:

@@ -116,7 +116,7 @@ def figures(conn: Connection) -> QueueFigures:
           (SELECT coalesce(json_object_agg(workload, n), '{}') FROM (
               SELECT workload, count(*) AS n FROM tasks
               WHERE status = 'pending' AND not_before > now() GROUP BY workload) w) AS waiting,
-          -- A user has at most 100: counted from the table itself.
+          -- A user has at most CHUNKWISE_USER_MAX_SCHEDULES: counted from the table itself.
           (SELECT json_build_object(
               'active', count(*) FILTER (WHERE NOT paused),
               'paused', count(*) FILTER (WHERE paused),

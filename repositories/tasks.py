@@ -165,11 +165,13 @@ def claim(
         ), ready AS (
             -- Each workload's head read in claim order from tasks_ready_idx, then merged:
             -- one ordered scan of "workload = ANY" would sort every pending row instead.
+            -- Within a priority, fair_tag interleaves the owners (sql/0029).
             SELECT h.* FROM unpaused AS w
             CROSS JOIN LATERAL (
-                SELECT t.id, t.priority, t.created_at, t.job_id, t.chunk_index FROM tasks t
+                SELECT t.id, t.priority, t.fair_tag, t.created_at, t.job_id, t.chunk_index
+                FROM tasks t
                 WHERE t.status = 'pending' AND t.workload = w.name AND t.not_before IS NULL
-                ORDER BY t.priority DESC, t.created_at, t.job_id, t.chunk_index
+                ORDER BY t.priority DESC, t.fair_tag, t.created_at, t.job_id, t.chunk_index
                 -- The capacity, not the room, so the planner knows the scan ends early.
                 LIMIT %(capacity)s
                 FOR UPDATE SKIP LOCKED
@@ -180,7 +182,8 @@ def claim(
             -- still waiting.
             SELECT d.* FROM unpaused AS w
             CROSS JOIN LATERAL (
-                SELECT t.id, t.priority, t.created_at, t.job_id, t.chunk_index FROM tasks t
+                SELECT t.id, t.priority, t.fair_tag, t.created_at, t.job_id, t.chunk_index
+                FROM tasks t
                 WHERE t.status = 'pending' AND t.workload = w.name AND t.not_before <= now()
                 ORDER BY t.not_before
                 LIMIT %(capacity)s
@@ -188,7 +191,7 @@ def claim(
             ) AS d
         ), candidates AS (
             SELECT h.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) AS h
-            ORDER BY h.priority DESC, h.created_at, h.job_id, h.chunk_index
+            ORDER BY h.priority DESC, h.fair_tag, h.created_at, h.job_id, h.chunk_index
             LIMIT (SELECT n FROM room)
         ), leased AS (
             UPDATE tasks t SET status = 'leased', attempt = t.attempt + 1,
@@ -609,12 +612,14 @@ def requeue_unfinished(
     workload: str,
     *,
     queue_limit: int,
+    first_tags: Mapping[int, int],
     blocked: bool = False,
 ) -> tuple[bool, int]:
     """Put these failed jobs' (of one workload) failed and cancelled tasks back to pending,
     each with its job's budget of attempts (or, `blocked`, waiting for the jobs it depends
     on), if the workload's queue bound leaves room for them all (see sql/0008), as admission
-    does.
+    does; numbered in each owner's line from `first_tags` (owner id -> first number, sql/0029),
+    in job and chunk order, as admission numbers a job.
 
     Returns (fits, n): n tasks are to be requeued, and nothing is written unless they fit.
     The attempt counter keeps counting up: it is the fencing generation, so a retry must
@@ -632,14 +637,24 @@ def requeue_unfinished(
             FROM todo
             WHERE b.workload = %(workload)s AND b.unfinished + todo.n <= %(limit)s
             RETURNING b.workload
+        ), numbered AS (
+            SELECT t.id, budget.attempts,
+                   coalesce(line.first_tag + row_number() OVER (
+                       PARTITION BY j.owner_id ORDER BY j.created_at, j.id, t.chunk_index
+                   ), t.fair_tag) AS fair_tag
+            FROM tasks t
+            JOIN budget ON budget.job_id = t.job_id
+            JOIN jobs j ON j.id = t.job_id
+            LEFT JOIN unnest(%(owners)s::bigint[], %(first_tags)s::bigint[])
+                 AS line(owner_id, first_tag) ON line.owner_id = j.owner_id
+            WHERE t.job_id = ANY(%(jobs)s) AND t.status IN ('failed', 'cancelled')
         ), requeued AS (
-            UPDATE tasks t SET status = 'pending', max_attempts = t.attempt + budget.attempts,
+            UPDATE tasks t SET status = 'pending', max_attempts = t.attempt + n.attempts,
                 lost_retries = 0, read_retries = 0, lease_owner = NULL,
                 lease_expires_at = NULL, completed_at = NULL, not_before = %(not_before)s,
-                version = t.version + 1
-            FROM budget
-            WHERE t.job_id = budget.job_id AND t.status IN ('failed', 'cancelled')
-              AND EXISTS (SELECT FROM room)
+                fair_tag = n.fair_tag, version = t.version + 1
+            FROM numbered n
+            WHERE t.id = n.id AND EXISTS (SELECT FROM room)
         )
         SELECT EXISTS (SELECT FROM room) AS fits, (SELECT n FROM todo) AS n
         """,
@@ -649,6 +664,8 @@ def requeue_unfinished(
             "workload": workload,
             "limit": queue_limit,
             "not_before": BLOCKED if blocked else None,
+            "owners": list(first_tags),
+            "first_tags": list(first_tags.values()),
         },
     ).fetchone()
     return row["fits"], row["n"]

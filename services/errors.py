@@ -73,6 +73,12 @@ class QueueFull(ChunkwiseError):
         self.retry_after = retry_after
 
 
+class QuotaExceeded(QueueFull):
+    """Admitting the job would exceed its owner's share of the workload (sql/0029)."""
+
+    code = "user_quota_exceeded"
+
+
 class Unavailable(ChunkwiseError):
     """The database is unreachable or too slow to answer in time."""
 

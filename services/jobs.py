@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import logging
@@ -21,13 +22,14 @@ from repositories import locks
 from repositories import tasks as task_rows
 from repositories import users as user_rows
 from repositories.events import EventPage
-from repositories.jobs import ChunkCounts, Job, NewJob
+from repositories.jobs import ChunkCounts, Job, NewJob, OwnerUsage
 from repositories.tasks import NewTask, Task
 from services import dependencies, settlement
 from services.auth import Principal
 from services.deadlocks import rerun_deadlocks
-from services.errors import Conflict, InvalidInput, NotFound, QueueFull
+from services.errors import Conflict, InvalidInput, NotFound, QueueFull, QuotaExceeded
 from services.runtime import Runtime
+from services.workloads import Caps
 
 logger = logging.getLogger(__name__)
 
@@ -234,19 +236,19 @@ def admit(
     `on_admitted` runs once the job is in, before it commits: the CSV path stores its upload
     there, so a rejected job leaves nothing behind and a failed store admits nothing.
     """
-    limit = rt.workloads.of(new_job.workload).caps.max_queued_tasks
+    caps = rt.workloads.of(new_job.workload).caps
     with rt.pool.connection() as conn:
         # With nothing to run before the commit, a job that fits is one statement committing
         # on its own: most admissions are a single round trip.
         view = None
         # A dependent job's prerequisites stay locked until it is in: not on its own.
         if on_admitted is None and not new_job.depends_on:
-            view = _try_admit(conn, principal, new_job, new_tasks, limit)
+            view = _try_admit(conn, principal, new_job, new_tasks, caps)
         if view is None:
             with conn.transaction():
-                view = _try_admit(conn, principal, new_job, new_tasks, limit)
+                view = _try_admit(conn, principal, new_job, new_tasks, caps)
                 if view is None:
-                    view = _admit_after_recount(conn, rt, principal, new_job, new_tasks, limit)
+                    view = _admit_after_recount(conn, rt, principal, new_job, new_tasks, caps)
                 if view.created and on_admitted is not None:
                     on_admitted()
     if view.created:
@@ -262,16 +264,16 @@ def admit(
 
 
 def check_size(rt: Runtime, workload: str, tasks: int) -> None:
-    """Refuse a job larger than its workload allows one job, or than its whole queue: that
-    could never be admitted, so it is bad input, not a 429."""
+    """Refuse a job larger than its workload allows one job, or than one user's share of its
+    queue: that could never be admitted, so it is bad input, not a 429."""
     caps = rt.workloads.of(workload).caps
-    most = min(caps.max_tasks_per_job, caps.max_queued_tasks)
+    most = min(caps.max_tasks_per_job, caps.max_queued_tasks, caps.user_queued_limit)
     if tasks > most:
         raise InvalidInput.field("tasks", f"a job may have at most {most} tasks")
 
 
 def _try_admit(
-    conn: Connection, principal: Principal, new_job: NewJob, new_tasks: list[NewTask], limit: int
+    conn: Connection, principal: Principal, new_job: NewJob, new_tasks: list[NewTask], caps: Caps
 ) -> JobView | None:
     """The job admitted, or the original its Idempotency-Key replays; None if it did not fit."""
     replayed = _replay(conn, new_job)
@@ -281,7 +283,14 @@ def _try_admit(
         conn, principal, new_job.depends_on
     )
     fits, job = job_rows.admit_job(
-        conn, new_job, new_tasks, queue_limit=limit, actor=principal.name, blocked=blocked
+        conn,
+        new_job,
+        new_tasks,
+        queue_limit=caps.max_queued_tasks,
+        user_limit=caps.user_queued_limit,
+        byte_limit=caps.user_bytes_limit,
+        actor=principal.name,
+        blocked=blocked,
     )
     if not fits:
         return None
@@ -299,22 +308,73 @@ def _admit_after_recount(
     principal: Principal,
     new_job: NewJob,
     new_tasks: list[NewTask],
-    limit: int,
+    caps: Caps,
 ) -> JobView:
-    """Admit a job the queue bound refused if a count of the unfinished tasks makes room."""
-    # The bound counts finished tasks until a count corrects it (see sql/0008).
+    """Admit a job a bound refused if counts of the owner's and the queue's unfinished work
+    make room."""
+    # The bounds count finished tasks until a count corrects them (see sql/0008 and 0029);
+    # the owner's row first, the order admission takes them in.
+    usage = job_rows.recount_owner(conn, new_job.workload, new_job.owner_id)
     queued = task_rows.recount_unfinished(conn, new_job.workload)
     # A request with the same key may have filled the queue since the first look.
     replayed = _replay(conn, new_job)
     if replayed is not None:
         return replayed
+    limit = caps.max_queued_tasks
     if queued + len(new_tasks) > limit:
         raise _queue_full(rt, new_job.workload, queued, len(new_tasks), limit)
-    # It fits now: the count holds the bound's row until this transaction ends.
-    view = _try_admit(conn, principal, new_job, new_tasks, limit)
+    _check_share(rt, new_job, len(new_tasks), usage, caps)
+    _check_stored_bytes(rt, new_job, job_rows.stored_bytes(conn, new_job, new_tasks), usage, caps)
+    # It fits now: the counts hold the bounds' rows until this transaction ends.
+    view = _try_admit(conn, principal, new_job, new_tasks, caps)
     if view is None:
         raise _queue_full(rt, new_job.workload, queued, len(new_tasks), limit)
     return view
+
+
+def _check_share(rt: Runtime, new_job: NewJob, n: int, usage: OwnerUsage, caps: Caps) -> None:
+    """Refuse a job that would take its owner past their share of the workload (sql/0029)."""
+    workload = new_job.workload
+    if usage.unfinished + n > caps.user_queued_limit:
+        raise QuotaExceeded(
+            f"you have {usage.unfinished} unfinished {workload} tasks; {n} more would exceed "
+            f"your limit of {caps.user_queued_limit} (CHUNKWISE_USER_MAX_QUEUED_PERCENT of "
+            "the workload's queue)",
+            retry_after=rt.limits.heartbeat_seconds,
+            details={
+                "workload": workload,
+                "limit": caps.user_queued_limit,
+                "queued_chunks": usage.unfinished,
+                "requested_chunks": n,
+            },
+        )
+
+
+def _check_stored_bytes(
+    rt: Runtime, new_job: NewJob, size: int, usage: OwnerUsage, caps: Caps
+) -> None:
+    """Refuse a job whose parameters and labels would take its owner's unfinished jobs in the
+    workload past the bytes they may store (bad input if it alone is past them)."""
+    limit = caps.user_bytes_limit
+    if size > limit:
+        raise InvalidInput.field(
+            "parameters",
+            f"a job's parameters and labels may store at most {limit} bytes "
+            f"(CHUNKWISE_USER_MAX_STORED_BYTES); this one stores {size}",
+        )
+    if usage.stored_bytes + size > limit:
+        raise QuotaExceeded(
+            f"your unfinished {new_job.workload} jobs store {usage.stored_bytes} bytes of "
+            f"parameters and labels; this one's {size} would exceed your limit of {limit} "
+            "(CHUNKWISE_USER_MAX_STORED_BYTES)",
+            retry_after=rt.limits.heartbeat_seconds,
+            details={
+                "workload": new_job.workload,
+                "limit_bytes": limit,
+                "stored_bytes": usage.stored_bytes,
+                "requested_bytes": size,
+            },
+        )
 
 
 def _replay(conn: Connection, new_job: NewJob) -> JobView | None:
@@ -565,17 +625,30 @@ def _requeue(
     a refusal counts the `already` this retry put back in that queue as asked for, not queued.
     """
     workload = jobs[0].workload
-    limit = rt.workloads.of(workload).caps.max_queued_tasks
+    caps = rt.workloads.of(workload).caps
+    limit = caps.max_queued_tasks
     budgets = {job.id: job.max_attempts or rt.limits.max_attempts for job in jobs}
-    fits, n = task_rows.requeue_unfinished(
-        conn, budgets, workload, queue_limit=limit, blocked=blocked
+    # Not refused by the owners' shares (the jobs were admitted within them), but counted, and
+    # queued at the back of each owner's line rather than ahead of everyone's.
+    first_tags = job_rows.raise_owner_bounds(
+        conn, jobs, workload, user_limit=caps.user_queued_limit
     )
+    requeue = functools.partial(
+        task_rows.requeue_unfinished,
+        conn,
+        budgets,
+        workload,
+        queue_limit=limit,
+        first_tags=first_tags,
+        blocked=blocked,
+    )
+    fits, n = requeue()
     if not fits:
         queued = task_rows.recount_unfinished(conn, workload)
         if queued + n > limit:
             raise _queue_full(rt, workload, queued - already, n + already, limit)
         # It fits now: the count holds the bound's row until this transaction ends.
-        task_rows.requeue_unfinished(conn, budgets, workload, queue_limit=limit, blocked=blocked)
+        requeue()
     return n
 
 

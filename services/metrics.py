@@ -12,7 +12,7 @@ from prometheus_client import Counter, Gauge, Histogram
 # one process; the multiprocess files under PROMETHEUS_MULTIPROC_DIR under gunicorn).
 ADMISSION_REJECTIONS = Counter(
     "chunkwise_admission_rejections_total",
-    "Jobs refused with 429 because they would exceed CHUNKWISE_MAX_QUEUED_CHUNKS.",
+    "Jobs refused with 429: past a queue cap, or past a user's share (user_quota_exceeded).",
     registry=None,
 )
 FENCED_WRITES = Counter(

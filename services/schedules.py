@@ -24,7 +24,6 @@ from services.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
-MAX_SCHEDULES_PER_USER = 100
 # A name fits a path segment, a label's value and a log line as it is (app/path_ids.py).
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 NAME_RULE = "1 to 100 letters, digits, '.', '_' or '-', the first a letter or a digit"
@@ -114,12 +113,12 @@ def put_schedule(
         # One change to a user's schedules at a time, so the cap's count cannot be raced.
         locks.take_turn(conn, locks.SCHEDULES, str(principal.user_id))
         existing = schedule_rows.get(conn, principal.user_id, spec.name)
-        if existing is None and (
-            schedule_rows.count_for_owner(conn, principal.user_id) >= MAX_SCHEDULES_PER_USER
-        ):
+        limit = rt.limits.user_max_schedules
+        if existing is None and schedule_rows.count_for_owner(conn, principal.user_id) >= limit:
             raise Conflict(
-                f"a user may have at most {MAX_SCHEDULES_PER_USER} schedules",
+                f"a user may have at most {limit} schedules (CHUNKWISE_USER_MAX_SCHEDULES)",
                 code="schedule_limit",
+                details={"limit": limit},
             )
         schedule, created = schedule_rows.put(
             conn,
@@ -322,7 +321,8 @@ def _run(
             idempotency_key=f"schedule:{schedule.id}:{slot.isoformat()}",
         )
     except QueueFull as exc:
-        # A late run beats a missed one: the same run is tried again by the next pass.
+        # A late run beats a missed one: the same run is tried again by the next pass (one
+        # past its owner's share too, QuotaExceeded, once their tasks have finished).
         logger.warning("scheduled run waits for room", extra={"event": "schedule_deferred", **log})
         return None, {"code": exc.code, "message": exc.message}, slot
     except (InvalidInput, Conflict) as exc:

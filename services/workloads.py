@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from services.runtime import Runtime
 
 
+# A byte bound no user reaches: bigint's largest.
+UNLIMITED_BYTES = 2**63 - 1
+
+
 @dataclass(frozen=True)
 class Caps:
     """How much of the queue one workload may take; None means no cap of that kind."""
@@ -28,6 +32,20 @@ class Caps:
     max_tasks_per_job: int
     # Tasks its claims may start a second, from a bucket of one second's starts (at least one).
     max_starts_per_second: float | None = None
+    # One user's share: its unfinished tasks, and the bytes of parameters and labels its
+    # unfinished jobs store (sql/0029).
+    max_queued_tasks_per_user: int | None = None
+    max_stored_bytes_per_user: int | None = None
+
+    @property
+    def user_queued_limit(self) -> int:
+        """How many unfinished tasks one user may have queued (the whole cap if unset)."""
+        return self.max_queued_tasks_per_user or self.max_queued_tasks
+
+    @property
+    def user_bytes_limit(self) -> int:
+        """How many bytes of parameters and labels one user's unfinished jobs may store."""
+        return self.max_stored_bytes_per_user or UNLIMITED_BYTES
 
     @property
     def serialised(self) -> bool:

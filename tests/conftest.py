@@ -120,6 +120,8 @@ def app_config(database_url, tmp_path: Path, request) -> dict:
         "CHUNKWISE_LOG_LEVEL": "WARNING",
         # Retries at once, as the protocol's tests expect; the backoff's own tests set theirs.
         "CHUNKWISE_RETRY_DELAY_SECONDS": "0",
+        # The queue caps' tests fill a queue as one user; the fair share's tests set theirs.
+        "CHUNKWISE_USER_MAX_QUEUED_PERCENT": "100",
         **getattr(request, "param", {}),
     }
 

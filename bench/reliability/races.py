@@ -168,7 +168,10 @@ def _same_key_round(rig: Rig, data: bytes, n: int) -> dict:
 
 def admission_cap(bench: Bench) -> dict:
     """Six 3-chunk jobs at once against CHUNKWISE_MAX_QUEUED_CHUNKS=8: two fit, four get 429."""
-    with bench.rig("admission", env={"CHUNKWISE_MAX_QUEUED_CHUNKS": str(CAP)}) as rig:
+    with bench.rig(
+        "admission",
+        env={"CHUNKWISE_MAX_QUEUED_CHUNKS": str(CAP), "CHUNKWISE_USER_MAX_QUEUED_PERCENT": "100"},
+    ) as rig:
         for _ in range(bench.rounds):
             rig.run_round(lambda n: _admission_round(rig, n))
         rounds = rig.rounds

@@ -992,6 +992,18 @@ def test_a_job_the_full_queue_refuses_is_shown_on_the_form_as_429(sign_in, db):
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 1
 
 
+@settings(CHUNKWISE_MAX_QUEUED_CHUNKS="12", CHUNKWISE_USER_MAX_QUEUED_PERCENT="25")
+def test_a_job_past_the_users_share_is_shown_on_the_form_as_429(sign_in, db):
+    browser = sign_in("user")
+    job_id_of(submit_through_form(browser))
+
+    answer = submit_through_form(browser)
+
+    assert answer.status_code == 429
+    assert "exceed your limit of 3" in answer.text
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 1
+
+
 def test_a_bad_label_is_named_by_its_line_and_its_reason(sign_in):
     browser = sign_in("user")
 

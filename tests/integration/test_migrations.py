@@ -25,8 +25,10 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0025.workload_rates"
-# The table the latest migration adds.
+LATEST = "0029.fair_share"
+# The table and the tasks' column the latest migration adds.
+USER_BOUNDS_TABLE, FAIR_COLUMN = "user_bounds", "fair_tag"
+# The table 0025 adds.
 BUCKETS_TABLE = "workload_buckets"
 # The table 0024 adds.
 PAUSES_TABLE = "workload_pauses"
@@ -34,7 +36,9 @@ PAUSES_TABLE = "workload_pauses"
 DEPENDENCY_COLUMN, DEPENDENTS_INDEX = "depends_on", "jobs_dependents_idx"
 # The table 0022 adds.
 SCHEDULES_TABLE = "schedules"
-HEAD_TABLES = QUEUE_TABLES | CSV_TABLES | {SCHEDULES_TABLE, PAUSES_TABLE, BUCKETS_TABLE}
+# The tables 0022 and later add.
+LATER_TABLES = {SCHEDULES_TABLE, PAUSES_TABLE, BUCKETS_TABLE, USER_BOUNDS_TABLE}
+HEAD_TABLES = QUEUE_TABLES | CSV_TABLES | LATER_TABLES
 # The columns 0021 adds, by table.
 TIMEOUT_COLUMNS = {"jobs": {"timeout_seconds"}, "tasks": {"timeout_seconds", "deadline"}}
 # The column 0019 adds to tasks, and the claim index it splits in two.
@@ -204,8 +208,12 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert has_timeout_columns(empty_database_url) == {"jobs": True, "tasks": True}
     assert DEPENDENCY_COLUMN in columns(empty_database_url, "jobs")
 
+    assert FAIR_COLUMN in columns(empty_database_url, "tasks")
+
     migrations.rollback_latest(empty_database_url)
-    assert public_tables(empty_database_url) == HEAD_TABLES - {BUCKETS_TABLE}  # 0024's stays
+    assert public_tables(empty_database_url) == HEAD_TABLES - {USER_BOUNDS_TABLE}
+    assert FAIR_COLUMN not in columns(empty_database_url, "tasks")
+    assert indexes(empty_database_url) >= RETRY_INDEXES  # the claim index, as 0019 built it
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == HEAD_TABLES
@@ -217,7 +225,11 @@ def test_rolling_back_the_workload_pauses_migration_drops_its_table(empty_databa
 
     roll_back_through(empty_database_url, "0024.workload_pauses")
 
-    assert public_tables(empty_database_url) == HEAD_TABLES - {PAUSES_TABLE, BUCKETS_TABLE}
+    assert public_tables(empty_database_url) == HEAD_TABLES - {
+        PAUSES_TABLE,
+        BUCKETS_TABLE,
+        USER_BOUNDS_TABLE,
+    }
     assert DEPENDENCY_COLUMN in columns(empty_database_url, "jobs")  # 0023's stays
 
 

@@ -254,3 +254,42 @@ def test_the_metrics_token_is_kept_out_of_the_settings_repr():
     settings = load_settings({"DATABASE_URL": URL, "CHUNKWISE_METRICS_TOKEN": token})
     assert settings.metrics_token == token
     assert token not in repr(settings)
+
+
+def test_each_user_gets_a_quarter_of_each_workloads_queue_by_default():
+    env = {"DATABASE_URL": URL, "CHUNKWISE_ALLOWED_WORKLOADS": "render"}
+    limits = load_settings(env).limits
+    workloads = workloads_for(limits)
+
+    shares = {n: workloads.of(n).caps.user_queued_limit for n in workloads.names()}
+
+    assert shares == {"csv_stats": 64, "render": 25_000}
+    assert workloads.of("render").caps.user_bytes_limit == 64 * 1024 * 1024
+    assert limits.user_max_schedules == 100
+
+
+def test_user_quotas_are_read_from_the_environment():
+    env = {
+        "DATABASE_URL": URL,
+        "CHUNKWISE_USER_MAX_QUEUED_PERCENT": "10",
+        "CHUNKWISE_USER_MAX_STORED_BYTES": "4096",
+        "CHUNKWISE_USER_MAX_SCHEDULES": "3",
+    }
+    caps = workloads_for(load_settings(env).limits).of("csv_stats").caps
+
+    assert (caps.user_queued_limit, caps.user_bytes_limit) == (25, 4096)
+    assert load_settings(env).limits.user_max_schedules == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "named"),
+    [
+        ("CHUNKWISE_USER_MAX_QUEUED_PERCENT", "101", "must be at most 100"),
+        ("CHUNKWISE_USER_MAX_QUEUED_PERCENT", "0", "must be at least 1"),
+        ("CHUNKWISE_USER_MAX_STORED_BYTES", "100", "must be at least 1024"),
+        ("CHUNKWISE_USER_MAX_SCHEDULES", "none", "must be a whole number"),
+    ],
+)
+def test_a_bad_user_quota_is_named_in_the_error(name, value, named):
+    with pytest.raises(ConfigError, match=f"{name} {named}"):
+        load_settings({"DATABASE_URL": URL, name: value})
