@@ -76,8 +76,8 @@ _PATHS = {
 }
 
 
-# Read elsewhere (gunicorn.conf.py, flask seed-local, the worker and the CLI), so they may
-# share the coordinator's environment without being mistaken for typos.
+# Read elsewhere (gunicorn.conf.py, flask seed-local, the worker, the CLI, compose.yaml), so
+# they may share the coordinator's environment without being mistaken for typos.
 _OTHERS = (
     "CHUNKWISE_BIND",
     "CHUNKWISE_WEB_WORKERS",
@@ -87,6 +87,7 @@ _OTHERS = (
     "CHUNKWISE_URL",
     "CHUNKWISE_TOKEN",
     "CHUNKWISE_WORKER_TOKEN",
+    "CHUNKWISE_PUBLISH",
 )
 KNOWN_VARIABLES = frozenset(
     {
