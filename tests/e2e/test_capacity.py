@@ -26,7 +26,7 @@ CLAIM_POLLERS, WATCH_POLLERS = 140, 60
 SLOW_HEADERS, SLOW_BODIES = 20, 20
 PROBE_EVERY = 0.25
 
-pytestmark = pytest.mark.skipif(
+needs_nginx = pytest.mark.skipif(
     not nginx_proxy.available(), reason="needs nginx (.ci/run installs nginx-light)"
 )
 
@@ -125,6 +125,7 @@ def figures(latencies: list) -> str:
     )
 
 
+@needs_nginx
 def test_health_and_user_calls_answer_within_a_second_under_long_polls_and_slow_clients(
     stack, proxy
 ):
@@ -219,3 +220,43 @@ def test_health_and_user_calls_answer_within_a_second_under_long_polls_and_slow_
     # on a direct one 10 s after its first byte.
     assert len(through_proxy) == SLOW_HEADERS and all(9 <= s <= 14 for s in through_proxy)
     assert len(direct) == 5 and all(9 <= s <= 14 for s in direct), direct
+
+
+def stalled_upload(target: tuple[str, int], token: str, answers: list) -> None:
+    """Send the headers and a tenth of a CSV body, then nothing; note the answer and when."""
+    head = (
+        f"POST /api/v1/jobs?column=x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Type: text/csv\r\nContent-Length: 1000\r\n\r\nid,x\n"
+    ).encode()
+    started = time.monotonic()
+    with socket.create_connection(target, timeout=45) as sock:
+        sock.sendall(head + b"1,2\n" * 25)
+        try:
+            answer = sock.recv(65536)
+        except TimeoutError:
+            answer = b"no answer in 45 s"
+    answers.append((time.monotonic() - started, answer.split(b"\r\n", 1)[0]))
+
+
+def test_gunicorn_alone_gives_idle_connections_no_thread_and_refuses_a_stalled_body(stack, db):
+    target = address(stack.url)
+    idle = [socket.create_connection(target, timeout=5) for _ in range(100)]
+    answers: list = []
+    uploader = threading.Thread(target=stalled_upload, args=(target, stack.tokens.user, answers))
+    uploader.start()
+    latencies: list = []
+    try:
+        probe(f"{stack.url}/healthz", requests.Session(), time.monotonic() + 4, latencies)
+    finally:
+        for sock in idle:
+            sock.close()
+    uploader.join(timeout=60)
+
+    print(f"\n/healthz direct beside 100 idle connections: {figures(latencies)}")
+    print(f"stalled body answered after {answers[0][0]:.1f} s: {answers[0][1].decode()}")
+    assert max(seconds for seconds, _ in latencies) < 1, figures(latencies)
+    [(took, status_line)] = answers
+    assert status_line.startswith(b"HTTP/1.1 400")
+    assert 29 <= took <= 35
+    # The cut body was refused whole, not taken for a CSV of 25 records.
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
