@@ -86,6 +86,13 @@ class BoundedSocket(socket.socket):
         except TimeoutError as exc:
             raise BodyStalled() from exc
 
+    def sendall(self, data, flags: int = 0) -> None:
+        # socket.sendall's timeout bounds the whole write: a 1 MiB block of a task's input to
+        # a reader on a slow link would be cut at 30 s. A stall, not the write, is bounded.
+        left = memoryview(data).cast("B")
+        while left:
+            left = left[self.send(left, flags) :]
+
 
 class OrphanAwareThreadWorker(ThreadWorker):
     """A gthread worker that gives the port back as soon as its master is gone.
