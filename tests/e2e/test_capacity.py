@@ -260,3 +260,20 @@ def test_gunicorn_alone_gives_idle_connections_no_thread_and_refuses_a_stalled_b
     assert 29 <= took <= 35
     # The cut body was refused whole, not taken for a CSV of 25 records.
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
+def test_a_raw_csv_body_cut_short_by_its_client_is_400_and_admits_nothing(stack, db):
+    head = (
+        f"POST /api/v1/jobs?column=x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        f"{stack.tokens.user}\r\nContent-Type: text/csv\r\nContent-Length: 1000\r\n\r\nid,x\n"
+    ).encode()
+    with socket.create_connection(address(stack.url), timeout=20) as sock:
+        sock.sendall(head + b"1,2\n" * 25)
+        sock.shutdown(socket.SHUT_WR)  # gone after a tenth of the body it announced
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert b"Content-Length 1000" in answer
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
