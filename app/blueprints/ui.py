@@ -273,9 +273,9 @@ def watch_job(job_id: UUID):
         )
     except WaitRefused as refused:
         # Unchanged, and no place to wait: the page's script sleeps retry_after, then asks.
-        body = {"version": refused.answer.version, "job": JOB.dump(refused.answer)}
-        body["retry_after"] = refused.retry_after
-        return body, 200, {"Retry-After": str(refused.retry_after)}
+        view, after = refused.answer, refused.retry_after
+        body = {"version": view.version, "job": JOB.dump(view), "retry_after": after}
+        return body, 200, {"Retry-After": str(after)}
     return {"version": view.version, "job": JOB.dump(view)}
 
 
