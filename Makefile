@@ -69,7 +69,11 @@ bench: $(STAMP)
 bench-queue: $(STAMP)
 	$(BIN)/python -m bench.queue
 
+# The seed tokens compose.yaml requires: random ones in .env (mode 0600) the first time.
 up:
+	@test -f .env || { umask 077; $(PYTHON) -c 'import secrets; t = lambda: secrets.token_urlsafe(32); \
+	  print(f"CHUNKWISE_SEED_USER_TOKEN=cwu_{t()}\nCHUNKWISE_SEED_OPERATOR_TOKEN=cwu_{t()}\nCHUNKWISE_SEED_WORKER_TOKEN=cww_{t()}")' > .env \
+	  && echo "wrote .env: the seed tokens (keep it private)"; }
 	docker compose up --build -d
 
 down:

@@ -3,16 +3,95 @@
 import json
 import os
 import select
+import selectors
+import socket
 import tempfile
+import time
+from functools import partial
 from pathlib import Path
 
 from gunicorn import util
-from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.gthread import TConn, ThreadWorker
+from werkzeug.exceptions import ClientDisconnected
 
 # Counters must be summed over every worker process: prometheus_client's multiprocess mode
 # keeps them in files here. This file is read before the workers import the app, so setting
 # the directory now covers every process.
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="chunkwise-metrics-"))
+
+
+# A client talking to gunicorn directly (no proxy in front) has this long from the first byte
+# of a request to the end of its headers, and no read of its body nor write of the answer may
+# stall longer than STALL_SECONDS. Behind nginx neither is ever near: it sends whole requests.
+HEADER_SECONDS = 10.0
+STALL_SECONDS = 30.0
+
+
+class BodyStalled(ClientDisconnected, TimeoutError):
+    """The client stopped sending its request body: 400, and nothing it sent is kept.
+
+    A TimeoutError too, so gunicorn's own reads (draining, closing) take it as a timeout.
+    """
+
+    description = f"the request body stalled for {STALL_SECONDS:.0f} s"
+
+
+class BoundedSocket(socket.socket):
+    """A client connection whose reads and writes cannot hold a thread for long.
+
+    gthread reads a request's headers, and the app its body, with blocking calls that have no
+    timeout: a client sending a byte now and then would hold a thread for good. A header read
+    past the headers' deadline, or stalled, returns end of file: gunicorn takes the client for
+    gone and closes the connection, quietly. A stalled body read raises BodyStalled: an end of
+    file there would hand the app a cut body as if it were whole.
+    """
+
+    @classmethod
+    def taking_over(cls, sock: socket.socket) -> "BoundedSocket":
+        """The same connection, bounded (the old object lets go of the descriptor)."""
+        bounded = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        bounded.headers_read()
+        return bounded
+
+    def setblocking(self, flag: bool) -> None:
+        # gthread makes the socket blocking for each request: bounded instead of blocking.
+        if flag:
+            self.settimeout(STALL_SECONDS)
+        else:
+            super().setblocking(False)
+
+    def expect_headers(self) -> None:
+        """A request starts: its headers' clock runs from the first byte read."""
+        self._reading_headers, self._deadline = True, None
+
+    def headers_read(self) -> None:
+        """The headers are in: only stalls are bounded from now on."""
+        self._reading_headers, self._deadline = False, None
+        self.settimeout(STALL_SECONDS)
+
+    def recv(self, size: int, flags: int = 0) -> bytes:
+        if self._reading_headers:
+            now = time.monotonic()
+            if self._deadline is None:
+                self._deadline = now + HEADER_SECONDS
+            if self._deadline <= now:
+                return b""
+            self.settimeout(min(self._deadline - now, STALL_SECONDS))
+            try:
+                return super().recv(size, flags)
+            except TimeoutError:
+                return b""
+        try:
+            return super().recv(size, flags)
+        except TimeoutError as exc:
+            raise BodyStalled() from exc
+
+    def sendall(self, data, flags: int = 0) -> None:
+        # socket.sendall's timeout bounds the whole write: a 1 MiB block of a task's input to
+        # a reader on a slow link would be cut at 30 s. A stall, not the write, is bounded.
+        left = memoryview(data).cast("B")
+        while left:
+            left = left[self.send(left, flags) :]
 
 
 class OrphanAwareThreadWorker(ThreadWorker):
@@ -41,6 +120,35 @@ class OrphanAwareThreadWorker(ThreadWorker):
             listener.close()
         self.log.info("Master gone: listeners closed, draining %s connections", self.nr_conns)
         return False
+
+    def accept(self, listener) -> None:
+        """Take a connection in without a thread: it gets one once it has sent something.
+
+        gthread hands a new connection to a thread that waits up to 5 s for its first byte,
+        so idle connections could take every thread; here the poller waits instead, up to the
+        keepalive timeout, as it does for a deferred connection.
+        """
+        try:
+            client, address = listener.accept()
+        except (BlockingIOError, ConnectionAbortedError):
+            return
+        self.nr_conns += 1
+        conn = TConn(self.cfg, BoundedSocket.taking_over(client), address, listener.getsockname())
+        conn.timeout = time.monotonic() + self.cfg.keepalive
+        self.pending_conns.append(conn)
+        self.poller.register(
+            conn.sock, selectors.EVENT_READ, partial(self.on_pending_socket_readable, conn)
+        )
+
+    def handle(self, conn):
+        """Serve one request on the connection, its headers on the clock."""
+        conn.sock.expect_headers()
+        return super().handle(conn)
+
+    def handle_request(self, req, conn):
+        """Run the app: the headers are in, only a stalled body or answer is bounded now."""
+        conn.sock.headers_read()
+        return super().handle_request(req, conn)
 
 
 def write_json_error(sock, status_int: int, reason: str, mesg: str) -> None:

@@ -21,6 +21,8 @@ MAX_AUTH_CACHE_SECONDS = 300
 # CHUNKWISE_WORKLOAD_RATE_LIMITS: seconds in each unit a rate may be given per.
 RATE_UNITS = {"s": 1, "min": 60, "h": 3600}
 MAX_RATE_PER_SECOND = 1_000_000
+# gunicorn's threads per process (CHUNKWISE_WEB_THREADS, read by gunicorn.conf.py).
+DEFAULT_WEB_THREADS = 32
 
 
 class ConfigError(ValueError):
@@ -43,6 +45,8 @@ class Settings:
     archive_dir: Path = REPO_ROOT / ".run" / "archive"
     migrations_dir: Path = REPO_ROOT / "sql"
     log_level: str = "INFO"
+    # Long polls one process lets wait at a time: a quarter of its threads unless set.
+    max_waiting_requests: int = DEFAULT_WEB_THREADS // 4
     # Signs the dashboard's session cookie; None: a key file beside the archive directory.
     secret_key: str | None = dataclasses.field(default=None, repr=False)
     # The bearer token Prometheus scrapes /metrics with; None: only operator tokens may scrape.
@@ -73,6 +77,7 @@ _INTS = {
     "CHUNKWISE_USER_MAX_QUEUED_PERCENT": ("user_max_queued_percent", 1),
     "CHUNKWISE_USER_MAX_STORED_BYTES": ("user_max_stored_bytes", 1024),
     "CHUNKWISE_USER_MAX_SCHEDULES": ("user_max_schedules", 1),
+    "CHUNKWISE_MAX_WAITING_REQUESTS": ("max_waiting_requests", 0),
 }
 _PATHS = {
     "CHUNKWISE_TEMP_DIR": "temp_dir",
@@ -81,18 +86,18 @@ _PATHS = {
 }
 
 
-# Read elsewhere (gunicorn.conf.py, flask seed-local, the worker and the CLI), so they may
-# share the coordinator's environment without being mistaken for typos.
+# Read elsewhere (gunicorn.conf.py, flask seed-local, the worker, the CLI, compose.yaml), so
+# they may share the coordinator's environment without being mistaken for typos.
 _OTHERS = (
     "CHUNKWISE_BIND",
     "CHUNKWISE_WEB_WORKERS",
-    "CHUNKWISE_WEB_THREADS",
     "CHUNKWISE_SEED_USER_TOKEN",
     "CHUNKWISE_SEED_OPERATOR_TOKEN",
     "CHUNKWISE_SEED_WORKER_TOKEN",
     "CHUNKWISE_URL",
     "CHUNKWISE_TOKEN",
     "CHUNKWISE_WORKER_TOKEN",
+    "CHUNKWISE_PUBLISH",
 )
 KNOWN_VARIABLES = frozenset(
     {
@@ -106,6 +111,7 @@ KNOWN_VARIABLES = frozenset(
         "CHUNKWISE_LOG_LEVEL",
         "CHUNKWISE_SECRET_KEY",
         "CHUNKWISE_METRICS_TOKEN",
+        "CHUNKWISE_WEB_THREADS",
     }
 )
 
@@ -192,6 +198,14 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if env.get("CHUNKWISE_LOG_LEVEL"):
         values["log_level"] = env["CHUNKWISE_LOG_LEVEL"].upper()
 
+    threads = _web_threads(env.get("CHUNKWISE_WEB_THREADS"), problems)
+    waiting = values.setdefault("max_waiting_requests", threads // 4)
+    if threads and waiting >= threads:
+        problems.append(
+            f"CHUNKWISE_MAX_WAITING_REQUESTS must be below CHUNKWISE_WEB_THREADS ({threads}): "
+            "long polls may not take every thread"
+        )
+
     limit_names = set(Limits.__dataclass_fields__)
     limits = Limits(**{k: values.pop(k) for k in list(values) if k in limit_names})
     settings = Settings(**values, limits=limits) if not problems else None
@@ -200,6 +214,20 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return settings
+
+
+def _web_threads(raw: str | None, problems: list[str]) -> int:
+    """gunicorn's threads per process, as gunicorn.conf.py reads them (0 when unusable)."""
+    if raw is None or raw.strip() == "":
+        return DEFAULT_WEB_THREADS
+    try:
+        threads = int(raw)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        problems.append(f"CHUNKWISE_WEB_THREADS must be a whole number of at least 1, got {raw!r}")
+        return 0
+    return threads
 
 
 def _rate_limits(

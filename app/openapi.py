@@ -105,6 +105,12 @@ RETRY_AFTER_HEADER = {
     "required": True,
     "schema": {"type": "integer"},
 }
+# Only on a long poll answered at once because its process had no waiting place free.
+WAIT_REFUSED_HEADER = {
+    "description": "no waiting place was free: seconds to wait before polling again",
+    "required": False,
+    "schema": {"type": "integer"},
+}
 ERROR_DESCRIPTIONS = {
     400: "malformed: not a JSON object, not UTF-8, nested too deep, or a form cut short",
     401: "no valid bearer token",
@@ -179,10 +185,19 @@ def _response(endpoint: str, status: int, response_schema) -> dict:
         headers["ETag"] = "ETag"
     if status == 204 and endpoint in NO_CONTENT_ENDPOINTS:
         return {"description": "deleted", "headers": headers}
+    # A long poll beyond the process's waiting budget is answered at once, with Retry-After.
     if status == 204:
-        return {"description": "no task was leased within wait_seconds", "headers": headers}
+        return {
+            "description": "no task was leased within wait_seconds (at once, with Retry-After, "
+            "when no waiting place was free)",
+            "headers": {**headers, "Retry-After": "WaitRefused"},
+        }
     if status == 304:
-        return {"description": "not modified: If-None-Match is current", "headers": headers}
+        return {
+            "description": "not modified: If-None-Match is current (at once, with Retry-After, "
+            "when no waiting place was free)",
+            "headers": {**headers, "Retry-After": "WaitRefused"},
+        }
     description = "created" if status == 201 else "OK"
     if endpoint in ("jobs.create_job", "schedules.run_schedule") and status == 200:
         description = "the original job of an idempotent retry"
@@ -217,6 +232,7 @@ def build_spec(app: Flask) -> dict:
     spec.components.header("TraceId", TRACE_HEADER)
     spec.components.header("ETag", ETAG_HEADER)
     spec.components.header("RetryAfter", RETRY_AFTER_HEADER)
+    spec.components.header("WaitRefused", WAIT_REFUSED_HEADER)
     for rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
         if rule.endpoint not in DOCUMENTED:
             continue

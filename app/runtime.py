@@ -31,6 +31,7 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
         settings.database_url,
         credentials_changed=principals.forget_all,
         recheck_connections=pool.check,
+        max_waiting=settings.max_waiting_requests,
     )
     runtime = Runtime(
         pool=pool,

@@ -135,6 +135,12 @@ def spooled_body() -> tuple[Upload, bytes]:
     while block := stream.read(BODY_BLOCK_SIZE):
         spool.write(block)
         body.write(block)
+    # gunicorn ends the stream where the client hung up: a cut body must not pass for a CSV.
+    expected = request.content_length
+    if expected is not None and spool.size < expected:
+        raise BadRequest(
+            f"the body ended after {spool.size} of its Content-Length {expected} bytes"
+        )
     return spool.finish(), body.getvalue()
 
 

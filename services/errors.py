@@ -95,3 +95,16 @@ class StorageUnavailable(ChunkwiseError):
     """A storage directory cannot be written: missing, read-only, refused, or not a directory."""
 
     code = "storage_unavailable"
+
+
+class WaitRefused(Exception):
+    """Every waiting place of the process is taken: answer now, and say when to ask again.
+
+    Not a ChunkwiseError: the request is answered, only its wait is not. `answer` is what one
+    immediate try found (a job watch's unchanged JobView; None for a claim that found nothing).
+    """
+
+    def __init__(self, retry_after: int, answer: object = None):
+        super().__init__(f"no waiting place free; ask again in {retry_after} s")
+        self.retry_after = retry_after
+        self.answer = answer

@@ -27,8 +27,16 @@ from repositories.tasks import NewTask, Task
 from services import dependencies, settlement
 from services.auth import Principal
 from services.deadlocks import rerun_deadlocks
-from services.errors import Conflict, InvalidInput, NotFound, QueueFull, QuotaExceeded
+from services.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    QueueFull,
+    QuotaExceeded,
+    WaitRefused,
+)
 from services.runtime import Runtime
+from services.wakeups import RETRY_WAIT_SECONDS
 from services.workloads import Caps
 
 logger = logging.getLogger(__name__)
@@ -404,12 +412,13 @@ def get_job(
 ) -> JobView:
     """The job's aggregate status, waiting up to wait_seconds while it is at unless_versions.
 
-    Another user's job is NotFound, exactly like a missing one.
+    Another user's job is NotFound, exactly like a missing one. WaitRefused, carrying the view,
+    when it is at unless_versions and this process has no waiting place free.
     """
     if not unless_versions or wait_seconds <= 0:
         return _read_view(rt, principal, job_id)
     deadline = time.monotonic() + wait_seconds
-    with rt.wakeups.watching(job_id):
+    with rt.wakeups.watching(job_id), rt.wakeups.waiting(True) as may_wait:
         while True:
             # Counted before the read, so a change that commits in between is not missed.
             seen = rt.wakeups.job_changes(job_id)
@@ -417,6 +426,8 @@ def get_job(
             remaining = deadline - time.monotonic()
             if view.version not in unless_versions or remaining <= 0:
                 return view
+            if not may_wait:
+                raise WaitRefused(RETRY_WAIT_SECONDS, view)
             # Re-check at least every second: a lost notification costs at most that.
             rt.wakeups.wait_for_job(job_id, seen, timeout=min(1.0, remaining))
 

@@ -39,5 +39,24 @@ COORDINATOR_PEAK_RSS = Gauge(
     multiprocess_mode="max",
     registry=None,
 )
+WAITING_REQUESTS = Gauge(
+    "chunkwise_waiting_requests",
+    "Long polls (claims, job watches) waiting now, out of CHUNKWISE_MAX_WAITING_REQUESTS each.",
+    multiprocess_mode="livesum",
+    registry=None,
+)
+REFUSED_WAITS = Counter(
+    "chunkwise_refused_waits_total",
+    "Long polls answered at once, with Retry-After, because every waiting place was taken.",
+    registry=None,
+)
 
-ALL = (ADMISSION_REJECTIONS, FENCED_WRITES, MERGES, MERGE_SECONDS, COORDINATOR_PEAK_RSS)
+ALL = (
+    ADMISSION_REJECTIONS,
+    FENCED_WRITES,
+    MERGES,
+    MERGE_SECONDS,
+    COORDINATOR_PEAK_RSS,
+    WAITING_REQUESTS,
+    REFUSED_WAITS,
+)

@@ -28,8 +28,9 @@ from repositories.jobs import Job
 from repositories.tasks import ClaimedTask, ExpiredLease, Renewal, Task
 from services import logcontext, settlement
 from services.deadlocks import rerun_deadlocks
-from services.errors import ChunkwiseError, Conflict, LeaseLost, NotFound
+from services.errors import ChunkwiseError, Conflict, LeaseLost, NotFound, WaitRefused
 from services.runtime import Limits, Runtime
+from services.wakeups import RETRY_WAIT_SECONDS
 from services.workloads import TaskFailure, TaskInput, TaskResult, Workload, Workloads
 
 logger = logging.getLogger(__name__)
@@ -72,18 +73,24 @@ class CompletionOutcome:
 def claim_tasks(
     rt: Runtime, worker_id: str, workloads: list[str], capacity: int, wait_seconds: float = 0
 ) -> list[ClaimedTask]:
-    """Lease up to `capacity` tasks, waiting up to `wait_seconds` for one to become claimable."""
+    """Lease up to `capacity` tasks, waiting up to `wait_seconds` for one to become claimable.
+
+    WaitRefused when none is and this process has no waiting place free.
+    """
     rules = rt.workloads.require(workloads, "workloads")
     deadline = time.monotonic() + wait_seconds
-    while True:
-        # Read the generation before trying, so a NOTIFY that lands mid-claim is not lost.
-        seen = rt.wakeups.generation()
-        claimed = _claim_once(rt, worker_id, rules, capacity)
-        remaining = deadline - time.monotonic()
-        if claimed or remaining <= 0:
-            return claimed
-        # Re-check at least every second: a lost notification costs at most that.
-        rt.wakeups.wait(seen, timeout=min(1.0, remaining))
+    with rt.wakeups.waiting(wait_seconds > 0) as may_wait:
+        while True:
+            # Read the generation before trying, so a NOTIFY that lands mid-claim is not lost.
+            seen = rt.wakeups.generation()
+            claimed = _claim_once(rt, worker_id, rules, capacity)
+            remaining = deadline - time.monotonic()
+            if claimed or remaining <= 0:
+                return claimed
+            if not may_wait:
+                raise WaitRefused(RETRY_WAIT_SECONDS)
+            # Re-check at least every second: a lost notification costs at most that.
+            rt.wakeups.wait(seen, timeout=min(1.0, remaining))
 
 
 def _claim_once(

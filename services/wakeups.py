@@ -13,8 +13,13 @@ from uuid import UUID
 import psycopg
 
 from repositories import channels
+from services import metrics
 
 logger = logging.getLogger(__name__)
+
+# A long poll refused a waiting place is told to come back after this long (Retry-After):
+# long enough that refused pollers do not keep the threads busy, short enough for a worker.
+RETRY_WAIT_SECONDS = 3
 
 
 class Wakeups:
@@ -35,8 +40,12 @@ class Wakeups:
         conninfo: str | None,
         credentials_changed: Callable[[], None] = lambda: None,
         recheck_connections: Callable[[], None] = lambda: None,
+        max_waiting: int = 8,
     ):
         self._conninfo = conninfo
+        self._max_waiting = max_waiting
+        self._waiting = 0
+        self._places = threading.Lock()
         self._credentials_changed = credentials_changed
         self._recheck_connections = recheck_connections
         self._cond = threading.Condition()
@@ -47,6 +56,28 @@ class Wakeups:
         self._job_changes: dict[UUID, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def waiting(self, wanted: bool) -> Iterator[bool]:
+        """Hold a waiting place while the block runs, if wanted: False when all are taken.
+
+        A claim or a watch that may not wait answers at once: threads the long polls may not
+        take stay free for health checks and every other call.
+        """
+        with self._places:
+            held = wanted and self._waiting < self._max_waiting
+            self._waiting += held
+        if wanted and not held:
+            metrics.REFUSED_WAITS.inc()
+        if held:
+            metrics.WAITING_REQUESTS.inc()
+        try:
+            yield held
+        finally:
+            if held:
+                metrics.WAITING_REQUESTS.dec()
+                with self._places:
+                    self._waiting -= 1
 
     def generation(self) -> int:
         """The number of wake-ups seen so far; pass it to wait()."""

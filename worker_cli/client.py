@@ -7,7 +7,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
@@ -106,6 +106,14 @@ class CoordinatorUnavailable(CoordinatorError):
         return self.status is None or self.status in BLIP_STATUSES
 
 
+class WaitRefused(CoordinatorError):
+    """A long poll answered at once with Retry-After: the coordinator had no place to wait."""
+
+    def __init__(self, message: str, *, retry_after: float, **kwargs):
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
 class StorageFailed(CoordinatorError):
     """507 or 500 storage_unavailable: retrying cannot help until an operator fixes the disk."""
 
@@ -183,9 +191,11 @@ class CoordinatorClient:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         session: requests.Session | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ):
         self.base_url = base_url.rstrip("/") + "/"
         self.timeout = timeout
+        self._sleep = sleep
         self.session = session or requests.Session()
         self.session.headers["Authorization"] = f"Bearer {token}"
         self.session.headers["Accept"] = "application/json"
@@ -206,18 +216,22 @@ class CoordinatorClient:
         trace_id: str | None = None,
     ) -> list[dict]:
         """Lease up to `capacity` tasks, waiting up to `wait_seconds` for one; [] if none."""
-        body = self._task_request(
-            "POST",
-            "/api/v1/tasks/claim",
-            json={
-                "worker_id": worker_id,
-                "workloads": list(workloads),
-                "capacity": capacity,
-                "wait_seconds": wait_seconds,
-            },
-            trace_id=trace_id,
-            timeout=wait_seconds + LONG_POLL_MARGIN,
-        )
+        try:
+            body = self._task_request(
+                "POST",
+                "/api/v1/tasks/claim",
+                json={
+                    "worker_id": worker_id,
+                    "workloads": list(workloads),
+                    "capacity": capacity,
+                    "wait_seconds": wait_seconds,
+                },
+                trace_id=trace_id,
+                timeout=wait_seconds + LONG_POLL_MARGIN,
+            )
+        except WaitRefused as refused:
+            self._wait_here(refused, wait_seconds)
+            return []
         if body is None:
             return []
         tasks = body.get("tasks") if isinstance(body, dict) else None
@@ -404,8 +418,16 @@ class CoordinatorClient:
             timeout=wait_seconds + LONG_POLL_MARGIN,
         ) as response:
             if response.status_code == 304:
+                refused = _retry_after(response.headers.get("Retry-After"))
+                if refused is not None:
+                    self._wait_here(WaitRefused(path, retry_after=refused), wait_seconds)
                 return None, version
             return _json_body("GET", path, response), response.headers.get("ETag")
+
+    def _wait_here(self, refused: WaitRefused, wait_seconds: float) -> None:
+        # The coordinator had no place for the long poll to wait: wait here instead, as long as
+        # it asks and no longer than the poll would have, so the next poll does not come at once.
+        self._sleep(min(refused.retry_after, wait_seconds))
 
     def list_jobs(
         self,
@@ -710,6 +732,10 @@ def _malformed(method: str, path: str, what: str) -> CoordinatorUnavailable:
 def _raise_for_status(method: str, path: str, response: requests.Response) -> None:
     status = response.status_code
     if status == 204:
+        # Only a long poll refused a place to wait says when to come back on a 204.
+        refused = _retry_after(response.headers.get("Retry-After"))
+        if refused is not None:
+            raise WaitRefused(f"{method} {path}: no place to wait", retry_after=refused, status=204)
         return
     error, trace_id = _error_body(response)
     code = error.get("code")

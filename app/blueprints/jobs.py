@@ -13,7 +13,7 @@ from app.runtime import get_runtime
 from app.tracing import current_trace_id
 from app.uploads import spooled_body, uploaded
 from services import csvjobs, jobs
-from services.errors import InvalidInput
+from services.errors import InvalidInput, WaitRefused
 
 bp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
 bp.before_request(auth.users_only)
@@ -108,13 +108,18 @@ def get_job(job_id: UUID):
     query = JOB_WAIT_QUERY.load(input_rules.single_values(request.args))
     # If-None-Match compares weakly (RFC 9110): a proxy that compresses may weaken the tag.
     known = frozenset(request.if_none_match.as_set(include_weak=True))
-    view = jobs.get_job(
-        get_runtime(),
-        current_principal(),
-        job_id,
-        unless_versions=known,
-        wait_seconds=query["wait_seconds"],
-    )
+    try:
+        view = jobs.get_job(
+            get_runtime(),
+            current_principal(),
+            job_id,
+            unless_versions=known,
+            wait_seconds=query["wait_seconds"],
+        )
+    except WaitRefused as refused:
+        # Unchanged, and no place to wait for a change: 304 now, and when to ask again.
+        headers = {**_etag(refused.answer), "Retry-After": str(refused.retry_after)}
+        return Response(status=304, headers=headers)
     # "*" matches whichever version the job is at: there is nothing to wait for.
     if view.version in known or request.if_none_match.star_tag:
         return Response(status=304, headers=_etag(view))

@@ -9,6 +9,7 @@ from flask import Blueprint, Response, request
 from app import auth, errors, input_rules, schemas
 from app.runtime import get_runtime
 from services import tasks
+from services.errors import WaitRefused
 
 bp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks")
 bp.before_request(auth.workers_only)
@@ -30,10 +31,16 @@ FAILURE = schemas.FailureSchema()
 
 @bp.post("/claim")
 def claim():
-    """Lease up to `capacity` tasks, long-polling up to `wait_seconds`; 204 when none."""
+    """Lease up to `capacity` tasks, long-polling up to `wait_seconds`; 204 when none.
+
+    204 with Retry-After, at once, when none is free and the process has no waiting place.
+    """
     body = input_rules.load_json(CLAIM)
     rt = get_runtime()
-    claimed = tasks.claim_tasks(rt, **body)
+    try:
+        claimed = tasks.claim_tasks(rt, **body)
+    except WaitRefused as refused:
+        return Response(status=204, headers={"Retry-After": str(refused.retry_after)})
     if not claimed:
         return Response(status=204)
     return CLAIM_RESPONSE.dump({"tasks": claimed, "heartbeat_seconds": rt.limits.heartbeat_seconds})

@@ -33,6 +33,7 @@ from services.errors import (
     PayloadTooLarge,
     QueueFull,
     Unauthenticated,
+    WaitRefused,
 )
 
 bp = Blueprint(
@@ -257,15 +258,24 @@ def job_page(job_id: UUID):
 
 @bp.get("/jobs/<uuid:job_id>/watch")
 def watch_job(job_id: UUID):
-    """The job as the API shows it, answered as soon as it differs from `version`."""
+    """The job as the API shows it, answered as soon as it differs from `version`.
+
+    At once, with `retry_after`, when the process has no waiting place free.
+    """
     known = request.args.get("version") or None
-    view = jobs.get_job(
-        get_runtime(),
-        g.principal,
-        job_id,
-        unless_versions=frozenset([known] if known else []),
-        wait_seconds=WATCH_SECONDS if known else 0,
-    )
+    try:
+        view = jobs.get_job(
+            get_runtime(),
+            g.principal,
+            job_id,
+            unless_versions=frozenset([known] if known else []),
+            wait_seconds=WATCH_SECONDS if known else 0,
+        )
+    except WaitRefused as refused:
+        # Unchanged, and no place to wait: the page's script sleeps retry_after, then asks.
+        view, after = refused.answer, refused.retry_after
+        body = {"version": view.version, "job": JOB.dump(view), "retry_after": after}
+        return body, 200, {"Retry-After": str(after)}
     return {"version": view.version, "job": JOB.dump(view)}
 
 

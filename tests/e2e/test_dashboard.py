@@ -505,3 +505,22 @@ def test_a_bad_record_is_named_by_its_line_on_the_job_page(stack, jobs, dashboar
     dashboard.shoot(page, "job-failed")
     page.click("nav >> text=Jobs")
     dashboard.shoot(page, "jobs")
+
+
+@pytest.mark.parametrize(
+    "stack_env",
+    [{**ECHO_ALLOWED, "CHUNKWISE_MAX_WAITING_REQUESTS": "0"}],
+    ids=["no waiting places"],
+)
+def test_a_job_page_refused_its_watch_asks_again_only_after_retry_after(stack, dashboard):
+    job = stack.api().post(f"{stack.url}/api/v1/jobs", json=ECHO_JOB, timeout=10).json()
+    page = dashboard.sign_in(stack.tokens.user)
+    watches: list[str] = []
+    page.on("request", lambda request: "/watch" in request.url and watches.append(request.url))
+
+    page.goto(f"{stack.url}/ui/jobs/{job['id']}")
+    page.wait_for_timeout(7000)
+
+    # Each watch is answered at once with retry_after 3: at most three asks in 7 s, where a
+    # page that asked again at once would have asked hundreds of times.
+    assert 1 <= len(watches) <= 4, len(watches)

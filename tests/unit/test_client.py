@@ -511,3 +511,31 @@ def test_a_url_or_token_no_request_could_carry_is_named_before_any_call(url, tok
 
 def test_a_usable_url_and_token_have_no_problem():
     assert settings_problem("https://[::1]:8000/base/", "cwu_" + "A-z_9" * 8) is None
+
+
+def test_a_claim_refused_a_place_to_wait_sleeps_its_retry_after_before_answering_none(
+    coordinator,
+):
+    slept: list[float] = []
+    client = CoordinatorClient(coordinator.url, "s3cret", sleep=slept.append)
+    coordinator.reply(204, raw=b"", headers={"Retry-After": "3"})
+    coordinator.reply(204, raw=b"", headers={"Retry-After": "3"})
+    coordinator.reply(204, raw=b"")
+
+    assert client.claim_tasks(worker_id="w", workloads=["x"], capacity=1, wait_seconds=10) == []
+    assert client.claim_tasks(worker_id="w", workloads=["x"], capacity=1, wait_seconds=1) == []
+    assert client.claim_tasks(worker_id="w", workloads=["x"], capacity=1, wait_seconds=10) == []
+
+    # As long as asked, never longer than the poll itself would have waited; a plain 204 at once.
+    assert slept == [3, 1]
+
+
+def test_a_job_watch_refused_a_place_to_wait_sleeps_its_retry_after_before_answering_unchanged(
+    coordinator,
+):
+    slept: list[float] = []
+    client = CoordinatorClient(coordinator.url, "s3cret", sleep=slept.append)
+    coordinator.reply(304, raw=b"", headers={"ETag": '"v1"', "Retry-After": "3"})
+
+    assert client.watch_job("j1", '"v1"', wait_seconds=20) == (None, '"v1"')
+    assert slept == [3]

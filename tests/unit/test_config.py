@@ -293,3 +293,51 @@ def test_user_quotas_are_read_from_the_environment():
 def test_a_bad_user_quota_is_named_in_the_error(name, value, named):
     with pytest.raises(ConfigError, match=f"{name} {named}"):
         load_settings({"DATABASE_URL": URL, name: value})
+
+
+def test_a_quarter_of_the_web_threads_may_wait_unless_set():
+    assert load_settings({"DATABASE_URL": URL}).max_waiting_requests == 8
+    threads = {"DATABASE_URL": URL, "CHUNKWISE_WEB_THREADS": "12"}
+    assert load_settings(threads).max_waiting_requests == 3
+    assert (
+        load_settings({**threads, "CHUNKWISE_MAX_WAITING_REQUESTS": "5"}).max_waiting_requests == 5
+    )
+    assert (
+        load_settings({**threads, "CHUNKWISE_MAX_WAITING_REQUESTS": "0"}).max_waiting_requests == 0
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        (
+            {"CHUNKWISE_MAX_WAITING_REQUESTS": "-1"},
+            "CHUNKWISE_MAX_WAITING_REQUESTS must be at least 0",
+        ),
+        (
+            {"CHUNKWISE_MAX_WAITING_REQUESTS": "many"},
+            "CHUNKWISE_MAX_WAITING_REQUESTS must be a whole",
+        ),
+        ({"CHUNKWISE_MAX_WAITING_REQUESTS": "32"}, "must be below CHUNKWISE_WEB_THREADS \\(32\\)"),
+        (
+            {"CHUNKWISE_MAX_WAITING_REQUESTS": "4", "CHUNKWISE_WEB_THREADS": "4"},
+            "must be below CHUNKWISE_WEB_THREADS \\(4\\)",
+        ),
+        (
+            {"CHUNKWISE_WEB_THREADS": "0"},
+            "CHUNKWISE_WEB_THREADS must be a whole number of at least 1",
+        ),
+        ({"CHUNKWISE_WEB_THREADS": "lots"}, "CHUNKWISE_WEB_THREADS must be a whole number"),
+    ],
+    ids=[
+        "negative",
+        "not-a-number",
+        "every-thread",
+        "every-thread-of-few",
+        "no-threads",
+        "threads-nan",
+    ],
+)
+def test_a_waiting_budget_that_could_take_every_thread_is_refused(env, named):
+    with pytest.raises(ConfigError, match=named):
+        load_settings({"DATABASE_URL": URL, **env})

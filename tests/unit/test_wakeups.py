@@ -55,3 +55,21 @@ def test_a_job_is_counted_only_while_someone_watches_it():
         assert wakeups.job_changes(job) == 1
     with wakeups.watching(job):  # the last watcher left, so the count started over
         assert wakeups.job_changes(job) == 0
+
+
+def test_waiting_places_run_out_at_the_budget_and_come_back_when_given_up():
+    wakeups = Wakeups(None, max_waiting=2)
+    with (
+        wakeups.waiting(True) as first,
+        wakeups.waiting(True) as second,
+        wakeups.waiting(True) as third,
+    ):
+        assert (first, second, third) == (True, True, False)
+    with wakeups.waiting(True) as again:
+        assert again
+
+
+def test_a_request_that_does_not_wait_takes_no_place():
+    wakeups = Wakeups(None, max_waiting=1)
+    with wakeups.waiting(False) as not_waiting, wakeups.waiting(True) as waiting:
+        assert (not_waiting, waiting) == (False, True)

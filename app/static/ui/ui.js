@@ -78,7 +78,11 @@
         await sleep(RETRY_MS);
         continue;
       }
-      if (body.version === version) continue;
+      if (body.version === version) {
+        // The coordinator had no place to wait in: it says when to ask again.
+        if (body.retry_after) await sleep(body.retry_after * 1000);
+        continue;
+      }
       version = body.version;
       showJob(section, body.job);
       if (body.job.status !== shownStatus || Date.now() - loadedAt > REDRAW_MS) {

@@ -1,0 +1,96 @@
+"""gunicorn.conf.py's BoundedSocket: a client connection that cannot hold a thread for long."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import threading
+import time
+
+import pytest
+
+from app.config import REPO_ROOT
+
+
+@pytest.fixture
+def conf(monkeypatch, tmp_path):
+    """gunicorn.conf.py as a module, with short bounds (it sets no metrics directory here)."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    spec = importlib.util.spec_from_file_location("gunicorn_conf", REPO_ROOT / "gunicorn.conf.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "HEADER_SECONDS", 0.6)
+    monkeypatch.setattr(module, "STALL_SECONDS", 0.3)
+    return module
+
+
+@pytest.fixture
+def pair(conf):
+    """A bounded server end, set blocking as gthread sets it, and the client's end."""
+    server, client = socket.socketpair()
+    bounded = conf.BoundedSocket.taking_over(server)
+    bounded.setblocking(True)
+    yield bounded, client
+    bounded.close()
+    client.close()
+
+
+def test_headers_trickled_past_their_deadline_read_as_end_of_file(pair):
+    server, client = pair
+    server.expect_headers()
+    client.sendall(b"GET / HTTP/1.1\r\n")
+    started = time.monotonic()
+    received = b""
+    while chunk := server.recv(100):
+        received += chunk
+        client.sendall(b"X")  # a byte well within each stall bound, forever
+        time.sleep(0.1)
+
+    assert 0.6 <= time.monotonic() - started < 1.0
+    assert received.startswith(b"GET / HTTP/1.1\r\nXX")
+
+
+def test_a_stalled_header_reads_as_end_of_file(pair):
+    server, _client = pair
+    server.expect_headers()
+    started = time.monotonic()
+
+    assert server.recv(100) == b""
+    assert 0.3 <= time.monotonic() - started < 0.6
+
+
+def test_a_stalled_body_raises_body_stalled_a_400_and_a_timeout(conf, pair):
+    server, _client = pair
+    server.headers_read()
+
+    with pytest.raises(conf.BodyStalled) as stalled:
+        server.recv(100)
+    assert stalled.value.code == 400
+    assert isinstance(stalled.value, TimeoutError)
+
+
+def test_a_slow_reader_that_keeps_reading_gets_a_whole_answer_longer_than_a_stall(pair):
+    server, client = pair
+    answer = b"x" * 4_000_000
+    received = bytearray()
+
+    def read_slowly() -> None:
+        while len(received) < len(answer):
+            received.extend(client.recv(400_000))
+            time.sleep(0.05)
+
+    reader = threading.Thread(target=read_slowly)
+    reader.start()
+    started = time.monotonic()
+    server.sendall(answer)
+    reader.join(timeout=10)
+
+    assert time.monotonic() - started > 0.3  # longer than one stall: only stalls are bounded
+    assert bytes(received) == answer
+
+
+def test_a_reader_that_stops_reading_is_cut_off_after_a_stall(pair):
+    server, _client = pair
+
+    with pytest.raises(TimeoutError):
+        server.sendall(b"x" * 20_000_000)
