@@ -18,7 +18,6 @@ import os
 import struct
 import threading
 import time
-from datetime import UTC, datetime
 
 from flask import Flask, request
 from prometheus_client import CollectorRegistry
@@ -185,7 +184,6 @@ def _progress_histogram(unfinished) -> GaugeHistogramMetricFamily:
 
 
 def _worker_families(workers) -> list:
-    now = datetime.now(UTC)
     heartbeat = GaugeMetricFamily(
         "chunkwise_worker_heartbeat_age_seconds",
         "Seconds since each worker was last heard from.",
@@ -197,7 +195,7 @@ def _worker_families(workers) -> list:
         labels=["worker_id"],
     )
     for w in workers[:MAX_WORKER_SERIES]:
-        age = (now - w.last_seen_at).total_seconds()
+        age = w.seen_seconds_ago
         if age > WORKER_SERIES_SECONDS:
             continue
         heartbeat.add_metric([w.id], age)
