@@ -13,10 +13,10 @@ from croniter import croniter
 from psycopg import Connection
 
 from repositories import events as event_rows
-from repositories.clock import database_now
 from repositories import locks
 from repositories import schedules as schedule_rows
 from repositories import users as user_rows
+from repositories.clock import database_now
 from repositories.schedules import DueSchedule, Schedule
 from services import jobs
 from services.auth import Principal
