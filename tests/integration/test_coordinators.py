@@ -56,9 +56,7 @@ def test_coordinators_with_the_same_settings_are_both_ready(app, second_app, db)
     assert first["id"] != second["id"] and first["host"] and first["version"]
 
 
-def test_a_coordinator_with_another_session_key_is_not_ready_and_names_it(
-    app_config, second_app, db, caplog
-):
+def test_a_coordinator_with_another_session_key_is_not_ready_and_names_it(second_app, db, caplog):
     first = second_app(CHUNKWISE_SECRET_KEY=KEY)
     coordinators.check_in(runtime_of(first))
     other = second_app(CHUNKWISE_SECRET_KEY="o" * 40)
