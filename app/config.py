@@ -296,6 +296,33 @@ def _cross_checks(s: Settings) -> list[str]:
     return problems
 
 
+# Settings every coordinator on one database must share: hosts that disagree on caps or
+# workloads enforce different rules on the same queue. Each coordinator checks in with a digest
+# of each (and of its session key, services/coordinators.py); /readyz names any that differ.
+def shared_settings(s: Settings) -> dict[str, str]:
+    """The shared settings by variable name, each value as text (lists in a fixed order)."""
+    limits = s.limits
+    return {
+        "CHUNKWISE_LEASE_SECONDS": str(limits.lease_seconds),
+        "CHUNKWISE_HEARTBEAT_SECONDS": str(limits.heartbeat_seconds),
+        "CHUNKWISE_MAX_ATTEMPTS": str(limits.max_attempts),
+        "CHUNKWISE_RETRY_DELAY_SECONDS": str(limits.retry_delay_seconds),
+        "CHUNKWISE_RETRY_DELAY_MAX_SECONDS": str(limits.retry_delay_max_seconds),
+        "CHUNKWISE_MAX_LEASES_PER_WORKER": str(limits.max_leases_per_worker),
+        "CHUNKWISE_MAX_LEASES_TOTAL": str(limits.max_leases_total),
+        "CHUNKWISE_MAX_QUEUED_CHUNKS": str(limits.max_queued_chunks),
+        "CHUNKWISE_MANIFEST_MAX_LEASES_PER_WORKER": str(limits.manifest_max_leases_per_worker),
+        "CHUNKWISE_MANIFEST_MAX_LEASES_TOTAL": str(limits.manifest_max_leases_total),
+        "CHUNKWISE_MANIFEST_MAX_QUEUED_TASKS": str(limits.manifest_max_queued_tasks),
+        "CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB": str(limits.manifest_max_tasks_per_job),
+        "CHUNKWISE_ALLOWED_WORKLOADS": ",".join(sorted(limits.allowed_workloads)),
+        "CHUNKWISE_WORKLOAD_RATE_LIMITS": ",".join(
+            f"{name}={rate!r}/s" for name, rate in sorted(limits.rate_limits)
+        ),
+        "CHUNKWISE_RETENTION_DAYS": str(limits.retention_days),
+    }
+
+
 def to_libpq_url(url: str) -> str:
     """Accept the SQLAlchemy-style scheme yoyo uses and return the one libpq reads."""
     for prefix in ("postgresql+psycopg://", "postgres://"):

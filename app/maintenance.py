@@ -107,6 +107,8 @@ def start(app: Flask, interval: float) -> threading.Thread:
 
     def loop() -> None:
         failures = PassFailures()
+        # At once: a coordinator started after this one compares its settings with these.
+        run_one_pass(runtime, failures, maintenance.check_in)
         next_pass = time.monotonic() + interval
         went_through = True
         while not runtime.stopping.is_set():

@@ -3,7 +3,8 @@
 Under gunicorn (PROMETHEUS_MULTIPROC_DIR set) every process writes its counters to files the
 MultiProcessCollector sums, and gunicorn.conf.py's child_exit marks dead processes. Queue
 figures come from one aggregate query at scrape time, cached briefly, so they are right
-whichever process answers.
+whichever process answers; they are named chunkwise_cluster_*, the same on every host (to be
+aggregated with max(), never sum()).
 
 A scrape needs a credential (the series name live worker ids, which must not be public):
 CHUNKWISE_METRICS_TOKEN as a bearer token, or any operator's API token.
@@ -18,7 +19,6 @@ import os
 import struct
 import threading
 import time
-from datetime import UTC, datetime
 
 from flask import Flask, request
 from prometheus_client import CollectorRegistry
@@ -74,27 +74,33 @@ class QueueCollector:
         workers = [v.worker for v in queue.list_workers(self._runtime)]
         f = view.figures
         chunks = GaugeMetricFamily(
-            "chunkwise_chunks", "Chunks by workload and state.", labels=["workload", "state"]
+            "chunkwise_cluster_chunks",
+            "Chunks by workload and state.",
+            labels=["workload", "state"],
         )
         for c in f.chunks:
             chunks.add_metric([c.workload, c.state], c.count)
-        jobs_family = GaugeMetricFamily("chunkwise_jobs", "Jobs by status.", labels=["status"])
+        jobs_family = GaugeMetricFamily(
+            "chunkwise_cluster_jobs", "Jobs by status.", labels=["status"]
+        )
         for status, n in sorted(f.jobs_by_status.items()):
             jobs_family.add_metric([status], n)
         waiting = GaugeMetricFamily(
-            "chunkwise_waiting_chunks",
+            "chunkwise_cluster_waiting_chunks",
             "Pending chunks not yet claimable: waiting out a retry delay or a schedule.",
             labels=["workload"],
         )
         for workload, n in sorted(f.waiting_by_workload.items()):
             waiting.add_metric([workload], n)
         schedules = GaugeMetricFamily(
-            "chunkwise_schedules", "Every user's schedules, active or paused.", labels=["state"]
+            "chunkwise_cluster_schedules",
+            "Every user's schedules, active or paused.",
+            labels=["state"],
         )
         schedules.add_metric(["active"], f.schedules.active)
         schedules.add_metric(["paused"], f.schedules.paused)
         paused = GaugeMetricFamily(
-            "chunkwise_workload_paused",
+            "chunkwise_cluster_workload_paused",
             "1 while an operator has paused the workload's claims, else 0.",
             labels=["workload"],
         )
@@ -108,42 +114,46 @@ class QueueCollector:
             paused,
             schedules,
             _gauge(
-                "chunkwise_failing_schedules",
+                "chunkwise_cluster_failing_schedules",
                 "Schedules whose last run submitted no job (a full queue, or refused).",
                 f.schedules.failing,
             ),
             _gauge(
-                "chunkwise_schedule_lag_seconds",
+                "chunkwise_cluster_schedule_lag_seconds",
                 "How late the most overdue scheduled run is (0 when none is due).",
                 f.schedules.lag_seconds or 0.0,
             ),
             _gauge(
-                "chunkwise_oldest_pending_chunk_age_seconds",
+                "chunkwise_cluster_oldest_pending_chunk_age_seconds",
                 "How long the longest-waiting claimable chunk has waited (0 when none).",
                 f.oldest_pending_seconds or 0.0,
             ),
-            _gauge("chunkwise_active_leases", "Chunks leased to workers now.", f.active_leases),
             _gauge(
-                "chunkwise_max_leases_total",
+                "chunkwise_cluster_active_leases", "Chunks leased to workers now.", f.active_leases
+            ),
+            _gauge(
+                "chunkwise_cluster_max_leases_total",
                 "The cap on active leases.",
                 view.limits.max_leases_total,
             ),
             _gauge(
-                "chunkwise_oldest_lease_age_seconds",
+                "chunkwise_cluster_oldest_lease_age_seconds",
                 "Age of the oldest active lease (0 when none).",
                 f.oldest_lease_seconds or 0.0,
             ),
             _progress_histogram(f.unfinished_jobs),
             _counter(
-                "chunkwise_lease_expiries",
+                "chunkwise_cluster_lease_expiries",
                 "Leases that expired without a result.",
                 f.lease_expiries_total,
             ),
             _by_class(
-                "chunkwise_retries", "Chunk attempts retried, by failure class.", f.retries_by_code
+                "chunkwise_cluster_retries",
+                "Chunk attempts retried, by failure class.",
+                f.retries_by_code,
             ),
             _by_class(
-                "chunkwise_chunk_failures",
+                "chunkwise_cluster_chunk_failures",
                 "Chunks failed for good, by failure class.",
                 f.failed_chunks_by_code,
             ),
@@ -177,7 +187,7 @@ def _progress_histogram(unfinished) -> GaugeHistogramMetricFamily:
     buckets = [(str(b), sum(1 for v in values if v <= b)) for b in PROGRESS_BUCKETS]
     buckets.append(("+Inf", len(values)))
     return GaugeHistogramMetricFamily(
-        "chunkwise_unfinished_job_progress",
+        "chunkwise_cluster_unfinished_job_progress",
         "Progress of queued, running and merging jobs, as a histogram.",
         buckets=buckets,
         gsum_value=sum(values),
@@ -185,19 +195,18 @@ def _progress_histogram(unfinished) -> GaugeHistogramMetricFamily:
 
 
 def _worker_families(workers) -> list:
-    now = datetime.now(UTC)
     heartbeat = GaugeMetricFamily(
-        "chunkwise_worker_heartbeat_age_seconds",
+        "chunkwise_cluster_worker_heartbeat_age_seconds",
         "Seconds since each worker was last heard from.",
         labels=["worker_id"],
     )
     rss = GaugeMetricFamily(
-        "chunkwise_worker_peak_rss_bytes",
+        "chunkwise_cluster_worker_peak_rss_bytes",
         "Peak resident memory each worker reported with its results.",
         labels=["worker_id"],
     )
     for w in workers[:MAX_WORKER_SERIES]:
-        age = (now - w.last_seen_at).total_seconds()
+        age = w.seen_seconds_ago
         if age > WORKER_SERIES_SECONDS:
             continue
         heartbeat.add_metric([w.id], age)

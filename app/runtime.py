@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import atexit
+import importlib.metadata
 import logging
+import os
+import secrets
+import socket
 
 from flask import Flask, current_app
 
-from app.config import ConfigError, Settings
+from app.config import ConfigError, Settings, shared_settings
 from app.db import open_pool
-from services import archive, csvjobs, csvstats, health
+from app.ui_session import SECRET_KEY_FILE, shared_secret_key
+from services import archive, coordinators, csvjobs, csvstats, health
 from services.auth import KnownPrincipals
 from services.csvjobs import CsvStats
 from services.runtime import Limits, Runtime
@@ -22,6 +27,7 @@ logger = logging.getLogger(__name__)
 def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> Runtime:
     """Check storage, open the pool, start the NOTIFY listener; close both when the process ends."""
     _warn_about_storage(settings, fatal=storage_fatal)
+    coordinator = describe_coordinator(settings)
     principals = KnownPrincipals(settings.auth_cache_seconds)
     pool = open_pool(settings)
     # When the listener's connection breaks, the pool's idle ones most likely broke with it
@@ -41,6 +47,7 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
         principals=principals,
         archive_dir=settings.archive_dir,
         temp_dir=settings.temp_dir,
+        coordinator=coordinator,
     )
     runtime.wakeups.start()
     app.extensions["chunkwise.runtime"] = runtime
@@ -70,6 +77,23 @@ def workloads_for(limits: Limits) -> Workloads:
         max_stored_bytes_per_user=limits.user_max_stored_bytes,
     )
     return Workloads(limits.allowed_workloads, manifest_caps, [CsvStats(csv_caps)], rates)
+
+
+def describe_coordinator(settings: Settings) -> coordinators.Coordinator:
+    """This process as the other coordinators on its database will see it once it checks in."""
+    host = socket.gethostname()
+    return coordinators.describe(
+        # Random too: every container may be pid 1 under a reused hostname.
+        id=f"{host}-{os.getpid()}-{secrets.token_hex(3)}",
+        host=host,
+        pid=os.getpid(),
+        version=importlib.metadata.version("chunkwise"),
+        shared_settings=shared_settings(settings),
+        # The key ui_session.init_app signs the dashboard's cookies with.
+        secret_key=settings.secret_key
+        or shared_secret_key(settings.archive_dir.parent / SECRET_KEY_FILE),
+        maintenance_seconds=settings.maintenance_seconds,
+    )
 
 
 def require_storage(settings: Settings) -> None:
@@ -126,6 +150,14 @@ def close(runtime: Runtime) -> None:
     runtime.stopping.set()
     runtime.schedules_changed.set()
     runtime.wakeups.stop()
+    try:
+        # At once, rather than its row counting until it expires.
+        coordinators.check_out(runtime)
+    except Exception as exc:
+        logger.warning(
+            "could not remove this coordinator's row; it expires by itself",
+            extra={"event": "coordinator_check_out_failed", "error": str(exc)[:500]},
+        )
     runtime.pool.close()
 
 

@@ -22,6 +22,8 @@ class Worker:
     tasks_done: int
     peak_rss_bytes: int | None
     leases_held: int
+    # By the database's clock, which stamped last_seen_at: a host's own clock may be off.
+    seen_seconds_ago: float
 
 
 def touch(conn: Connection, worker_id: str) -> None:
@@ -47,7 +49,8 @@ def list_workers(conn: Connection) -> list[Worker]:
     """Every known worker, most recently seen first, with its current lease count."""
     rows = conn.execute(
         """
-        SELECT w.*, count(t.id) AS leases_held
+        SELECT w.*, count(t.id) AS leases_held,
+               extract(epoch FROM clock_timestamp() - w.last_seen_at)::float8 AS seen_seconds_ago
         FROM workers w LEFT JOIN tasks t ON t.lease_owner = w.id AND t.status = 'leased'
         GROUP BY w.id ORDER BY w.last_seen_at DESC
         """

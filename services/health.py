@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repositories import health
-from services import archive
+from services import archive, coordinators
 from services.errors import Unavailable
 from services.runtime import Runtime
 
@@ -101,7 +101,8 @@ def missing_migrations(rt: Runtime, expected: Sequence[str]) -> list[str]:
 
 
 def require_ready(rt: Runtime, expected: Sequence[str]) -> None:
-    """Raise Unavailable naming the storage problems or the missing migrations, if any."""
+    """Raise Unavailable naming the storage problems, the missing migrations or the shared
+    settings that differ from an earlier coordinator's, if any."""
     problems = storage_problems(rt.temp_dir, rt.archive_dir, rt.limits.max_upload_bytes)
     if problems:
         raise Unavailable(
@@ -116,3 +117,4 @@ def require_ready(rt: Runtime, expected: Sequence[str]) -> None:
             code="schema_behind",
             details={"missing_migrations": missing},
         )
+    coordinators.require_agreement(rt)

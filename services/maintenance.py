@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from repositories import jobs as job_rows
-from services import archive, jobs, logcontext, queue, schedules, tasks, workers
+from services import archive, coordinators, jobs, logcontext, queue, schedules, tasks, workers
 from services.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ def run_pass(rt: Runtime, *, trace_id: str | None = None) -> None:
             failures.append(exc)
             return None
 
+    attempt(coordinators.check_in, rt)
     attempt(tasks.expire_leases, rt)
     attempt(tasks.cancel_strays, rt)
     for job_id, workload in attempt(_merging_jobs, rt) or []:
@@ -56,6 +57,12 @@ def run_schedules(rt: Runtime, *, trace_id: str | None = None) -> None:
     """Submit the scheduled runs whose time has come, between passes."""
     logcontext.begin(trace_id=trace_id, operation="maintenance")
     schedules.run_due_schedules(rt)
+
+
+def check_in(rt: Runtime, *, trace_id: str | None = None) -> None:
+    """Register this coordinator as it starts, before its first pass."""
+    logcontext.begin(trace_id=trace_id, operation="maintenance")
+    coordinators.check_in(rt)
 
 
 def _merging_jobs(rt: Runtime) -> list[tuple[UUID, str]]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from psycopg_pool import ConnectionPool
 
 from services.auth import KnownPrincipals
+from services.coordinators import Coordinator
 from services.wakeups import Wakeups
 from services.workloads import Workloads
 
@@ -64,6 +65,8 @@ class Runtime:
     principals: KnownPrincipals
     archive_dir: Path
     temp_dir: Path
+    # This process as the other coordinators on its database see it.
+    coordinator: Coordinator
     # Set on shutdown: the maintenance loop ends its waiting instead of its next pass.
     stopping: threading.Event = field(default_factory=threading.Event)
     # Set when this process puts or resumes a schedule, and on shutdown: the maintenance

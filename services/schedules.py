@@ -16,6 +16,7 @@ from repositories import events as event_rows
 from repositories import locks
 from repositories import schedules as schedule_rows
 from repositories import users as user_rows
+from repositories.clock import database_now
 from repositories.schedules import DueSchedule, Schedule
 from services import jobs
 from services.auth import Principal
@@ -96,7 +97,6 @@ def put_schedule(
     if owner not in (None, principal.name):
         # Its runs are submitted as its owner: what they submit is the owner's to say.
         raise Forbidden("only its owner puts a schedule; an operator may pause, run or delete it")
-    next_run = next_run_after(spec.cron, datetime.now(UTC), spec.timezone)
     if spec.job.not_before is not None:
         raise _within_job(
             InvalidInput.field("not_before", "a schedule's runs start at their own times")
@@ -112,6 +112,8 @@ def put_schedule(
     with rt.pool.connection() as conn, conn.transaction():
         # One change to a user's schedules at a time, so the cap's count cannot be raced.
         locks.take_turn(conn, locks.SCHEDULES, str(principal.user_id))
+        # The database's clock, not this host's: every coordinator reads the same one.
+        next_run = next_run_after(spec.cron, database_now(conn), spec.timezone)
         existing = schedule_rows.get(conn, principal.user_id, spec.name)
         limit = rt.limits.user_max_schedules
         if existing is None and schedule_rows.count_for_owner(conn, principal.user_id) >= limit:
@@ -175,7 +177,7 @@ def pause_schedule(
     """Pause the caller's schedule (an operator's: the named owner's), or resume it from now."""
     with rt.pool.connection() as conn, conn.transaction():
         whose, schedule = _find(conn, principal, name, owner, for_update=True)
-        next_run = next_run_after(schedule.cron, datetime.now(UTC), schedule.timezone)
+        next_run = next_run_after(schedule.cron, database_now(conn), schedule.timezone)
         changed = schedule_rows.set_paused(conn, schedule.id, paused=paused, next_run_at=next_run)
         event_rows.audit(
             conn,
@@ -272,9 +274,11 @@ def run_due_schedules(rt: Runtime, now: datetime | None = None) -> int:
     naming the schedule and the run's time: a pass that dies before its commit leaves the
     runs due, and the next pass's submits replay the jobs already made instead of adding more.
     """
-    now = now or datetime.now(UTC)
     submitted = 0
     with rt.pool.connection() as conn, conn.transaction():
+        # What is due is the database's to say: a host whose clock runs fast must not fire
+        # runs early (nor, by computing the next run from its own now, skip one).
+        now = now or database_now(conn)
         for due in schedule_rows.lock_due(conn, now=now, limit=RUNS_PER_PASS):
             job_id, error, next_run = _run(rt, due, now)
             waits = next_run == due.schedule.next_run_at  # for room in its queue
@@ -296,8 +300,8 @@ def seconds_until_next_run(rt: Runtime, now: datetime | None = None) -> float | 
     Runs already due are left out: one waiting for room in a full queue is tried again by
     each maintenance pass, not at once and again.
     """
-    now = now or datetime.now(UTC)
     with rt.pool.connection() as conn:
+        now = now or database_now(conn)
         soonest = schedule_rows.soonest_run(conn, after=now)
     return None if soonest is None else (soonest - now).total_seconds()
 

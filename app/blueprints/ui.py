@@ -523,7 +523,7 @@ def _set_workload_paused(workload: str, *, paused: bool):
 def workers_page():
     """Every worker with its heartbeat age, leases held, chunks done and peak memory."""
     workers = queue.list_workers(get_runtime())
-    return render_template("ui/workers.html", workers=workers, now=datetime.now(UTC))
+    return render_template("ui/workers.html", workers=workers)
 
 
 # --- errors ---------------------------------------------------------------------------------

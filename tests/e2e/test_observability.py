@@ -53,7 +53,7 @@ def rejections_by_process(stack) -> dict[int, float]:
 def test_chunk_gauges_follow_a_job_from_pending_to_completed(stack, jobs):
     job = jobs.submit(generate_csv(8_000, seed=30), 8)
     wait_for(
-        lambda: scraped(stack, "chunkwise_chunks", 8, state="pending"),
+        lambda: scraped(stack, "chunkwise_cluster_chunks", 8, state="pending"),
         10,
         what="8 pending chunks on /metrics",
     )
@@ -64,8 +64,8 @@ def test_chunk_gauges_follow_a_job_from_pending_to_completed(stack, jobs):
     def all_completed() -> bool:
         metrics = scrape(stack)
         return (
-            metrics.value("chunkwise_chunks", state="completed"),
-            metrics.value("chunkwise_chunks", state="pending"),
+            metrics.value("chunkwise_cluster_chunks", state="completed"),
+            metrics.value("chunkwise_cluster_chunks", state="pending"),
         ) == (8, 0)
 
     wait_for(all_completed, 10, what="8 completed and no pending chunks on /metrics")
@@ -74,11 +74,11 @@ def test_chunk_gauges_follow_a_job_from_pending_to_completed(stack, jobs):
 def test_lease_expiry_counter_counts_the_lease_of_a_crashed_worker(stack, jobs):
     job = jobs.submit(generate_csv(4_000, seed=31), 2)
     wait_for(
-        lambda: scrape(stack).has("chunkwise_lease_expiries_total"),
+        lambda: scrape(stack).has("chunkwise_cluster_lease_expiries_total"),
         10,
         what="the lease expiry counter on /metrics",
     )
-    assert scrape(stack).value("chunkwise_lease_expiries_total") == 0
+    assert scrape(stack).value("chunkwise_cluster_lease_expiries_total") == 0
     crasher = start_one_chunk_worker(stack, "crasher", "crash-after-compute")
     assert crasher.wait(timeout=20) == CRASH_EXIT_STATUS
     stack.start_worker("survivor", *SHORT_POLL, "--capacity", "2")
@@ -86,7 +86,7 @@ def test_lease_expiry_counter_counts_the_lease_of_a_crashed_worker(stack, jobs):
     jobs.wait(job["id"], "succeeded", timeout=30)
 
     wait_for(
-        lambda: scraped(stack, "chunkwise_lease_expiries_total", 1),
+        lambda: scraped(stack, "chunkwise_cluster_lease_expiries_total", 1),
         10,
         what="one lease expiry on /metrics",
     )
@@ -112,13 +112,19 @@ def test_heartbeat_age_is_exported_for_each_worker(stack, jobs):
     wait_for(lambda: events(stack, "watched", "started"), 10, what="the worker to start")
 
     wait_for(
-        lambda: scrape(stack).has("chunkwise_worker_heartbeat_age_seconds", worker_id="watched"),
+        lambda: scrape(stack).has(
+            "chunkwise_cluster_worker_heartbeat_age_seconds", worker_id="watched"
+        ),
         10,
         what="the worker's heartbeat age on /metrics",
     )
 
     assert (
-        0 <= scrape(stack).value("chunkwise_worker_heartbeat_age_seconds", worker_id="watched") < 10
+        0
+        <= scrape(stack).value(
+            "chunkwise_cluster_worker_heartbeat_age_seconds", worker_id="watched"
+        )
+        < 10
     )
 
 

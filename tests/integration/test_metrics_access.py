@@ -48,7 +48,7 @@ def test_an_operator_token_may_scrape_when_no_scrape_token_is_set(client, header
     response = client.get("/metrics", headers=headers["operator"])
 
     assert response.status_code == 200
-    assert "chunkwise_active_leases" in response.get_data(as_text=True)
+    assert "chunkwise_cluster_active_leases" in response.get_data(as_text=True)
 
 
 @settings(CHUNKWISE_METRICS_TOKEN=SCRAPE_TOKEN)
@@ -57,7 +57,7 @@ def test_the_scrape_token_reads_metrics_and_nothing_else(client, headers):
     queue = client.get("/api/v1/queue", headers=bearer(SCRAPE_TOKEN))
 
     assert scraped.status_code == 200
-    assert "chunkwise_active_leases" in scraped.get_data(as_text=True)
+    assert "chunkwise_cluster_active_leases" in scraped.get_data(as_text=True)
     assert queue.status_code == 401
     assert client.get("/metrics", headers=headers["operator"]).status_code == 200
 

@@ -25,8 +25,10 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0029.fair_share"
-# The table and the tasks' column the latest migration adds.
+LATEST = "0030.coordinators"
+# The table the latest migration adds.
+COORDINATORS_TABLE = "coordinators"
+# The table and the tasks' column 0029 adds.
 USER_BOUNDS_TABLE, FAIR_COLUMN = "user_bounds", "fair_tag"
 # The table 0025 adds.
 BUCKETS_TABLE = "workload_buckets"
@@ -37,7 +39,7 @@ DEPENDENCY_COLUMN, DEPENDENTS_INDEX = "depends_on", "jobs_dependents_idx"
 # The table 0022 adds.
 SCHEDULES_TABLE = "schedules"
 # The tables 0022 and later add.
-LATER_TABLES = {SCHEDULES_TABLE, PAUSES_TABLE, BUCKETS_TABLE, USER_BOUNDS_TABLE}
+LATER_TABLES = {SCHEDULES_TABLE, PAUSES_TABLE, BUCKETS_TABLE, USER_BOUNDS_TABLE, COORDINATORS_TABLE}
 HEAD_TABLES = QUEUE_TABLES | CSV_TABLES | LATER_TABLES
 # The columns 0021 adds, by table.
 TIMEOUT_COLUMNS = {"jobs": {"timeout_seconds"}, "tasks": {"timeout_seconds", "deadline"}}
@@ -211,13 +213,36 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert FAIR_COLUMN in columns(empty_database_url, "tasks")
 
     migrations.rollback_latest(empty_database_url)
-    assert public_tables(empty_database_url) == HEAD_TABLES - {USER_BOUNDS_TABLE}
-    assert FAIR_COLUMN not in columns(empty_database_url, "tasks")
-    assert indexes(empty_database_url) >= RETRY_INDEXES  # the claim index, as 0019 built it
+    assert public_tables(empty_database_url) == HEAD_TABLES - {COORDINATORS_TABLE}
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == HEAD_TABLES
     assert triggers(empty_database_url) == TRIGGERS
+
+
+def test_rolling_back_the_workload_rates_migration_drops_its_table(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    roll_back_through(empty_database_url, "0025.workload_rates")
+
+    assert public_tables(empty_database_url) == HEAD_TABLES - {
+        BUCKETS_TABLE,
+        USER_BOUNDS_TABLE,
+        COORDINATORS_TABLE,
+    }
+
+
+def test_rolling_back_the_fair_share_migration_drops_its_table_and_column(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    roll_back_through(empty_database_url, "0029.fair_share")
+
+    assert public_tables(empty_database_url) == HEAD_TABLES - {
+        USER_BOUNDS_TABLE,
+        COORDINATORS_TABLE,
+    }
+    assert FAIR_COLUMN not in columns(empty_database_url, "tasks")
+    assert indexes(empty_database_url) >= RETRY_INDEXES  # the claim index, as 0019 built it
 
 
 def test_rolling_back_the_workload_pauses_migration_drops_its_table(empty_database_url):
@@ -229,6 +254,7 @@ def test_rolling_back_the_workload_pauses_migration_drops_its_table(empty_databa
         PAUSES_TABLE,
         BUCKETS_TABLE,
         USER_BOUNDS_TABLE,
+        COORDINATORS_TABLE,
     }
     assert DEPENDENCY_COLUMN in columns(empty_database_url, "jobs")  # 0023's stays
 

@@ -157,7 +157,9 @@ def test_waiting_chunks_are_counted_by_workload_for_operators_and_metrics(
     submit(manifest(1))
 
     queue = client.get("/api/v1/queue", headers=headers["operator"]).get_json()
-    [family] = [f for f in QueueCollector(rt).collect() if f.name == "chunkwise_waiting_chunks"]
+    [family] = [
+        f for f in QueueCollector(rt).collect() if f.name == "chunkwise_cluster_waiting_chunks"
+    ]
 
     assert queue["waiting"] == {"echo": 2, "render": 1}
     assert {s.labels["workload"]: s.value for s in family.samples} == {"echo": 2, "render": 1}

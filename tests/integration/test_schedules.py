@@ -571,10 +571,10 @@ def test_operators_see_how_many_schedules_fail_and_how_late_a_run_is(
     # The paused one is moved too, but no lag counts it.
     assert (figures["active"], figures["paused"], figures["failing"]) == (2, 1, 2)
     assert 590 <= figures["lag_seconds"] <= 700
-    assert metrics[("chunkwise_schedules", ("active",))] == 2
-    assert metrics[("chunkwise_schedules", ("paused",))] == 1
-    assert metrics[("chunkwise_failing_schedules", ())] == 2
-    assert 590 <= metrics[("chunkwise_schedule_lag_seconds", ())] <= 700
+    assert metrics[("chunkwise_cluster_schedules", ("active",))] == 2
+    assert metrics[("chunkwise_cluster_schedules", ("paused",))] == 1
+    assert metrics[("chunkwise_cluster_failing_schedules", ())] == 2
+    assert 590 <= metrics[("chunkwise_cluster_schedule_lag_seconds", ())] <= 700
 
 
 def test_a_schedule_in_a_time_zone_runs_on_its_clocks_and_a_new_zone_moves_its_next_run(put):

@@ -189,7 +189,9 @@ def test_the_last_attempt_timing_out_fails_the_job_with_timed_out(
     failed = client.get(f"/api/v1/jobs/{job['id']}", headers=headers["user"]).get_json()
     assert failed["status"] == "failed"
     assert "timed_out" in str(failed["error"])
-    [family] = [f for f in QueueCollector(rt).collect() if f.name == "chunkwise_chunk_failures"]
+    [family] = [
+        f for f in QueueCollector(rt).collect() if f.name == "chunkwise_cluster_chunk_failures"
+    ]
     by_class = {s.labels["failure_class"]: s.value for s in family.samples}
     assert by_class["timed_out"] == 1 and sum(by_class.values()) == 1
 

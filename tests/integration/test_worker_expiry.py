@@ -8,7 +8,7 @@ from services import maintenance
 from tests.integration.csv_worker import settings
 from tests.integration.manifests import OTHER_WORKER, WORKER, manifest
 
-HEARTBEAT_AGE = "chunkwise_worker_heartbeat_age_seconds"
+HEARTBEAT_AGE = "chunkwise_cluster_worker_heartbeat_age_seconds"
 
 
 def age_workers(db, seconds: int) -> None:

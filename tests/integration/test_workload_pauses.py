@@ -221,7 +221,9 @@ def test_no_claim_that_starts_after_the_pause_answered_leases_its_tasks(rt, user
 def test_metrics_say_which_served_workloads_are_paused(rt, set_paused):
     set_paused("render")
 
-    [family] = [f for f in QueueCollector(rt).collect() if f.name == "chunkwise_workload_paused"]
+    [family] = [
+        f for f in QueueCollector(rt).collect() if f.name == "chunkwise_cluster_workload_paused"
+    ]
 
     paused = {s.labels["workload"]: s.value for s in family.samples}
     assert paused == {"csv_stats": 0, "echo": 0, "render": 1}

@@ -13,8 +13,9 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from app import maintenance
+from app.config import Settings
 from app.maintenance import ESCALATE_AFTER, PassFailures, run_one_pass
-from app.runtime import workloads_for
+from app.runtime import describe_coordinator, workloads_for
 from services.auth import KnownPrincipals
 from services.runtime import Limits, Runtime
 from services.wakeups import Wakeups
@@ -34,6 +35,9 @@ def unreachable_database(tmp_path):
         principals=KnownPrincipals(0),
         archive_dir=tmp_path / "archive",
         temp_dir=tmp_path / "tmp",
+        coordinator=describe_coordinator(
+            Settings(NOWHERE, archive_dir=tmp_path / "archive", secret_key="k" * 32)
+        ),
     )
     pool.close()
 

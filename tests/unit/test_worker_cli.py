@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from tests.unit.fakes import FakeClient, FakeClock, make_worker, task_payload, w
 from worker_cli.handlers import ClaimedTask
 from worker_cli.logs import configure_logging
 from worker_cli.worker import main
+from worker_cli.worker_args import config_from_args, parse_args
 from worker_cli.worker_config import default_worker_id
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,6 +32,14 @@ def test_default_worker_ids_are_readable_and_unique():
     assert len(ids) == 2000
     host, pid, suffix = next(iter(ids)).rsplit("-", 2)
     assert host and pid == str(os.getpid()) and len(suffix) == 6
+
+
+def test_a_worker_started_without_an_id_gets_its_hosts_and_pids_and_a_new_one_each_start():
+    first, restarted = (config_from_args(parse_args([])).worker_id for _ in range(2))
+
+    assert first.startswith(f"{socket.gethostname()}-{os.getpid()}-")
+    # Not the dead process's id: its leases, until they expire, count against that id's cap.
+    assert restarted != first
 
 
 def test_missing_token_is_a_clear_error_with_status_2(monkeypatch, capsys):
