@@ -53,3 +53,12 @@ def list_workers(conn: Connection) -> list[Worker]:
         """
     ).fetchall()
     return [from_row(Worker, r) for r in rows]
+
+
+def bound_elsewhere(conn: Connection, worker_id: str, credential_id: int) -> bool:
+    """Whether the worker id is bound to another worker credential than this one (sql/0026)."""
+    row = conn.execute(
+        "SELECT credential_id <> %(credential)s AS elsewhere FROM workers WHERE id = %(id)s",
+        {"id": worker_id, "credential": credential_id},
+    ).fetchone()
+    return bool(row and row["elsewhere"])

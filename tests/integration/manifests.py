@@ -36,6 +36,7 @@ def result_body(claimed: dict, worker_id: str = WORKER, tag: str = "out") -> dic
     return {
         "worker_id": worker_id,
         "attempt": claimed["attempt"],
+        "lease_token": claimed["lease_token"],
         "result_uri": uri,
         "result_sha256": sha256_of(uri),
         "metrics": {"rows": 1},

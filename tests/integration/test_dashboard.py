@@ -488,7 +488,12 @@ def test_retry_with_the_csrf_token_requeues_a_failed_job(
 ):
     job = submit(manifest(1))
     claimed = claim()[0]
-    failure = {"worker_id": WORKER, "attempt": claimed["attempt"], "error_code": "boom"}
+    failure = {
+        "worker_id": WORKER,
+        "attempt": claimed["attempt"],
+        "lease_token": claimed["lease_token"],
+        "error_code": "boom",
+    }
     assert (
         task_call(claimed["task_id"], "failure", {**failure, "retryable": False}).status_code == 200
     )
@@ -600,7 +605,12 @@ def test_a_job_its_prerequisites_failure_failed_links_the_job_whose_retry_brings
     first = submit(manifest(1))
     then = submit(manifest(1, depends_on=[first["id"]]))
     [task] = claim()
-    failure = {"worker_id": WORKER, "attempt": task["attempt"], "error_code": "boom"}
+    failure = {
+        "worker_id": WORKER,
+        "attempt": task["attempt"],
+        "lease_token": task["lease_token"],
+        "error_code": "boom",
+    }
     assert task_call(task["task_id"], "failure", {**failure, "retryable": False}).status_code == 200
     browser = sign_in("user")
 
@@ -1141,7 +1151,12 @@ def test_user_supplied_text_is_isolated_so_a_bidi_override_cannot_reorder_its_ne
 ):
     job = submit(manifest(1, labels={f"k{RLO}ey": f"x{RLO}abc"}, parameters={"p": f"{RLO}exe"}))
     claimed = claim(worker_id="worker")[0]
-    failure = {"worker_id": "worker", "attempt": claimed["attempt"], "error_code": f"e{RLO}rr"}
+    failure = {
+        "worker_id": "worker",
+        "attempt": claimed["attempt"],
+        "lease_token": claimed["lease_token"],
+        "error_code": f"e{RLO}rr",
+    }
     task_call(
         claimed["task_id"],
         "failure",

@@ -319,7 +319,9 @@ def test_the_old_holder_of_an_expired_lease_is_fenced_off(rt, submit, claim, tas
     before = task_row(first["task_id"])
 
     response = task_call(
-        first["task_id"], "heartbeat", {"worker_id": WORKER, "attempt": first["attempt"]}
+        first["task_id"],
+        "heartbeat",
+        {"worker_id": WORKER, "attempt": first["attempt"], "lease_token": first["lease_token"]},
     )
 
     assert response.status_code == 409

@@ -444,7 +444,9 @@ def test_cancelling_a_job_cancels_its_tasks_and_fences_off_the_running_one(
     statuses = db.execute("SELECT status FROM tasks WHERE job_id = %s", (job["id"],)).fetchall()
     assert {r["status"] for r in statuses} == {"cancelled"}
     heartbeat = task_call(
-        running["task_id"], "heartbeat", {"worker_id": WORKER, "attempt": running["attempt"]}
+        running["task_id"],
+        "heartbeat",
+        {"worker_id": WORKER, "attempt": running["attempt"], "lease_token": running["lease_token"]},
     )
     assert heartbeat.status_code == 409
     assert heartbeat.get_json()["error"]["code"] == "task_cancelled"

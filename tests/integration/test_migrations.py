@@ -25,7 +25,7 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0025.workload_rates"
+LATEST = "0026.lease_tokens"
 # The table the latest migration adds.
 BUCKETS_TABLE = "workload_buckets"
 # The table 0024 adds.

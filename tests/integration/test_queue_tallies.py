@@ -36,6 +36,7 @@ def failure(claimed: dict, code: str, retryable: bool) -> dict:
     return {
         "worker_id": WORKER,
         "attempt": claimed["attempt"],
+        "lease_token": claimed["lease_token"],
         "error_code": code,
         "error_message": "it broke",
         "retryable": retryable,

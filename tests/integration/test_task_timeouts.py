@@ -62,7 +62,7 @@ def test_a_job_without_a_timeout_leases_for_the_usual_lease_and_names_no_deadlin
 def test_a_heartbeat_renews_the_lease_only_up_to_the_deadline(submit, claim, task_call):
     submit(manifest(2, timeout_seconds=8))
     [near, _] = claim(capacity=2)
-    body = {"worker_id": WORKER, "attempt": near["attempt"]}
+    body = {"worker_id": WORKER, "attempt": near["attempt"], "lease_token": near["lease_token"]}
 
     renewed = task_call(near["task_id"], "heartbeat", body)
 

@@ -1,0 +1,3 @@
+ALTER TABLE workers DROP COLUMN credential_id;
+ALTER TABLE task_attempts DROP COLUMN lease_sha256;
+ALTER TABLE tasks DROP COLUMN lease_sha256;
