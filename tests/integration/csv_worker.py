@@ -155,7 +155,6 @@ class CsvWorker:
         lease = {
             "attempt": task["attempt"],
             "lease_token": task["lease_token"],
-            "lease_token": task["lease_token"],
         }
         body = {"worker_id": self.worker_id, **lease, **body}
         return self.client.post(

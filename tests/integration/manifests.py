@@ -6,6 +6,8 @@ import hashlib
 
 WORKER = "worker-a"
 OTHER_WORKER = "worker-b"
+# The worker credential (api_tokens.id) that tests calling the services directly act under.
+CREDENTIAL = 1
 
 
 def sha256_of(text: str) -> str:

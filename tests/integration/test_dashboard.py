@@ -545,6 +545,7 @@ def test_a_chunk_waiting_out_a_retry_says_when_it_will_run(sign_in, submit, clai
     job = submit(manifest(2, max_attempts=3))
     leased = claim()[0]
     failure = {"worker_id": WORKER, "attempt": 1, "error_code": "down", "retryable": True}
+    failure["lease_token"] = leased["lease_token"]
     assert task_call(leased["task_id"], "failure", failure).status_code == 200
 
     page = sign_in("user").get(f"/ui/jobs/{job['id']}").text

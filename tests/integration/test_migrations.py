@@ -28,6 +28,12 @@ CSV_TABLES = {"chunk_summaries"}
 LATEST = "0026.lease_tokens"
 # The table the latest migration adds.
 BUCKETS_TABLE = "workload_buckets"
+# The columns 0026 adds, by table.
+LEASE_COLUMNS = {
+    "tasks": "lease_sha256",
+    "task_attempts": "lease_sha256",
+    "workers": "credential_id",
+}
 # The table 0024 adds.
 PAUSES_TABLE = "workload_pauses"
 # The column 0023 adds to jobs, and its index, built outside a transaction.
@@ -204,12 +210,23 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert has_timeout_columns(empty_database_url) == {"jobs": True, "tasks": True}
     assert DEPENDENCY_COLUMN in columns(empty_database_url, "jobs")
 
+    assert all(c in columns(empty_database_url, t) for t, c in LEASE_COLUMNS.items())
+
     migrations.rollback_latest(empty_database_url)
-    assert public_tables(empty_database_url) == HEAD_TABLES - {BUCKETS_TABLE}  # 0024's stays
+    assert not any(c in columns(empty_database_url, t) for t, c in LEASE_COLUMNS.items())
+    assert public_tables(empty_database_url) == HEAD_TABLES  # 0025's stays
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == HEAD_TABLES
     assert triggers(empty_database_url) == TRIGGERS
+
+
+def test_rolling_back_the_workload_rates_migration_drops_its_table(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    roll_back_through(empty_database_url, "0025.workload_rates")
+
+    assert public_tables(empty_database_url) == HEAD_TABLES - {BUCKETS_TABLE}  # 0024's stays
 
 
 def test_rolling_back_the_workload_pauses_migration_drops_its_table(empty_database_url):
