@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from uuid import UUID
 
-from psycopg import Connection, sql
+from psycopg import Connection, errors, sql
 from psycopg.types.json import Jsonb
 
 from repositories import channels, from_row
@@ -149,10 +149,43 @@ def claim(
     a schedule's) have ended, until it commits, and leases the first ones in claim order that
     its room allows; the rest stay pending.
     Each lease gets a secret token, of which only the SHA-256 is stored (sql/0026). A worker
-    id bound to another credential gets no room; should two credentials race to first use
-    one, the loser's upsert of the worker row changes nothing and it is told so.
+    id bound to another credential fails the statement, so nothing is leased or recorded,
+    even when two credentials race to use a new one first.
     """
-    rows = conn.execute(
+    try:
+        rows = _claim_rows(
+            conn,
+            worker_id,
+            credential_id,
+            workloads,
+            named,
+            capacity,
+            max_per_worker,
+            max_total,
+            lease_seconds,
+        )
+    except errors.CheckViolation as exc:
+        if exc.diag.constraint_name == "workers_credential_id_check":
+            return None
+        raise
+    return [
+        ClaimedTask(from_row(Task, r), r["attempt_id"], r["attempt_trace_id"], r["lease_token"])
+        for r in rows
+    ]
+
+
+def _claim_rows(
+    conn: Connection,
+    worker_id: str,
+    credential_id: int,
+    workloads: Sequence[str],
+    named: Sequence[str],
+    capacity: int,
+    max_per_worker: int | None,
+    max_total: int | None,
+    lease_seconds: int,
+) -> list[dict]:
+    return conn.execute(
         """
         WITH held AS (
             SELECT count(*) FILTER (WHERE lease_owner = %(worker)s) AS mine, count(*) AS total
@@ -162,9 +195,7 @@ def claim(
         ), room AS (
             -- LEAST ignores NULLs: an absent cap does not limit the claim.
             SELECT GREATEST(0, LEAST(%(capacity)s, %(per_worker)s::int - mine,
-                                     %(total)s::int - total))
-                   * (NOT EXISTS (SELECT FROM workers WHERE id = %(worker)s
-                                  AND credential_id <> %(credential)s))::int AS n
+                                     %(total)s::int - total)) AS n
             FROM held
         ), unpaused AS (
             -- The workloads no operator has paused (sql/0024), read by this statement's
@@ -238,20 +269,19 @@ def claim(
         ), seen AS (
             -- The only row a claim may wait for: a batch of this worker's results updates it
             -- last, after its job, so the two cannot wait for each other.
-            -- A row bound to another credential is left as it is, and the claim refused.
+            -- A worker id bound to another credential is set to 0, which
+            -- workers_credential_id_check refuses: the whole claim fails (sql/0026).
             INSERT INTO workers (id, capacity, workloads, credential_id)
             VALUES (%(worker)s, %(capacity)s, %(named)b, %(credential)s)
             ON CONFLICT (id) DO UPDATE SET last_seen_at = now(),
                 capacity = GREATEST(workers.capacity, EXCLUDED.capacity),
                 workloads = EXCLUDED.workloads,
-                credential_id = EXCLUDED.credential_id
-            WHERE workers.credential_id IS NULL
-               OR workers.credential_id = EXCLUDED.credential_id
-            RETURNING id
+                credential_id = CASE WHEN workers.credential_id IS NULL
+                                       OR workers.credential_id = EXCLUDED.credential_id
+                                     THEN EXCLUDED.credential_id ELSE 0 END
         )
-        -- One row even when nothing is leased, to say whether the worker id was the caller's.
-        SELECT EXISTS (SELECT FROM seen) AS bound, l.*, a.attempt_id, a.attempt_trace_id
-        FROM (leased l JOIN attempts a ON a.task_id = l.id) RIGHT JOIN (SELECT) AS one ON true
+        SELECT l.*, a.attempt_id, a.attempt_trace_id
+        FROM leased l JOIN attempts a ON a.task_id = l.id
         ORDER BY l.priority DESC, l.created_at, l.job_id, l.chunk_index
         """,
         {
@@ -265,13 +295,6 @@ def claim(
             "lease": lease_seconds,
         },
     ).fetchall()
-    if not rows[0]["bound"]:
-        return None
-    return [
-        ClaimedTask(from_row(Task, r), r["attempt_id"], r["attempt_trace_id"], r["lease_token"])
-        for r in rows
-        if r["id"] is not None
-    ]
 
 
 def lease_digest(lease_token: str) -> str:

@@ -8,3 +8,8 @@
 ALTER TABLE tasks ADD COLUMN lease_sha256 text;
 ALTER TABLE task_attempts ADD COLUMN lease_sha256 text;
 ALTER TABLE workers ADD COLUMN credential_id bigint;
+-- A claim naming a worker id bound to another credential sets it to 0, no credential's id
+-- (they start at 1), and this refuses the whole claim statement. NULL (unbound: a row seen
+-- before this migration, or written by a coordinator not yet upgraded) passes, and the next
+-- claim binds it.
+ALTER TABLE workers ADD CONSTRAINT workers_credential_id_check CHECK (credential_id > 0);
