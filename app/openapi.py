@@ -146,6 +146,14 @@ IDEMPOTENCY_KEY_PARAMETER = {
     "description": "a retry with the same key and body returns the original job (200)",
     "schema": {"type": "string", "minLength": 1, "maxLength": 200},
 }
+LEASE_TOKEN_PARAMETER = {
+    "in": "header",
+    "name": schemas.LEASE_TOKEN_HEADER,
+    "required": True,
+    "description": "the lease_token the claim returned with this task; a missing or malformed "
+    "one is 422, another lease's is 409 lease_lost",
+    "schema": {"type": "string", **schemas.LEASE_TOKEN["metadata"]},
+}
 IF_NONE_MATCH_PARAMETER = {
     "in": "header",
     "name": "If-None-Match",
@@ -255,6 +263,8 @@ def build_spec(app: Flask) -> dict:
                 parameters.append(IDEMPOTENCY_KEY_PARAMETER)
             if rule.endpoint == "jobs.get_job":
                 parameters.append(IF_NONE_MATCH_PARAMETER)
+            if rule.endpoint == "tasks.read_input":
+                parameters.append(LEASE_TOKEN_PARAMETER)
             operation: dict = {
                 "operationId": rule.endpoint,
                 "summary": (view.__doc__ or "").strip().splitlines()[0],

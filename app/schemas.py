@@ -38,6 +38,12 @@ MAX_SCHEDULE_DISTANCE = timedelta(days=366)
 MAX_TIMEOUT_SECONDS = 86400
 
 HEX64 = whole_text(r"^[0-9a-f]{64}", "must be 64 lowercase hex digits")
+# The secret a claim hands out per lease; every call under the lease carries it (sql/0026).
+LEASE_TOKEN = whole_text(r"^cwl_[0-9a-f]{64}", "must be the lease_token the claim returned")
+LEASE_TOKEN_HEADER = "Chunkwise-Lease-Token"
+LEASE_TOKEN_ABOUT = {
+    "description": "the secret lease_token the claim returned with this task (never in a URL)"
+}
 
 
 def _printable(value: str) -> None:
@@ -303,13 +309,25 @@ class ClaimSchema(RequestSchema):
 
 
 class LeaseSchema(RequestSchema):
-    """Identifies the lease a call is made under."""
+    """Identifies the lease a call is made under (the input's query; its token is a header)."""
 
     worker_id = fields.Str(required=True, validate=WORKER_ID)
     attempt = Int(minimum=1, required=True)
 
 
-class HeartbeatSchema(LeaseSchema):
+class LeaseTokenHeaderSchema(Schema):
+    """The lease token of a call without a body: the Chunkwise-Lease-Token header."""
+
+    lease_token = fields.Str(required=True, data_key=LEASE_TOKEN_HEADER, **LEASE_TOKEN)
+
+
+class LeaseBodySchema(LeaseSchema):
+    """Identifies the lease a call is made under, with the token that proves it is held."""
+
+    lease_token = fields.Str(required=True, **LEASE_TOKEN)
+
+
+class HeartbeatSchema(LeaseBodySchema):
     """A heartbeat, optionally carrying a checkpoint."""
 
     checkpoint = fields.Dict(load_default=None, allow_none=True)
@@ -320,6 +338,7 @@ class HeartbeatItemSchema(Schema):
 
     task_id = fields.UUID(required=True)
     attempt = Int(minimum=1, required=True)
+    lease_token = fields.Str(required=True, **LEASE_TOKEN)
     checkpoint = fields.Dict(load_default=None, allow_none=True)
 
 
@@ -359,7 +378,7 @@ class ResultFieldsSchema(Schema):
             raise ValidationError({"peak_rss_bytes": [f"must be a whole number, 0 to {high}"]})
 
 
-class ResultSchema(LeaseSchema, ResultFieldsSchema):
+class ResultSchema(LeaseBodySchema, ResultFieldsSchema):
     """A completed task under the caller's lease."""
 
 
@@ -368,6 +387,7 @@ class ResultItemSchema(ResultFieldsSchema):
 
     task_id = fields.UUID(required=True)
     attempt = Int(minimum=1, required=True)
+    lease_token = fields.Str(required=True, **LEASE_TOKEN)
 
 
 class ResultBatchSchema(RequestSchema):
@@ -381,7 +401,7 @@ class ResultBatchSchema(RequestSchema):
     )
 
 
-class FailureSchema(LeaseSchema):
+class FailureSchema(LeaseBodySchema):
     """A failed task."""
 
     error_code = fields.Str(required=True, validate=validate.Length(min=1, max=100))
@@ -671,6 +691,12 @@ class ClaimedTaskSchema(Schema):
     attempt = fields.Int(attribute="task.attempt")
     attempt_id = fields.UUID()
     trace_id = fields.Str()
+    lease_token = fields.Str(
+        metadata={
+            "description": "secret: every call under this lease carries it (the input's "
+            "Chunkwise-Lease-Token header, the other calls' lease_token field)"
+        }
+    )
     workload = fields.Str(attribute="task.workload")
     input_uri = fields.Str(attribute="task.input_uri")
     input_sha256 = fields.Str(attribute="task.input_sha256")

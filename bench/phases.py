@@ -153,7 +153,10 @@ def chunk_steps(stack: LocalStack, path: Path, form: bool) -> dict[str, float]:
             p = task["parameters"]
             started = time.perf_counter()
             with worker.stream_input(
-                task["input_uri"], worker_id=WORKER, attempt=task["attempt"]
+                task["input_uri"],
+                worker_id=WORKER,
+                attempt=task["attempt"],
+                lease_token=task["lease_token"],
             ) as stream:
                 blocks = list(stream)
             fetched = time.perf_counter()
@@ -175,6 +178,7 @@ def chunk_steps(stack: LocalStack, path: Path, form: bool) -> dict[str, float]:
                 task["task_id"],
                 worker_id=WORKER,
                 attempt=task["attempt"],
+                lease_token=task["lease_token"],
                 result={"summary": summary.to_dict(), "metrics": {"records": summary.records}},
             )
             totals["fetch (HTTP, 1 MiB blocks)"] += fetched - started

@@ -268,6 +268,7 @@ def noop_throughput(stack: LocalStack, threads: int, seconds: float) -> float:
                 {
                     "task_id": t["task_id"],
                     "attempt": t["attempt"],
+                    "lease_token": t["lease_token"],
                     "result_uri": "bench://out",
                     "result_sha256": "0" * 64,
                 }
@@ -427,7 +428,10 @@ def lease_renewal_side_by_side(stack: LocalStack, leases: int = 100, turns: int 
         json={"worker_id": worker, "workloads": [WORKLOAD], "capacity": leases},
         timeout=30,
     ).json()["tasks"]
-    items = [{"task_id": t["task_id"], "attempt": t["attempt"]} for t in claimed]
+    items = [
+        {"task_id": t["task_id"], "attempt": t["attempt"], "lease_token": t["lease_token"]}
+        for t in claimed
+    ]
     single: list[float] = []
     batched: list[float] = []
     for _ in range(turns):
@@ -435,7 +439,11 @@ def lease_renewal_side_by_side(stack: LocalStack, leases: int = 100, turns: int 
         for item in items:
             session.post(
                 f"{stack.url}/api/v1/tasks/{item['task_id']}/heartbeat",
-                json={"worker_id": worker, "attempt": item["attempt"]},
+                json={
+                    "worker_id": worker,
+                    "attempt": item["attempt"],
+                    "lease_token": item["lease_token"],
+                },
                 timeout=30,
             ).raise_for_status()
         single.append((time.perf_counter() - started) * 1000)
@@ -462,6 +470,7 @@ def complete(stack: LocalStack, worker: str, tasks: list[dict]) -> None:
         {
             "task_id": t["task_id"],
             "attempt": t["attempt"],
+            "lease_token": t["lease_token"],
             "result_uri": "bench://out",
             "result_sha256": "0" * 64,
         }

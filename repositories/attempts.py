@@ -27,6 +27,8 @@ class Attempt:
     outcome: str | None
     error_code: str | None
     error_message: str | None
+    # The SHA-256 of the attempt's lease token (sql/0026): who may hear why a call was refused.
+    lease_sha256: str | None = None
 
 
 def finish(

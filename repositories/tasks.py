@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from uuid import UUID
 
-from psycopg import Connection, sql
+from psycopg import Connection, errors, sql
 from psycopg.types.json import Jsonb
 
 from repositories import channels, from_row
@@ -76,11 +77,12 @@ class NewTask:
 
 @dataclass(frozen=True)
 class ClaimedTask:
-    """A task just leased, with the attempt the claim opened."""
+    """A task just leased, with the attempt the claim opened and the lease's secret token."""
 
     task: Task
     attempt_id: UUID
     trace_id: str
+    lease_token: str
 
 
 @dataclass(frozen=True)
@@ -126,14 +128,16 @@ def claim(
     conn: Connection,
     *,
     worker_id: str,
+    credential_id: int,
     workloads: Sequence[str],
     named: Sequence[str],
     capacity: int,
     max_per_worker: int | None,
     max_total: int | None,
     lease_seconds: int,
-) -> list[ClaimedTask]:
-    """Lease up to `capacity` pending tasks within the lease caps, opening one attempt each.
+) -> list[ClaimedTask] | None:
+    """Lease up to `capacity` pending tasks within the lease caps, opening one attempt each;
+    None when the worker id is bound to another credential (then the caller must roll back).
 
     Tasks of a paused workload (sql/0024) stay pending. One statement, so one commit: it also
     moves the tasks' queued jobs to running and records the worker as seen, with the workloads
@@ -144,8 +148,44 @@ def claim(
     locks up to `capacity` ready rows of each workload, and as many whose waits (a retry's or
     a schedule's) have ended, until it commits, and leases the first ones in claim order that
     its room allows; the rest stay pending.
+    Each lease gets a secret token, of which only the SHA-256 is stored (sql/0026). A worker
+    id bound to another credential fails the statement, so nothing is leased or recorded,
+    even when two credentials race to use a new one first.
     """
-    rows = conn.execute(
+    try:
+        rows = _claim_rows(
+            conn,
+            worker_id,
+            credential_id,
+            workloads,
+            named,
+            capacity,
+            max_per_worker,
+            max_total,
+            lease_seconds,
+        )
+    except errors.CheckViolation as exc:
+        if exc.diag.constraint_name == "workers_credential_id_check":
+            return None
+        raise
+    return [
+        ClaimedTask(from_row(Task, r), r["attempt_id"], r["attempt_trace_id"], r["lease_token"])
+        for r in rows
+    ]
+
+
+def _claim_rows(
+    conn: Connection,
+    worker_id: str,
+    credential_id: int,
+    workloads: Sequence[str],
+    named: Sequence[str],
+    capacity: int,
+    max_per_worker: int | None,
+    max_total: int | None,
+    lease_seconds: int,
+) -> list[dict]:
+    return conn.execute(
         """
         WITH held AS (
             SELECT count(*) FILTER (WHERE lease_owner = %(worker)s) AS mine, count(*) AS total
@@ -193,6 +233,11 @@ def claim(
             SELECT h.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) AS h
             ORDER BY h.priority DESC, h.fair_tag, h.created_at, h.job_id, h.chunk_index
             LIMIT (SELECT n FROM room)
+        ), tokens AS (
+            -- 244 random bits (two version 4 UUIDs), made only for the rows being leased.
+            SELECT id, 'cwl_' || replace(gen_random_uuid()::text || gen_random_uuid()::text,
+                                         '-', '') AS lease_token
+            FROM candidates
         ), leased AS (
             UPDATE tasks t SET status = 'leased', attempt = t.attempt + 1,
                 lease_owner = %(worker)s,
@@ -204,14 +249,16 @@ def claim(
                 heartbeat_at = now(),
                 started_at = COALESCE(t.started_at, now()),
                 not_before = NULL,
+                lease_sha256 = encode(sha256(convert_to(k.lease_token, 'UTF8')), 'hex'),
                 version = t.version + 1
+            FROM tokens k
             -- By primary key: the planner cannot know how many candidates the room allows.
-            WHERE t.id = ANY(ARRAY(SELECT id FROM candidates))
-            RETURNING t.*
+            WHERE t.id = ANY(ARRAY(SELECT id FROM tokens)) AND k.id = t.id
+            RETURNING t.*, k.lease_token
         ), attempts AS (
-            INSERT INTO task_attempts (id, task_id, attempt, worker_id, trace_id)
+            INSERT INTO task_attempts (id, task_id, attempt, worker_id, trace_id, lease_sha256)
             SELECT gen_random_uuid(), l.id, l.attempt, %(worker)s,
-                   replace(gen_random_uuid()::text, '-', '')
+                   replace(gen_random_uuid()::text, '-', ''), l.lease_sha256
             FROM leased l
             RETURNING id AS attempt_id, task_id, trace_id AS attempt_trace_id
         ), started AS (
@@ -225,11 +272,16 @@ def claim(
         ), seen AS (
             -- The only row a claim may wait for: a batch of this worker's results updates it
             -- last, after its job, so the two cannot wait for each other.
-            INSERT INTO workers (id, capacity, workloads)
-            VALUES (%(worker)s, %(capacity)s, %(named)b)
+            -- A worker id bound to another credential is set to 0, which
+            -- workers_credential_id_check refuses: the whole claim fails (sql/0026).
+            INSERT INTO workers (id, capacity, workloads, credential_id)
+            VALUES (%(worker)s, %(capacity)s, %(named)b, %(credential)s)
             ON CONFLICT (id) DO UPDATE SET last_seen_at = now(),
                 capacity = GREATEST(workers.capacity, EXCLUDED.capacity),
-                workloads = EXCLUDED.workloads
+                workloads = EXCLUDED.workloads,
+                credential_id = CASE WHEN workers.credential_id IS NULL
+                                       OR workers.credential_id = EXCLUDED.credential_id
+                                     THEN EXCLUDED.credential_id ELSE 0 END
         )
         SELECT l.*, a.attempt_id, a.attempt_trace_id
         FROM leased l JOIN attempts a ON a.task_id = l.id
@@ -237,6 +289,7 @@ def claim(
         """,
         {
             "worker": worker_id,
+            "credential": credential_id,
             "workloads": list(workloads),
             "named": list(named),
             "capacity": capacity,
@@ -245,7 +298,11 @@ def claim(
             "lease": lease_seconds,
         },
     ).fetchall()
-    return [ClaimedTask(from_row(Task, r), r["attempt_id"], r["attempt_trace_id"]) for r in rows]
+
+
+def lease_digest(lease_token: str) -> str:
+    """The hex SHA-256 under which a lease token is stored (the claim computes it in SQL)."""
+    return hashlib.sha256(lease_token.encode()).hexdigest()
 
 
 def commit_unflushed(conn: Connection) -> None:
@@ -255,15 +312,21 @@ def commit_unflushed(conn: Connection) -> None:
 
 @dataclass(frozen=True)
 class Renewal:
-    """A lease a worker asks to extend, under the attempt it holds, with any new checkpoint."""
+    """A lease a worker asks to extend, under the attempt and token it holds, with any new
+    checkpoint."""
 
     task_id: UUID
     attempt: int
+    lease_token: str
     checkpoint: dict | None = None
 
 
 def renew_many(
-    conn: Connection, worker_id: str, renewals: Sequence[Renewal], lease_seconds: int
+    conn: Connection,
+    worker_id: str,
+    credential_id: int,
+    renewals: Sequence[Renewal],
+    lease_seconds: int,
 ) -> dict[UUID, datetime]:
     """Extend each of the caller's current leases named, storing checkpoints, in one statement;
     return each renewed task's new expiry (a renewal not among them was fenced off).
@@ -274,12 +337,15 @@ def renew_many(
     rows = conn.execute(
         """
         WITH v AS (
-            SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(checkpoints)b::jsonb[])
-                AS v(id, attempt, checkpoint)
+            SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(leases)b::text[],
+                                 %(checkpoints)b::jsonb[])
+                AS v(id, attempt, lease, checkpoint)
         ), mine AS (
             SELECT t.id, v.checkpoint FROM tasks t JOIN v ON v.id = t.id
             WHERE t.lease_owner = %(worker)s AND t.attempt = v.attempt AND t.status = 'leased'
-              AND (t.deadline IS NULL OR t.deadline > now())
+              AND t.lease_sha256 = v.lease AND (t.deadline IS NULL OR t.deadline > now())
+              AND NOT EXISTS (SELECT FROM workers WHERE id = %(worker)s
+                              AND credential_id <> %(credential)s)
             ORDER BY t.id
             FOR UPDATE OF t
         )
@@ -294,15 +360,45 @@ def renew_many(
         """,
         {
             "worker": worker_id,
+            "credential": credential_id,
             "lease": lease_seconds,
             "ids": [r.task_id for r in renewals],
             "attempts": [r.attempt for r in renewals],
+            "leases": [lease_digest(r.lease_token) for r in renewals],
             "checkpoints": [
                 Jsonb(r.checkpoint) if r.checkpoint is not None else None for r in renewals
             ],
         },
     ).fetchall()
     return {r["id"]: r["lease_expires_at"] for r in rows}
+
+
+def get_leased(
+    conn: Connection,
+    task_id: UUID,
+    worker_id: str,
+    credential_id: int,
+    attempt: int,
+    lease_token: str,
+) -> Task | None:
+    """Return the task if the caller holds its current lease under this attempt and token."""
+    row = conn.execute(
+        """
+        SELECT * FROM tasks
+        WHERE id = %(id)s AND lease_owner = %(worker)s AND attempt = %(attempt)s
+          AND status = 'leased' AND lease_sha256 = %(lease)s
+          AND NOT EXISTS (SELECT FROM workers WHERE id = %(worker)s
+                          AND credential_id <> %(credential)s)
+        """,
+        {
+            "id": task_id,
+            "worker": worker_id,
+            "credential": credential_id,
+            "attempt": attempt,
+            "lease": lease_digest(lease_token),
+        },
+    ).fetchone()
+    return from_row(Task, row) if row else None
 
 
 def get(conn: Connection, task_id: UUID) -> Task | None:
@@ -321,37 +417,42 @@ def get_many(conn: Connection, task_ids: Sequence[UUID]) -> dict[UUID, Task]:
 
 @dataclass(frozen=True)
 class Outcome:
-    """A result a worker reports under one attempt."""
+    """A result a worker reports under one attempt and its lease token."""
 
     task_id: UUID
     attempt: int
+    lease_token: str
     result_uri: str
     result_sha256: str
     metrics: dict
 
 
-def complete_many(conn: Connection, worker_id: str, outcomes: Sequence[Outcome]) -> list[Task]:
-    """Complete each task whose current lease is the caller's under that attempt, in one
-    statement; return the tasks completed (an outcome not among them was fenced off).
+def complete_many(
+    conn: Connection, worker_id: str, credential_id: int, outcomes: Sequence[Outcome]
+) -> list[Task]:
+    """Complete each task whose current lease is the caller's under that attempt and token, in
+    one statement; return the tasks completed (an outcome not among them was fenced off).
 
     The rows are locked in id order, as a batch of heartbeats locks them (see renew_many).
     """
     rows = conn.execute(
         """
         WITH v AS (
-            SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(uris)b::text[],
-                                 %(shas)b::text[], %(metrics)b::jsonb[])
-                AS v(id, attempt, uri, sha, metrics)
+            SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(leases)b::text[],
+                                 %(uris)b::text[], %(shas)b::text[], %(metrics)b::jsonb[])
+                AS v(id, attempt, lease, uri, sha, metrics)
         ), mine AS (
             SELECT t.id, v.uri, v.sha, v.metrics FROM tasks t JOIN v ON v.id = t.id
             WHERE t.lease_owner = %(worker)s AND t.attempt = v.attempt AND t.status = 'leased'
-              AND (t.deadline IS NULL OR t.deadline > now())
+              AND t.lease_sha256 = v.lease AND (t.deadline IS NULL OR t.deadline > now())
+              AND NOT EXISTS (SELECT FROM workers WHERE id = %(worker)s
+                              AND credential_id <> %(credential)s)
             ORDER BY t.id
             FOR UPDATE OF t
         )
         UPDATE tasks t SET status = 'completed', result_uri = mine.uri,
             result_sha256 = mine.sha, metrics = mine.metrics,
-            lease_owner = NULL, lease_expires_at = NULL, completed_at = now(),
+            lease_owner = NULL, lease_expires_at = NULL, lease_sha256 = NULL, completed_at = now(),
             error_code = NULL, error_message = NULL, error_details = NULL,
             version = t.version + 1
         FROM mine
@@ -360,8 +461,10 @@ def complete_many(conn: Connection, worker_id: str, outcomes: Sequence[Outcome])
         """,
         {
             "worker": worker_id,
+            "credential": credential_id,
             "ids": [o.task_id for o in outcomes],
             "attempts": [o.attempt for o in outcomes],
+            "leases": [lease_digest(o.lease_token) for o in outcomes],
             "uris": [o.result_uri for o in outcomes],
             "shas": [o.result_sha256 for o in outcomes],
             "metrics": [Jsonb(o.metrics) for o in outcomes],
@@ -374,7 +477,9 @@ def fail(
     conn: Connection,
     task_id: UUID,
     worker_id: str,
+    credential_id: int,
     attempt: int,
+    lease_token: str,
     *,
     error_code: str,
     error_message: str,
@@ -393,7 +498,10 @@ def fail(
                        ) AS retry
             FROM tasks
             WHERE id = %(id)s AND lease_owner = %(worker)s AND attempt = %(attempt)s
-              AND status = 'leased' AND (deadline IS NULL OR deadline > now())
+              AND status = 'leased' AND lease_sha256 = %(lease)s
+              AND (deadline IS NULL OR deadline > now())
+              AND NOT EXISTS (SELECT FROM workers WHERE id = %(worker)s
+                              AND credential_id <> %(credential)s)
             FOR UPDATE
         )
         UPDATE tasks t SET
@@ -403,7 +511,7 @@ def fail(
             not_before = CASE WHEN f.retry AND %(delay)s > 0
                               THEN now() + make_interval(secs => %(delay)s) END,
             read_retries = t.read_retries + (%(code)s = 'input_unavailable')::int,
-            lease_owner = NULL, lease_expires_at = NULL,
+            lease_owner = NULL, lease_expires_at = NULL, lease_sha256 = NULL,
             error_code = %(code)s, error_message = %(message)s, error_details = %(details)s,
             version = t.version + 1
         FROM fenced f WHERE t.id = f.id
@@ -412,7 +520,9 @@ def fail(
         {
             "id": task_id,
             "worker": worker_id,
+            "credential": credential_id,
             "attempt": attempt,
+            "lease": lease_digest(lease_token),
             "code": error_code,
             "message": error_message,
             "details": Jsonb(error_details),
@@ -474,7 +584,7 @@ def expire(
             status = CASE WHEN e.retry THEN 'pending' ELSE 'failed' END,
             completed_at = CASE WHEN e.retry THEN NULL ELSE now() END,
             lost_retries = t.lost_retries + (NOT e.timed_out)::int,
-            lease_owner = NULL, lease_expires_at = NULL,
+            lease_owner = NULL, lease_expires_at = NULL, lease_sha256 = NULL,
             error_code = CASE WHEN e.timed_out THEN 'timed_out' ELSE 'lease_expired' END,
             error_message = CASE WHEN e.timed_out
                 THEN format('the attempt ran past its job''s timeout_seconds (%%s)',
@@ -518,6 +628,7 @@ def page_for_job(
 _CANCEL_UNFINISHED = sql.SQL("""
     WITH cancelled AS (
         UPDATE tasks SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL,
+            lease_sha256 = NULL,
             completed_at = now(), version = version + 1
         -- In id order, as batches of results and heartbeats lock tasks: two that wait for
         -- each other's rows would otherwise deadlock.
@@ -582,6 +693,7 @@ def cancel_strays(conn: Connection, limit: int = 100) -> int:
             FOR UPDATE SKIP LOCKED
         ), cancelled AS (
             UPDATE tasks SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL,
+            lease_sha256 = NULL,
                 completed_at = now(), version = version + 1
             WHERE id IN (SELECT t.id FROM tasks t
                          WHERE t.job_id IN (SELECT id FROM finished)

@@ -74,3 +74,12 @@ def delete_idle_workers(conn: Connection, idle_seconds: int) -> list[str]:
         {"idle": idle_seconds},
     ).fetchall()
     return [r["id"] for r in rows]
+
+
+def bound_elsewhere(conn: Connection, worker_id: str, credential_id: int) -> bool:
+    """Whether the worker id is bound to another worker credential than this one (sql/0026)."""
+    row = conn.execute(
+        "SELECT credential_id <> %(credential)s AS elsewhere FROM workers WHERE id = %(id)s",
+        {"id": worker_id, "credential": credential_id},
+    ).fetchone()
+    return bool(row and row["elsewhere"])

@@ -26,6 +26,8 @@ class Principal:
     name: str
     user_id: int | None
     role: str
+    # The api_tokens row the caller authenticated with: worker ids are bound to it (sql/0026).
+    token_id: int | None = None
 
     @property
     def is_operator(self) -> bool:
@@ -118,7 +120,9 @@ def principal_of_digest(
     if owner is None or not hmac.compare_digest(owner.token_sha256, digest):
         raise Unauthenticated("a valid bearer token is required")
     if owner.kind == "worker":
-        principal = Principal(kind="worker", name=owner.name, user_id=None, role="worker")
+        principal = Principal(
+            kind="worker", name=owner.name, user_id=None, role="worker", token_id=owner.token_id
+        )
     else:
         principal = Principal(kind="user", name=owner.name, user_id=owner.user_id, role=owner.role)
     known.remember(digest, principal, generation)

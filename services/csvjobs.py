@@ -214,11 +214,8 @@ class CsvStats(Workload):
             raise InvalidInput(
                 "the summary's digest does not match the chunk's bytes",
                 code="digest_mismatch",
-                details={
-                    "fields": {"summary.digest": ["does not match the chunk"]},
-                    "expected": plan.sha256,
-                    "got": parsed.digest,
-                },
+                # Never the expected digest: a refusal must not teach anyone the right answer.
+                details={"fields": {"summary.digest": ["does not match the chunk"]}},
             )
         if parsed.records != plan.record_end - plan.record_start:
             raise InvalidInput.field(

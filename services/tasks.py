@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hmac
 import logging
 import math
 import random
@@ -28,7 +29,7 @@ from repositories.jobs import Job
 from repositories.tasks import ClaimedTask, ExpiredLease, Renewal, Task
 from services import logcontext, settlement
 from services.deadlocks import rerun_deadlocks
-from services.errors import ChunkwiseError, Conflict, LeaseLost, NotFound, WaitRefused
+from services.errors import ChunkwiseError, Conflict, Forbidden, LeaseLost, NotFound, WaitRefused
 from services.runtime import Limits, Runtime
 from services.wakeups import RETRY_WAIT_SECONDS
 from services.workloads import TaskFailure, TaskInput, TaskResult, Workload, Workloads
@@ -44,10 +45,11 @@ READ_BLOCK = 1024 * 1024  # an input is served in blocks of this many bytes
 
 @dataclass(frozen=True)
 class Completion:
-    """One result a worker reports, under the attempt it holds."""
+    """One result a worker reports, under the attempt and lease token it holds."""
 
     task_id: UUID
     attempt: int
+    lease_token: str
     result: TaskResult
 
 
@@ -71,11 +73,18 @@ class CompletionOutcome:
 
 
 def claim_tasks(
-    rt: Runtime, worker_id: str, workloads: list[str], capacity: int, wait_seconds: float = 0
+    rt: Runtime,
+    worker_id: str,
+    workloads: list[str],
+    capacity: int,
+    wait_seconds: float = 0,
+    *,
+    credential_id: int,
 ) -> list[ClaimedTask]:
     """Lease up to `capacity` tasks, waiting up to `wait_seconds` for one to become claimable.
 
-    WaitRefused when none is and this process has no waiting place free.
+    Refused when the worker id is bound to another credential; WaitRefused when none is
+    claimable and this process has no waiting place free.
     """
     rules = rt.workloads.require(workloads, "workloads")
     deadline = time.monotonic() + wait_seconds
@@ -83,7 +92,7 @@ def claim_tasks(
         while True:
             # Read the generation before trying, so a NOTIFY that lands mid-claim is not lost.
             seen = rt.wakeups.generation()
-            claimed = _claim_once(rt, worker_id, rules, capacity)
+            claimed = _claim_once(rt, (worker_id, credential_id), rules, capacity)
             remaining = deadline - time.monotonic()
             if claimed or remaining <= 0:
                 return claimed
@@ -94,7 +103,7 @@ def claim_tasks(
 
 
 def _claim_once(
-    rt: Runtime, worker_id: str, rules: list[Workload], capacity: int
+    rt: Runtime, worker: tuple[str, int], rules: list[Workload], capacity: int
 ) -> list[ClaimedTask]:
     # Workloads without lease caps or a rate are claimed together, in one priority order, by
     # one statement in a transaction of its own; each capped or rate-limited workload takes its
@@ -108,13 +117,13 @@ def _claim_once(
     with rt.pool.connection() as conn:
         if free:
             with _claim_transaction(conn):
-                claimed += _lease(conn, rt, worker_id, named, free, capacity, None, None)
+                claimed += _lease(conn, rt, worker, named, free, capacity, None, None)
         for r in capped:
             if len(claimed) >= capacity:
                 break
             with _claim_transaction(conn):
                 locks.take_turn(conn, locks.CLAIM, r.name)
-                claimed += _lease_in_turn(conn, rt, worker_id, named, r, capacity - len(claimed))
+                claimed += _lease_in_turn(conn, rt, worker, named, r, capacity - len(claimed))
     # Per task, so skipped whole (dicts and all) when INFO is off, as under load it may be.
     for c in claimed if logger.isEnabledFor(logging.INFO) else ():
         logger.info(
@@ -125,7 +134,7 @@ def _claim_once(
                 "task_id": str(c.task.id),
                 "attempt": c.task.attempt,
                 "attempt_id": str(c.attempt_id),
-                "worker_id": worker_id,
+                "worker_id": worker[0],
                 "attempt_trace_id": c.trace_id,
             },
         )
@@ -148,7 +157,12 @@ def _claim_transaction(conn: Connection) -> Iterator[None]:
 
 
 def _lease_in_turn(
-    conn: Connection, rt: Runtime, worker_id: str, named: list[str], rules: Workload, room: int
+    conn: Connection,
+    rt: Runtime,
+    worker: tuple[str, int],
+    named: list[str],
+    rules: Workload,
+    room: int,
 ) -> list[ClaimedTask]:
     # In the workload's turn, so its lease caps and start tokens cannot be raced.
     caps = rules.caps
@@ -160,7 +174,7 @@ def _lease_in_turn(
     leased = _lease(
         conn,
         rt,
-        worker_id,
+        worker,
         named,
         [rules.name],
         room,
@@ -175,16 +189,18 @@ def _lease_in_turn(
 def _lease(
     conn: Connection,
     rt: Runtime,
-    worker_id: str,
+    worker: tuple[str, int],
     named: list[str],
     workloads: list[str],
     capacity: int,
     max_per_worker: int | None,
     max_total: int | None,
 ) -> list[ClaimedTask]:
-    return task_rows.claim(
+    worker_id, credential_id = worker
+    claimed = task_rows.claim(
         conn,
         worker_id=worker_id,
+        credential_id=credential_id,
         workloads=workloads,
         named=named,
         capacity=capacity,
@@ -192,28 +208,43 @@ def _lease(
         max_total=max_total,
         lease_seconds=rt.limits.lease_seconds,
     )
+    if claimed is None:  # raised in the claim's transaction, so what the claim wrote is undone
+        raise _worker_id_taken(worker_id)
+    return claimed
 
 
 def renew_lease(
-    rt: Runtime, task_id: UUID, worker_id: str, attempt: int, checkpoint: dict | None = None
+    rt: Runtime,
+    task_id: UUID,
+    worker_id: str,
+    credential_id: int,
+    attempt: int,
+    lease_token: str,
+    checkpoint: dict | None = None,
 ) -> datetime:
     """Extend the caller's lease, storing the checkpoint it carries."""
-    (outcome,) = renew_leases(rt, worker_id, [Renewal(task_id, attempt, checkpoint)])
+    renewal = Renewal(task_id, attempt, lease_token, checkpoint)
+    (outcome,) = renew_leases(rt, worker_id, credential_id, [renewal])
     if outcome.error is not None:
         raise outcome.error
     return outcome.lease_expires_at
 
 
-def renew_leases(rt: Runtime, worker_id: str, renewals: list[Renewal]) -> list[RenewalOutcome]:
+def renew_leases(
+    rt: Runtime, worker_id: str, credential_id: int, renewals: list[Renewal]
+) -> list[RenewalOutcome]:
     """Extend many of the caller's leases in one transaction, each fenced on its own; answer
     each in order (a lease no longer the caller's refuses only itself)."""
     with rt.pool.connection() as conn, conn.transaction():
-        renewed = task_rows.renew_many(conn, worker_id, renewals, rt.limits.lease_seconds)
+        renewed = task_rows.renew_many(
+            conn, worker_id, credential_id, renewals, rt.limits.lease_seconds
+        )
+        caller = (worker_id, credential_id)
         outcomes = [
             RenewalOutcome(r.task_id, lease_expires_at=renewed[r.task_id])
             if r.task_id in renewed
             else RenewalOutcome(
-                r.task_id, error=_lease_error(conn, r.task_id, worker_id, r.attempt)
+                r.task_id, error=_lease_error(conn, r.task_id, caller, r.attempt, r.lease_token)
             )
             for r in renewals
         ]
@@ -223,10 +254,17 @@ def renew_leases(rt: Runtime, worker_id: str, renewals: list[Renewal]) -> list[R
 
 
 def complete_task(
-    rt: Runtime, task_id: UUID, worker_id: str, attempt: int, result: TaskResult
+    rt: Runtime,
+    task_id: UUID,
+    worker_id: str,
+    credential_id: int,
+    attempt: int,
+    lease_token: str,
+    result: TaskResult,
 ) -> Task:
     """Accept the current attempt's result exactly once; a replay of it returns the stored task."""
-    (outcome,) = complete_tasks(rt, worker_id, [Completion(task_id, attempt, result)])
+    completion = Completion(task_id, attempt, lease_token, result)
+    (outcome,) = complete_tasks(rt, worker_id, credential_id, [completion])
     if outcome.error is not None:
         raise outcome.error
     return outcome.task
@@ -234,25 +272,36 @@ def complete_task(
 
 @rerun_deadlocks
 def complete_tasks(
-    rt: Runtime, worker_id: str, completions: list[Completion]
+    rt: Runtime, worker_id: str, credential_id: int, completions: list[Completion]
 ) -> list[CompletionOutcome]:
     """Accept many results in one transaction, each fenced on its own; answer each in order.
 
     A refused result (stale, foreign, invalid, unknown) refuses only itself. A job is locked
     late, by the counter its completions add to (only the worker's row comes after), so
     batches for one job take turns only for that and their commit, and exactly one of them
-    sees "every chunk completed".
+    sees "every chunk completed". A result refused before the fence (an invalid summary, say)
+    is explained only to its lease's holder; anyone else hears that the lease is not theirs.
     """
+    caller = (worker_id, credential_id)
     with rt.pool.connection() as conn, conn.transaction():
         tasks = task_rows.get_many(conn, [c.task_id for c in completions])
         jobs = job_rows.get_many(conn, {t.job_id for t in tasks.values()})
         checked = [_checked(rt, tasks, c) for c in completions]
         valid = [o for o in checked if isinstance(o, task_rows.Outcome)]
-        done = {t.id: t for t in task_rows.complete_many(conn, worker_id, valid)} if valid else {}
+        done = (
+            {t.id: t for t in task_rows.complete_many(conn, worker_id, credential_id, valid)}
+            if valid
+            else {}
+        )
         outcomes = []
         for completion, check in zip(completions, checked, strict=True):
-            if isinstance(check, ChunkwiseError):
+            if isinstance(check, NotFound):
                 outcomes.append(CompletionOutcome(completion.task_id, error=check))
+                continue
+            if isinstance(check, ChunkwiseError):
+                c = completion
+                refusal = _foreign_caller(conn, c.task_id, caller, c.attempt, c.lease_token)
+                outcomes.append(CompletionOutcome(c.task_id, error=refusal or check))
                 continue
             task = done.get(completion.task_id)
             if task is not None and task.result_sha256 == check.result_sha256:
@@ -260,9 +309,7 @@ def complete_tasks(
                 outcomes.append(CompletionOutcome(completion.task_id, done.pop(task.id)))
                 continue
             try:
-                replay = _replayed_result(
-                    conn, completion.task_id, worker_id, completion.attempt, check.result_sha256
-                )
+                replay = _replayed_result(conn, completion, caller, check.result_sha256)
                 outcomes.append(CompletionOutcome(completion.task_id, replay, replayed=True))
             except ChunkwiseError as exc:
                 outcomes.append(CompletionOutcome(completion.task_id, error=exc))
@@ -289,7 +336,8 @@ def _checked(
     except ChunkwiseError as exc:
         return exc
     metrics = completion.result.metrics or {}
-    return task_rows.Outcome(completion.task_id, completion.attempt, uri, sha, metrics)
+    c = completion
+    return task_rows.Outcome(c.task_id, c.attempt, c.lease_token, uri, sha, metrics)
 
 
 def _record_completions(
@@ -360,21 +408,36 @@ def retry_delay(limits: Limits, attempt: int, asked: float | None = None) -> flo
 
 @rerun_deadlocks
 def fail_task(
-    rt: Runtime, task_id: UUID, worker_id: str, attempt: int, failure: TaskFailure
+    rt: Runtime,
+    task_id: UUID,
+    worker_id: str,
+    credential_id: int,
+    attempt: int,
+    lease_token: str,
+    failure: TaskFailure,
 ) -> Task:
     """Record the caller's failure; the task is retried while its budgets allow."""
+    caller = (worker_id, credential_id)
     with rt.pool.connection() as conn, conn.transaction():
         task = _task_or_404(conn, task_id)
         rules = rt.workloads.of(task.workload)
         if failure.error_code == "invalid_input":
-            rules.check_failure(task, failure)
+            try:
+                rules.check_failure(task, failure)
+            except ChunkwiseError:  # explained only to the lease's holder
+                foreign = _foreign_caller(conn, task_id, caller, attempt, lease_token)
+                if foreign is not None:
+                    raise foreign from None
+                raise
         # The task before its job, the order a cancel and a batch of results take them in:
         # the other way round a cancel and this failure could each wait for the other.
         failed = task_rows.fail(
             conn,
             task_id,
             worker_id,
+            credential_id,
             attempt,
+            lease_token,
             error_code=failure.error_code,
             error_message=failure.error_message,
             error_details=failure.details,
@@ -383,7 +446,7 @@ def fail_task(
             retry_delay=retry_delay(rt.limits, attempt, failure.retry_after_seconds),
         )
         if failed is None:
-            raise _lease_error(conn, task_id, worker_id, attempt)
+            raise _lease_error(conn, task_id, caller, attempt, lease_token)
         outcome = "retried" if failed.status == "pending" else "failed"
         closed = attempt_rows.finish(
             conn, task_id, attempt, outcome, failure.error_code, failure.error_message
@@ -408,22 +471,33 @@ class InputStream:
     blocks: Iterator[bytes]
 
 
-def serve_input(rt: Runtime, task_id: UUID, worker_id: str, attempt: int) -> InputStream:
+@dataclass(frozen=True)
+class LeaseCall:
+    """Who calls under which lease: the worker id, its credential, the attempt and its token."""
+
+    worker_id: str
+    credential_id: int
+    attempt: int
+    lease_token: str
+
+
+def serve_input(rt: Runtime, task_id: UUID, call: LeaseCall) -> InputStream:
     """Stream a task's input bytes to the worker holding its current lease."""
+    caller = (call.worker_id, call.credential_id)
     with rt.pool.connection() as conn:
-        task = _task_or_404(conn, task_id)
-        if task.status != "leased" or task.lease_owner != worker_id or task.attempt != attempt:
-            raise _lease_error(conn, task_id, worker_id, attempt)
+        task = task_rows.get_leased(
+            conn, task_id, call.worker_id, call.credential_id, call.attempt, call.lease_token
+        )
+        if task is None:
+            raise _lease_error(conn, task_id, caller, call.attempt, call.lease_token)
         job = job_rows.get(conn, task.job_id)
     if job is None:  # deleted with its tasks by retention since the task was read
         raise NotFound(f"task {task_id} does not exist")
     where = rt.workloads.of(task.workload).task_input(rt.archive_dir, job, task)
-    return InputStream(where.length, _input_blocks(rt, where, task_id, worker_id, attempt))
+    return InputStream(where.length, _input_blocks(rt, where, task_id, call))
 
 
-def _input_blocks(
-    rt: Runtime, where: TaskInput, task_id: UUID, worker_id: str, attempt: int
-) -> Iterator[bytes]:
+def _input_blocks(rt: Runtime, where: TaskInput, task_id: UUID, call: LeaseCall) -> Iterator[bytes]:
     # Once the first block is out, so are the headers: a failed read can only cut the stream,
     # which the worker takes for a network blip and retries until its lease runs out. So the
     # attempt is failed here first, as input_unavailable within that class's retry budget,
@@ -439,7 +513,7 @@ def _input_blocks(
                 sent += len(block)
                 yield block
     except (OSError, EOFError) as exc:
-        _input_unreadable(rt, where, task_id, worker_id, attempt, sent, exc)
+        _input_unreadable(rt, where, task_id, call, sent, exc)
         raise
 
 
@@ -447,8 +521,7 @@ def _input_unreadable(
     rt: Runtime,
     where: TaskInput,
     task_id: UUID,
-    worker_id: str,
-    attempt: int,
+    call: LeaseCall,
     sent: int,
     exc: OSError | EOFError,
 ) -> None:
@@ -467,7 +540,8 @@ def _input_unreadable(
         details={"directory": "archive", "setting": "CHUNKWISE_ARCHIVE_DIR", "reason": reason},
     )
     try:
-        fail_task(rt, task_id, worker_id, attempt, failure)
+        c = call
+        fail_task(rt, task_id, c.worker_id, c.credential_id, c.attempt, c.lease_token, failure)
     except (ChunkwiseError, psycopg.Error) as failed:
         # The lease already gone, or the database too: the worker's retries decide, as before.
         logger.warning(
@@ -560,11 +634,50 @@ def _task_or_404(conn: Connection, task_id: UUID) -> Task:
     return task
 
 
-def _lease_error(conn: Connection, task_id: UUID, worker_id: str, attempt: int) -> Exception:
-    """Say why a fenced update matched nothing (the fence itself was the SQL)."""
+def _worker_id_taken(worker_id: str) -> Forbidden:
+    return Forbidden(
+        f"worker id {worker_id!r} belongs to another worker credential",
+        code="worker_id_taken",
+        details={"fields": {"worker_id": ["belongs to another worker credential"]}},
+    )
+
+
+def _foreign_caller(
+    conn: Connection, task_id: UUID, caller: tuple[str, int], attempt: int, lease_token: str
+) -> ChunkwiseError | None:
+    """The refusal for a caller that never held this attempt's lease; None for its holder.
+
+    A caller without the lease's token learns nothing of the task: not its attempt, its
+    status, nor why its own call was refused.
+    """
+    worker_id, credential_id = caller
+    if worker_rows.bound_elsewhere(conn, worker_id, credential_id):
+        return _worker_id_taken(worker_id)
+    record = attempt_rows.find(conn, task_id, attempt)
+    if (
+        record is not None
+        and record.worker_id == worker_id
+        and record.lease_sha256 is not None
+        and hmac.compare_digest(record.lease_sha256, task_rows.lease_digest(lease_token))
+    ):
+        return None
+    return LeaseLost(
+        "the caller does not hold this task's lease", details={"task_id": str(task_id)}
+    )
+
+
+def _lease_error(
+    conn: Connection, task_id: UUID, caller: tuple[str, int], attempt: int, lease_token: str
+) -> Exception:
+    """Say why a fenced update matched nothing (the fence itself was the SQL): in detail to
+    the lease's holder, and to anyone else only that the lease is not theirs."""
     task = task_rows.get(conn, task_id)
     if task is None:
         return NotFound(f"task {task_id} does not exist")
+    foreign = _foreign_caller(conn, task_id, caller, attempt, lease_token)
+    if foreign is not None:
+        return foreign
+    worker_id = caller[0]
     details = {
         "task_id": str(task_id),
         "attempt": attempt,
@@ -580,10 +693,8 @@ def _lease_error(conn: Connection, task_id: UUID, worker_id: str, attempt: int) 
             details=details,
         )
     if task.attempt != attempt:
-        # One code for both, so a worker has one thing to handle: this attempt is not the lease.
-        said = "is stale" if attempt < task.attempt else "was never leased"
         return LeaseLost(
-            f"attempt {attempt} {said}; the task is at attempt {task.attempt}",
+            f"attempt {attempt} is stale; the task is at attempt {task.attempt}",
             code="stale_attempt",
             details=details,
         )
@@ -604,24 +715,20 @@ def _timed_out(conn: Connection, task: Task, worker_id: str, attempt: int) -> bo
 
 
 def _replayed_result(
-    conn: Connection, task_id: UUID, worker_id: str, attempt: int, result_sha256: str
+    conn: Connection, completion: Completion, caller: tuple[str, int], result_sha256: str
 ) -> Task:
-    task = task_rows.get(conn, task_id)
+    c = completion
+    task = task_rows.get(conn, c.task_id)
     if task is None:  # deleted with its job by retention since the batch first read it
-        raise NotFound(f"task {task_id} does not exist")
-    record = attempt_rows.find(conn, task_id, attempt)
-    same_attempt = (
-        task.status == "completed"
-        and task.attempt == attempt
-        and record is not None
-        and record.worker_id == worker_id
-    )
-    if same_attempt and task.result_sha256 == result_sha256:
-        return task
-    if same_attempt:
+        raise NotFound(f"task {c.task_id} does not exist")
+    # Only the attempt's holder (its token) is answered about the stored result.
+    foreign = _foreign_caller(conn, c.task_id, caller, c.attempt, c.lease_token)
+    if foreign is None and task.status == "completed" and task.attempt == c.attempt:
+        if task.result_sha256 == result_sha256:
+            return task
         raise Conflict(
             "a different result was already accepted for this attempt",
             code="result_conflict",
-            details={"task_id": str(task_id)},
+            details={"task_id": str(c.task_id)},
         )
-    raise _lease_error(conn, task_id, worker_id, attempt)
+    raise _lease_error(conn, c.task_id, caller, c.attempt, c.lease_token)

@@ -202,10 +202,12 @@ class ChunkRunner:
         self.results = ResultBatcher(client, config.worker_id)
 
     def _fence(self, task: ClaimedTask) -> dict:
-        # Every call about a chunk names its attempt, so the coordinator can refuse a stale one.
+        # Every call about a chunk names its attempt, so the coordinator can refuse a stale one,
+        # and carries its lease token, which alone proves the lease is this worker's.
         return {
             "worker_id": self.config.worker_id,
             "attempt": task.attempt,
+            "lease_token": task.lease_token,
             "trace_id": task.trace_id,
         }
 
@@ -276,7 +278,11 @@ class ChunkRunner:
             chunk,
             "result",
             lambda: self.results.submit(
-                task.task_id, attempt=task.attempt, result=result, trace_id=task.trace_id
+                task.task_id,
+                attempt=task.attempt,
+                lease_token=task.lease_token,
+                result=result,
+                trace_id=task.trace_id,
             ),
             on_rejected=lambda exc: self._result_rejected(chunk, exc),
         )
@@ -452,6 +458,7 @@ class ChunkRunner:
             {
                 "task_id": chunk.task.task_id,
                 "attempt": chunk.task.attempt,
+                "lease_token": chunk.task.lease_token,
                 **({"checkpoint": pending[1]} if pending else {}),
             }
             for chunk, pending in zip(chunks, sent, strict=True)

@@ -47,6 +47,10 @@ _UNREACHABLE = (
 )
 
 
+# Where the input's GET carries its lease's secret token (the other task calls, in the body).
+LEASE_TOKEN_HEADER = "Chunkwise-Lease-Token"
+
+
 def new_trace_id() -> str:
     """Return a fresh W3C trace id (32 lowercase hex digits)."""
     return secrets.token_hex(16)
@@ -245,6 +249,7 @@ class CoordinatorClient:
         *,
         worker_id: str,
         attempt: int,
+        lease_token: str,
         trace_id: str | None = None,
         block_size: int = INPUT_BLOCK_SIZE,
     ) -> ByteStream:
@@ -253,6 +258,8 @@ class CoordinatorClient:
             "GET",
             input_uri,
             params={"worker_id": worker_id, "attempt": attempt},
+            # A header, not a query parameter: access logs keep URLs, and it is a secret.
+            headers={LEASE_TOKEN_HEADER: lease_token},
             stream=True,
             trace_id=trace_id,
         )
@@ -263,7 +270,8 @@ class CoordinatorClient:
     ) -> list[dict]:
         """Renew many leases in one call; return the coordinator's outcome for each, in order.
 
-        Each item is {task_id, attempt} with an optional checkpoint; at most MAX_BATCH a call.
+        Each item is {task_id, attempt, lease_token} with an optional checkpoint; at most
+        MAX_BATCH a call.
         """
         return self._batch("heartbeats", worker_id, heartbeats, trace_id)
 
@@ -298,11 +306,12 @@ class CoordinatorClient:
         *,
         worker_id: str,
         attempt: int,
+        lease_token: str,
         result: dict,
         trace_id: str | None = None,
     ) -> dict:
         """Commit a result (summary + metrics, or a result manifest); safe to repeat."""
-        payload = {**result, "worker_id": worker_id, "attempt": attempt}
+        payload = {**result, "worker_id": worker_id, "attempt": attempt, "lease_token": lease_token}
         return self._task_request(
             "POST", f"/api/v1/tasks/{task_id}/result", json=payload, trace_id=trace_id
         )
@@ -313,6 +322,7 @@ class CoordinatorClient:
         *,
         worker_id: str,
         attempt: int,
+        lease_token: str,
         error_code: str,
         error_message: str,
         retryable: bool,
@@ -325,6 +335,7 @@ class CoordinatorClient:
         payload = {
             "worker_id": worker_id,
             "attempt": attempt,
+            "lease_token": lease_token,
             "error_code": error_code,
             "error_message": error_message,
             "retryable": retryable,

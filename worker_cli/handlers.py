@@ -84,6 +84,8 @@ class ClaimedTask:
     # When the job's timeout_seconds ends this attempt (None: no timeout). Past it the
     # coordinator takes no result, and the next heartbeat stops the chunk (timed_out).
     deadline: str | None = None
+    # The lease's secret: every call about this attempt carries it, and it is never logged.
+    lease_token: str = field(default="", repr=False)
 
     @classmethod
     def from_payload(cls, payload: dict) -> ClaimedTask:
@@ -103,6 +105,7 @@ class ClaimedTask:
             parameters=dict(payload.get("parameters") or {}),
             checkpoint=payload.get("checkpoint"),
             deadline=payload.get("deadline"),
+            lease_token=payload.get("lease_token", ""),
         )
 
     def log_fields(self) -> dict:

@@ -36,9 +36,12 @@ class ResultBatcher:
         self._pending: list[_Pending] = []
         self._sending = False
 
-    def submit(self, task_id: str, *, attempt: int, result: dict, trace_id: str | None) -> dict:
+    def submit(
+        self, task_id: str, *, attempt: int, lease_token: str, result: dict, trace_id: str | None
+    ) -> dict:
         """Commit one result; return its outcome, or raise what the single endpoint would."""
-        item = _Pending({"task_id": task_id, "attempt": attempt, **result}, trace_id)
+        lease = {"task_id": task_id, "attempt": attempt, "lease_token": lease_token}
+        item = _Pending({**lease, **result}, trace_id)
         with self._cond:
             self._pending.append(item)
         while True:

@@ -18,6 +18,7 @@ bp.before_request(auth.workers_only)
 CLAIM = schemas.ClaimSchema()
 CLAIM_RESPONSE = schemas.ClaimResponseSchema()
 LEASE = schemas.LeaseSchema()
+LEASE_TOKEN_HEADER = schemas.LeaseTokenHeaderSchema()
 HEARTBEAT = schemas.HeartbeatSchema()
 LEASE_RENEWED = schemas.LeaseRenewedSchema()
 HEARTBEAT_BATCH = schemas.HeartbeatBatchSchema()
@@ -38,7 +39,7 @@ def claim():
     body = input_rules.load_json(CLAIM)
     rt = get_runtime()
     try:
-        claimed = tasks.claim_tasks(rt, **body)
+        claimed = tasks.claim_tasks(rt, **body, credential_id=_credential_id())
     except WaitRefused as refused:
         return Response(status=204, headers={"Retry-After": str(refused.retry_after)})
     if not claimed:
@@ -50,7 +51,12 @@ def claim():
 def read_input(task_id: UUID):
     """Stream a chunk's bytes to the worker holding its current lease."""
     query = LEASE.load(input_rules.single_values(request.args))
-    served = tasks.serve_input(get_runtime(), task_id, **query)
+    # A header, never the query string: access logs keep URLs.
+    header = request.headers.get(schemas.LEASE_TOKEN_HEADER)
+    sent = {} if header is None else {schemas.LEASE_TOKEN_HEADER: header}
+    token = LEASE_TOKEN_HEADER.load(sent)["lease_token"]
+    call = tasks.LeaseCall(query["worker_id"], _credential_id(), query["attempt"], token)
+    served = tasks.serve_input(get_runtime(), task_id, call)
     return Response(
         served.blocks,
         mimetype="application/octet-stream",
@@ -62,7 +68,7 @@ def read_input(task_id: UUID):
 def heartbeat(task_id: UUID):
     """Extend the lease; 409 when it is no longer this worker's."""
     body = input_rules.load_json(HEARTBEAT)
-    expires = tasks.renew_lease(get_runtime(), task_id, **body)
+    expires = tasks.renew_lease(get_runtime(), task_id, credential_id=_credential_id(), **body)
     return LEASE_RENEWED.dump({"lease_expires_at": expires})
 
 
@@ -71,7 +77,7 @@ def heartbeats():
     """Extend many leases in one transaction; each heartbeat is answered on its own."""
     body = input_rules.load_json(HEARTBEAT_BATCH)
     renewals = [tasks.Renewal(**item) for item in body["heartbeats"]]
-    outcomes = tasks.renew_leases(get_runtime(), body["worker_id"], renewals)
+    outcomes = tasks.renew_leases(get_runtime(), body["worker_id"], _credential_id(), renewals)
     return HEARTBEAT_BATCH_RESPONSE.dump({"results": [errors.renewal_of(o) for o in outcomes]})
 
 
@@ -79,8 +85,8 @@ def heartbeats():
 def result(task_id: UUID):
     """Complete the task under the caller's attempt (idempotent for the same result)."""
     body = input_rules.load_json(RESULT)
-    worker_id, attempt = body.pop("worker_id"), body.pop("attempt")
-    task = tasks.complete_task(get_runtime(), task_id, worker_id, attempt, tasks.TaskResult(**body))
+    lease = (body.pop("worker_id"), _credential_id(), body.pop("attempt"), body.pop("lease_token"))
+    task = tasks.complete_task(get_runtime(), task_id, *lease, tasks.TaskResult(**body))
     return TASK.dump(task)
 
 
@@ -89,10 +95,15 @@ def results():
     """Complete many tasks in one transaction; each result is answered on its own."""
     body = input_rules.load_json(RESULT_BATCH)
     completions = [
-        tasks.Completion(item.pop("task_id"), item.pop("attempt"), tasks.TaskResult(**item))
+        tasks.Completion(
+            item.pop("task_id"),
+            item.pop("attempt"),
+            item.pop("lease_token"),
+            tasks.TaskResult(**item),
+        )
         for item in body["results"]
     ]
-    outcomes = tasks.complete_tasks(get_runtime(), body["worker_id"], completions)
+    outcomes = tasks.complete_tasks(get_runtime(), body["worker_id"], _credential_id(), completions)
     return RESULT_BATCH_RESPONSE.dump({"results": [errors.outcome_of(o) for o in outcomes]})
 
 
@@ -100,6 +111,11 @@ def results():
 def failure(task_id: UUID):
     """Report a failure; retryable ones go back to the queue while budgets remain."""
     body = input_rules.load_json(FAILURE)
-    worker_id, attempt = body.pop("worker_id"), body.pop("attempt")
-    task = tasks.fail_task(get_runtime(), task_id, worker_id, attempt, tasks.TaskFailure(**body))
+    lease = (body.pop("worker_id"), _credential_id(), body.pop("attempt"), body.pop("lease_token"))
+    task = tasks.fail_task(get_runtime(), task_id, *lease, tasks.TaskFailure(**body))
     return TASK.dump(task)
+
+
+def _credential_id() -> int:
+    """The worker credential the request authenticated with: worker ids are bound to it."""
+    return auth.current_principal().token_id

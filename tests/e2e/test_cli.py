@@ -206,7 +206,11 @@ def test_failed_and_cancelled_jobs_exit_1_and_retry_and_cancel_round_trip(stack)
     heartbeat = stack.api(stack.tokens.worker).post(
         f"{stack.url}/api/v1/tasks/{task['task_id']}/heartbeat",
         timeout=10,
-        json={"worker_id": "by-hand", "attempt": task["attempt"]},
+        json={
+            "worker_id": "by-hand",
+            "attempt": task["attempt"],
+            "lease_token": task["lease_token"],
+        },
     )
     assert heartbeat.status_code == 409 and heartbeat.json()["error"]["code"] == "task_cancelled"
     cancelled, result = chunkwise_all(
@@ -235,6 +239,7 @@ def fail(stack, task: dict) -> None:
         json={
             "worker_id": "by-hand",
             "attempt": task["attempt"],
+            "lease_token": task["lease_token"],
             "error_code": "disk_full",
             "error_message": "no space left",
             "retryable": False,

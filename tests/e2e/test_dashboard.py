@@ -271,7 +271,12 @@ def test_long_unbroken_text_does_not_widen_the_job_page_or_the_list(stack, dashb
     claim = {"worker_id": worker_id, "workloads": ["echo"], "capacity": 1}
     claimed = worker.post(f"{stack.url}/api/v1/tasks/claim", json=claim, timeout=10).json()
     lease = claimed["tasks"][0]
-    failure = {"worker_id": worker_id, "attempt": lease["attempt"], "error_code": "boom"}
+    failure = {
+        "worker_id": worker_id,
+        "attempt": lease["attempt"],
+        "lease_token": lease["lease_token"],
+        "error_code": "boom",
+    }
     answer = worker.post(
         f"{stack.url}/api/v1/tasks/{lease['task_id']}/failure",
         json={**failure, "error_message": "z" * 3_900, "retryable": True},

@@ -128,7 +128,7 @@ class CsvWorker:
         attempt = task["attempt"] if attempt is None else attempt
         return self.client.get(
             task["input_uri"],
-            headers=self.headers,
+            headers={**self.headers, "Chunkwise-Lease-Token": task["lease_token"]},
             query_string={"worker_id": self.worker_id, "attempt": attempt},
         )
 
@@ -151,8 +151,12 @@ class CsvWorker:
         )
 
     def call(self, task: dict, action: str, **body: object):
-        """POST heartbeat, result or failure under this worker's id and the task's attempt."""
-        body = {"worker_id": self.worker_id, "attempt": task["attempt"], **body}
+        """POST heartbeat, result or failure under this worker's id and the task's lease."""
+        lease = {
+            "attempt": task["attempt"],
+            "lease_token": task["lease_token"],
+        }
+        body = {"worker_id": self.worker_id, **lease, **body}
         return self.client.post(
             f"/api/v1/tasks/{task['task_id']}/{action}", headers=self.headers, json=body
         )

@@ -6,6 +6,8 @@ import hashlib
 
 WORKER = "worker-a"
 OTHER_WORKER = "worker-b"
+# The worker credential (api_tokens.id) that tests calling the services directly act under.
+CREDENTIAL = 1
 
 
 def sha256_of(text: str) -> str:
@@ -36,6 +38,7 @@ def result_body(claimed: dict, worker_id: str = WORKER, tag: str = "out") -> dic
     return {
         "worker_id": worker_id,
         "attempt": claimed["attempt"],
+        "lease_token": claimed["lease_token"],
         "result_uri": uri,
         "result_sha256": sha256_of(uri),
         "metrics": {"rows": 1},

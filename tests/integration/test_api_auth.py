@@ -11,13 +11,14 @@ from tests.integration.csv_worker import settings
 from tests.integration.manifests import WORKER, manifest
 
 MISSING_JOB = "6f1c1a1e-0000-4000-8000-000000000000"
+LEASE = {"lease_token": "cwl_" + "0" * 64}
 TASK_ROUTES = [
     ("/api/v1/tasks/claim", {"worker_id": WORKER, "workloads": ["echo"]}),
-    (f"/api/v1/tasks/{MISSING_JOB}/heartbeat", {"worker_id": WORKER, "attempt": 1}),
-    (f"/api/v1/tasks/{MISSING_JOB}/result", {"worker_id": WORKER, "attempt": 1}),
+    (f"/api/v1/tasks/{MISSING_JOB}/heartbeat", {"worker_id": WORKER, "attempt": 1, **LEASE}),
+    (f"/api/v1/tasks/{MISSING_JOB}/result", {"worker_id": WORKER, "attempt": 1, **LEASE}),
     (
         f"/api/v1/tasks/{MISSING_JOB}/failure",
-        {"worker_id": WORKER, "attempt": 1, "error_code": "x", "retryable": False},
+        {"worker_id": WORKER, "attempt": 1, **LEASE, "error_code": "x", "retryable": False},
     ),
 ]
 # Every route that names one job; {id} is filled in.

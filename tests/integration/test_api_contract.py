@@ -128,12 +128,12 @@ def calls(client, headers, submit, claim) -> dict[str, Callable[[], object]]:
         "heartbeat 200": lambda: client.post(
             f"{tasks_path}/heartbeat",
             headers=headers["worker"],
-            json={"worker_id": WORKER, "attempt": 1},
+            json={"worker_id": WORKER, "attempt": 1, "lease_token": leased["lease_token"]},
         ),
         "heartbeat 409": lambda: client.post(
             f"{tasks_path}/heartbeat",
             headers=headers["worker"],
-            json={"worker_id": "intruder", "attempt": 1},
+            json={"worker_id": "intruder", "attempt": 1, "lease_token": leased["lease_token"]},
         ),
         "unauthenticated 401": lambda: client.get("/api/v1/events"),
         "forbidden 403": lambda: client.get("/api/v1/events", headers=headers["worker"]),

@@ -187,10 +187,17 @@ def test_real_answers_on_real_resources_match_the_documented_schemas(api):
     claim = {"worker_id": "validator", "workloads": ["echo"], "capacity": 2}
     leased = call("tasks.claim", "worker", 200, body=claim)["tasks"]
     task = {"task_id": leased[0]["task_id"]}
-    lease = {"worker_id": "validator", "attempt": leased[0]["attempt"]}
+    query = {"worker_id": "validator", "attempt": leased[0]["attempt"]}
+    token = leased[0]["lease_token"]
+    lease = {**query, "lease_token": token}
     call("tasks.heartbeat", "worker", 200, path_parameters=task, body={**lease, "checkpoint": {}})
     call(
-        "tasks.read_input", "worker", 404, path_parameters=task, query=lease
+        "tasks.read_input",
+        "worker",
+        404,
+        path_parameters=task,
+        query=query,
+        headers={"Chunkwise-Lease-Token": token},
     )  # echo: no stored input
     result = {**lease, "result_uri": "s3://out/0", "result_sha256": "0" * 64}
     call("tasks.result", "worker", 200, path_parameters=task, body=result)

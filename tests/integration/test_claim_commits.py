@@ -66,7 +66,8 @@ def test_a_claim_lost_to_a_database_crash_fences_off_its_worker_and_runs_once_ag
         db.execute("UPDATE jobs SET status = 'queued', started_at = NULL WHERE id = %(job)s", ids)
 
     [again] = claim(OTHER_WORKER)
-    heartbeat = task_call(lost["task_id"], "heartbeat", {"worker_id": WORKER, "attempt": 1})
+    lease = {"worker_id": WORKER, "attempt": 1, "lease_token": lost["lease_token"]}
+    heartbeat = task_call(lost["task_id"], "heartbeat", lease)
     late = task_call(lost["task_id"], "result", result_body(lost, WORKER))
     done = task_call(again["task_id"], "result", result_body(again, OTHER_WORKER))
 

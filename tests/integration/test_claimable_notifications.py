@@ -50,6 +50,7 @@ def test_a_retried_task_and_a_freed_lease_are_announced(submit, claim, task_call
     failure = {
         "worker_id": WORKER,
         "attempt": first["attempt"],
+        "lease_token": first["lease_token"],
         "error_code": "boom",
         "error_message": "",
         "retryable": True,
@@ -60,6 +61,7 @@ def test_a_retried_task_and_a_freed_lease_are_announced(submit, claim, task_call
     result = {
         "worker_id": WORKER,
         "attempt": second["attempt"],
+        "lease_token": second["lease_token"],
         "result_uri": "s3://out/2",
         "result_sha256": "a" * 64,
     }
@@ -82,7 +84,12 @@ def test_a_heartbeat_announces_nothing(submit, claim, task_call, notifications):
     (task,) = claim(WORKER)
     notifications()
 
-    beat = {"worker_id": WORKER, "attempt": task["attempt"], "checkpoint": {"row": 1}}
+    beat = {
+        "worker_id": WORKER,
+        "attempt": task["attempt"],
+        "lease_token": task["lease_token"],
+        "checkpoint": {"row": 1},
+    }
     assert task_call(task["task_id"], "heartbeat", beat).status_code == 200
 
     assert notifications() == []
@@ -98,6 +105,7 @@ def test_a_batch_of_results_announces_its_job_and_a_claimable_change_once(
         {
             "task_id": t["task_id"],
             "attempt": t["attempt"],
+            "lease_token": t["lease_token"],
             "result_uri": "s3://out",
             "result_sha256": "a" * 64,
         }

@@ -8,7 +8,7 @@ import uuid
 from services import jobs, maintenance, tasks
 from services.jobs import JobSpec, TaskSpec
 from services.workloads import TaskFailure, TaskResult
-from tests.integration.manifests import sha256_of
+from tests.integration.manifests import CREDENTIAL, sha256_of
 
 WORKERS = 4
 PER_WORKER = 10
@@ -31,7 +31,9 @@ def echo_job(rt, user) -> jobs.JobView:
 
 def batch_of(claimed) -> list[tasks.Completion]:
     return [
-        tasks.Completion(c.task.id, c.task.attempt, TaskResult("s3://out", sha256_of("out"), {}))
+        tasks.Completion(
+            c.task.id, c.task.attempt, c.lease_token, TaskResult("s3://out", sha256_of("out"), {})
+        )
         for c in claimed
     ]
 
@@ -62,10 +64,12 @@ def test_a_cancel_racing_batches_of_results_ends_cancelled_or_succeeded_without_
     for _ in range(ROUNDS):
         view = echo_job(rt, user)
         claimed = {
-            f"w{n}": tasks.claim_tasks(rt, f"w{n}", ["echo"], PER_WORKER) for n in range(WORKERS)
+            f"w{n}": tasks.claim_tasks(rt, f"w{n}", ["echo"], PER_WORKER, credential_id=CREDENTIAL)
+            for n in range(WORKERS)
         }
         calls = [
-            (lambda w=w, c=c: tasks.complete_tasks(rt, w, batch_of(c))) for w, c in claimed.items()
+            (lambda w=w, c=c: tasks.complete_tasks(rt, w, CREDENTIAL, batch_of(c)))
+            for w, c in claimed.items()
         ]
         errors = race(*calls, lambda v=view: jobs.cancel_job(rt, user, v.job.id, trace_id="t"))
         assert [e for e in errors if not isinstance(e, jobs.Conflict)] == []
@@ -84,14 +88,17 @@ def test_a_failure_racing_batches_of_results_fails_the_job_without_deadlock(rt, 
     for _ in range(ROUNDS):
         view = echo_job(rt, user)
         claimed = {
-            f"w{n}": tasks.claim_tasks(rt, f"w{n}", ["echo"], PER_WORKER) for n in range(WORKERS)
+            f"w{n}": tasks.claim_tasks(rt, f"w{n}", ["echo"], PER_WORKER, credential_id=CREDENTIAL)
+            for n in range(WORKERS)
         }
         doomed = claimed["w0"].pop()
         broken = TaskFailure("boom", "it broke", retryable=False, details={})
         calls = [
-            (lambda w=w, c=c: tasks.complete_tasks(rt, w, batch_of(c))) for w, c in claimed.items()
+            (lambda w=w, c=c: tasks.complete_tasks(rt, w, CREDENTIAL, batch_of(c)))
+            for w, c in claimed.items()
         ]
-        failing = lambda d=doomed, b=broken: tasks.fail_task(rt, d.task.id, "w0", 1, b)  # noqa: E731
+        lease = ("w0", CREDENTIAL, 1, doomed.lease_token)
+        failing = lambda d=doomed, b=broken, w=lease: tasks.fail_task(rt, d.task.id, *w, b)  # noqa: E731
         assert race(*calls, failing) == []
         job = db.execute("SELECT * FROM jobs WHERE id = %s", (view.job.id,)).fetchone()
         assert job["status"] == "failed"
@@ -154,7 +161,10 @@ def three_tasks_out_of_id_order(rt, user) -> tuple[jobs.JobView, dict]:
         view = three_task_job(rt, user)
         ids = [jobs.task_id(view.job.id, n) for n in range(3)]
         if ids[2] < min(ids[0], ids[1]):
-            claimed = {c.task.chunk_index: c for c in tasks.claim_tasks(rt, "w1", ["echo"], 3)}
+            claimed = {
+                c.task.chunk_index: c
+                for c in tasks.claim_tasks(rt, "w1", ["echo"], 3, credential_id=CREDENTIAL)
+            }
             return view, claimed
         jobs.cancel_job(rt, user, view.job.id, trace_id="t")
     raise AssertionError("no job with its tasks in that order")
@@ -170,7 +180,7 @@ def test_a_cancel_and_a_batch_of_results_lock_tasks_in_one_order(rt, user, db, e
         )
         wait_for_waiters(db, eventually, 1)
         batch, answered = in_background(
-            lambda: tasks.complete_tasks(rt, "w1", batch_of([claimed[2], claimed[0]]))
+            lambda: tasks.complete_tasks(rt, "w1", CREDENTIAL, batch_of([claimed[2], claimed[0]]))
         )
         wait_for_waiters(db, eventually, 2)
     cancel.join(30)
@@ -188,7 +198,9 @@ def test_a_failure_and_a_cancel_lock_the_task_before_the_job(rt, user, db, event
         # As a batch of results does while it counts: the job held for a moment.
         holder.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (view.job.id,))
         failure, failed = in_background(
-            lambda: tasks.fail_task(rt, claimed[0].task.id, "w1", 1, broken)
+            lambda: tasks.fail_task(
+                rt, claimed[0].task.id, "w1", CREDENTIAL, 1, claimed[0].lease_token, broken
+            )
         )
         wait_for_waiters(db, eventually, 1)
         cancel, cancelled = in_background(
@@ -208,7 +220,7 @@ def test_a_failure_and_a_cancel_lock_the_task_before_the_job(rt, user, db, event
 
 def test_a_task_held_while_its_job_failed_is_cancelled_by_a_later_pass_once_free(rt, user, db):
     view = three_task_job(rt, user)
-    doomed, _ = tasks.claim_tasks(rt, "w1", ["echo"], 2)
+    doomed, _ = tasks.claim_tasks(rt, "w1", ["echo"], 2, credential_id=CREDENTIAL)
     held = jobs.task_id(view.job.id, 2)
     broken = TaskFailure("boom", "it broke", retryable=False, details={})
 
@@ -222,7 +234,7 @@ def test_a_task_held_while_its_job_failed_is_cancelled_by_a_later_pass_once_free
     with rt.pool.connection() as holder, holder.transaction():
         # As a claim that locked the task but had no room to lease it does.
         holder.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", (held,))
-        tasks.fail_task(rt, doomed.task.id, "w1", 1, broken)
+        tasks.fail_task(rt, doomed.task.id, "w1", CREDENTIAL, 1, doomed.lease_token, broken)
         assert state() == {"job": "failed", "stray_tasks": True, "task": "pending"}
         assert tasks.cancel_strays(rt) == 0  # still held: left for a later pass
 
@@ -230,4 +242,4 @@ def test_a_task_held_while_its_job_failed_is_cancelled_by_a_later_pass_once_free
     maintenance.run_pass(rt)
 
     assert state() == {"job": "failed", "stray_tasks": False, "task": "cancelled"}
-    assert tasks.claim_tasks(rt, "w2", ["echo"], 3) == []
+    assert tasks.claim_tasks(rt, "w2", ["echo"], 3, credential_id=CREDENTIAL) == []

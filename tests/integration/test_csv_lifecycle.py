@@ -97,7 +97,7 @@ def test_reading_a_chunks_input_needs_the_current_attempt_of_its_lease_holder(
     not_the_holder = other_worker.read_input(task)
 
     assert wrong_attempt.status_code == 409
-    assert wrong_attempt.get_json()["error"]["code"] == "stale_attempt"
+    assert wrong_attempt.get_json()["error"]["code"] == "lease_lost"
     assert not_the_holder.status_code == 409
     assert not_the_holder.get_json()["error"]["code"] == "lease_lost"
     assert worker.read_input(task).status_code == 200

@@ -488,7 +488,12 @@ def test_retry_with_the_csrf_token_requeues_a_failed_job(
 ):
     job = submit(manifest(1))
     claimed = claim()[0]
-    failure = {"worker_id": WORKER, "attempt": claimed["attempt"], "error_code": "boom"}
+    failure = {
+        "worker_id": WORKER,
+        "attempt": claimed["attempt"],
+        "lease_token": claimed["lease_token"],
+        "error_code": "boom",
+    }
     assert (
         task_call(claimed["task_id"], "failure", {**failure, "retryable": False}).status_code == 200
     )
@@ -540,6 +545,7 @@ def test_a_chunk_waiting_out_a_retry_says_when_it_will_run(sign_in, submit, clai
     job = submit(manifest(2, max_attempts=3))
     leased = claim()[0]
     failure = {"worker_id": WORKER, "attempt": 1, "error_code": "down", "retryable": True}
+    failure["lease_token"] = leased["lease_token"]
     assert task_call(leased["task_id"], "failure", failure).status_code == 200
 
     page = sign_in("user").get(f"/ui/jobs/{job['id']}").text
@@ -600,7 +606,12 @@ def test_a_job_its_prerequisites_failure_failed_links_the_job_whose_retry_brings
     first = submit(manifest(1))
     then = submit(manifest(1, depends_on=[first["id"]]))
     [task] = claim()
-    failure = {"worker_id": WORKER, "attempt": task["attempt"], "error_code": "boom"}
+    failure = {
+        "worker_id": WORKER,
+        "attempt": task["attempt"],
+        "lease_token": task["lease_token"],
+        "error_code": "boom",
+    }
     assert task_call(task["task_id"], "failure", {**failure, "retryable": False}).status_code == 200
     browser = sign_in("user")
 
@@ -1153,7 +1164,12 @@ def test_user_supplied_text_is_isolated_so_a_bidi_override_cannot_reorder_its_ne
 ):
     job = submit(manifest(1, labels={f"k{RLO}ey": f"x{RLO}abc"}, parameters={"p": f"{RLO}exe"}))
     claimed = claim(worker_id="worker")[0]
-    failure = {"worker_id": "worker", "attempt": claimed["attempt"], "error_code": f"e{RLO}rr"}
+    failure = {
+        "worker_id": "worker",
+        "attempt": claimed["attempt"],
+        "lease_token": claimed["lease_token"],
+        "error_code": f"e{RLO}rr",
+    }
     task_call(
         claimed["task_id"],
         "failure",

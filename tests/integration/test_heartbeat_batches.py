@@ -24,7 +24,12 @@ def beats(client, headers, items: list[dict], worker_id: str = WORKER):
 
 def beat(claimed: dict, **extra: object) -> dict:
     """A heartbeat item for a claimed task under its own attempt."""
-    return {"task_id": claimed["task_id"], "attempt": claimed["attempt"], **extra}
+    return {
+        "task_id": claimed["task_id"],
+        "attempt": claimed["attempt"],
+        "lease_token": claimed["lease_token"],
+        **extra,
+    }
 
 
 def test_a_batch_renews_every_lease_in_order_and_keeps_each_checkpoint(
@@ -69,7 +74,7 @@ def test_one_refused_heartbeat_refuses_only_itself_with_the_single_endpoints_ans
     items = [
         beat(good, checkpoint={"kept": True}),
         {**beat(stale), "attempt": stale["attempt"] + 1},
-        {"task_id": unknown, "attempt": 1},
+        {"task_id": unknown, "attempt": 1, "lease_token": good["lease_token"]},
     ]
 
     outcomes = beats(client, headers, items).get_json()["results"]
@@ -79,9 +84,11 @@ def test_one_refused_heartbeat_refuses_only_itself_with_the_single_endpoints_ans
         ("rejected", 409),
         ("rejected", 404),
     ]
-    single = task_call(stale["task_id"], "heartbeat", {"worker_id": WORKER, "attempt": 2})
+    lease = {"worker_id": WORKER, "attempt": 2, "lease_token": stale["lease_token"]}
+    single = task_call(stale["task_id"], "heartbeat", lease)
     assert outcomes[1]["error"] == single.get_json()["error"]
-    assert outcomes[1]["error"]["code"] == "stale_attempt"
+    # Attempt 2 was never this caller's lease: it hears no more than that.
+    assert outcomes[1]["error"]["code"] == "lease_lost"
     assert outcomes[1]["lease_expires_at"] is None
     assert task_row(good["task_id"])["checkpoint"] == {"kept": True}
     assert task_row(stale["task_id"])["checkpoint"] is None
@@ -147,11 +154,13 @@ def test_a_heartbeat_batch_and_a_result_batch_over_the_same_tasks_take_turns_not
     submit(manifest(2))
     first, second = sorted(claim(WORKER, capacity=2), key=lambda t: uuid.UUID(t["task_id"]))
     ids = [uuid.UUID(first["task_id"]), uuid.UUID(second["task_id"])]
-    renewals = [task_rows.Renewal(i, 1) for i in reversed(ids)]
+    tokens = {i: t["lease_token"] for i, t in zip(ids, (first, second), strict=True)}
+    renewals = [task_rows.Renewal(i, 1, tokens[i]) for i in reversed(ids)]
+    credential = db.execute("SELECT credential_id FROM workers WHERE id = %s", (WORKER,)).fetchone()
     # Through the worker's own index both statements would meet the rows in one order by
     # chance; without it they meet them in the order each lists them.
     db.execute("DROP INDEX tasks_lease_owner_idx")
-    outcomes = [task_rows.Outcome(i, 1, "s3://out", "0" * 64, {}) for i in ids]
+    outcomes = [task_rows.Outcome(i, 1, tokens[i], "s3://out", "0" * 64, {}) for i in ids]
     errors: list[Exception] = []
 
     def in_transaction(work) -> None:
@@ -172,11 +181,19 @@ def test_a_heartbeat_batch_and_a_result_batch_over_the_same_tasks_take_turns_not
         threads = [
             threading.Thread(
                 target=in_transaction,
-                args=(lambda c: task_rows.complete_many(c, WORKER, outcomes),),
+                args=(
+                    lambda c: task_rows.complete_many(
+                        c, WORKER, credential["credential_id"], outcomes
+                    ),
+                ),
             ),
             threading.Thread(
                 target=in_transaction,
-                args=(lambda c: task_rows.renew_many(c, WORKER, renewals, 30),),
+                args=(
+                    lambda c: task_rows.renew_many(
+                        c, WORKER, credential["credential_id"], renewals, 30
+                    ),
+                ),
             ),
         ]
         for thread in threads:

@@ -34,8 +34,12 @@ def leased(submit, claim) -> dict:
     return task
 
 
+# Well formed, so a refusal names only the field a case breaks.
+LEASE_TOKEN = "cwl_" + "0" * 64
+
+
 def lease(**extra: object) -> dict:
-    return {"worker_id": WORKER, "attempt": 1, **extra}
+    return {"worker_id": WORKER, "attempt": 1, "lease_token": LEASE_TOKEN, **extra}
 
 
 def failure(**extra: object) -> dict:
@@ -44,11 +48,13 @@ def failure(**extra: object) -> dict:
 
 def batch() -> dict:
     item = {"task_id": "6f1c1a1e-0000-4000-8000-000000000000", "attempt": 1, "metrics": {}}
+    item["lease_token"] = LEASE_TOKEN
     return {"worker_id": WORKER, "results": [item]}
 
 
 def heartbeats() -> dict:
     item = {"task_id": "6f1c1a1e-0000-4000-8000-000000000000", "attempt": 1, "checkpoint": {}}
+    item["lease_token"] = LEASE_TOKEN
     return {"worker_id": WORKER, "heartbeats": [item]}
 
 

@@ -32,7 +32,12 @@ def fail(task_call):
     """Fail a claimed task for good."""
 
     def fail_for_good(claimed: dict) -> None:
-        body = {"worker_id": WORKER, "attempt": claimed["attempt"], "error_code": "boom"}
+        body = {
+            "worker_id": WORKER,
+            "attempt": claimed["attempt"],
+            "lease_token": claimed["lease_token"],
+            "error_code": "boom",
+        }
         answer = task_call(claimed["task_id"], "failure", {**body, "retryable": False})
         assert answer.status_code == 200, answer.get_json()
 
@@ -480,7 +485,12 @@ def test_prerequisites_finishing_at_once_never_leave_their_dependent_waiting(
 def failure_of(app, headers: dict, task: dict) -> Callable[[], int]:
     """The worker's failure for good of a leased task, to post later."""
     path = f"/api/v1/tasks/{task['task_id']}/failure"
-    body = {"worker_id": WORKER, "attempt": task["attempt"], "error_code": "boom"}
+    body = {
+        "worker_id": WORKER,
+        "attempt": task["attempt"],
+        "lease_token": task["lease_token"],
+        "error_code": "boom",
+    }
     return posting(app, path, headers["worker"], {**body, "retryable": False})
 
 

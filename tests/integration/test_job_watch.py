@@ -97,6 +97,9 @@ def test_a_waiting_get_answers_as_soon_as_another_coordinator_completes_a_chunk(
     # A second coordinator on the same database: its only way to wake us is NOTIFY.
     elsewhere = replace(rt, wakeups=Wakeups(None))
     uri = f"s3://out/{leased['task_id']}"
+    with rt.pool.connection() as conn:
+        bound = "SELECT credential_id FROM workers WHERE id = %s"
+        credential = conn.execute(bound, (WORKER,)).fetchone()["credential_id"]
 
     def complete_soon() -> None:
         time.sleep(0.3)
@@ -104,7 +107,9 @@ def test_a_waiting_get_answers_as_soon_as_another_coordinator_completes_a_chunk(
             elsewhere,
             uuid.UUID(leased["task_id"]),
             WORKER,
+            credential,
             leased["attempt"],
+            leased["lease_token"],
             tasks.TaskResult(uri, sha256_of(uri), {}),
         )
 

@@ -16,7 +16,7 @@ import pytest
 from services import jobs, settlement, tasks
 from services.jobs import JobSpec, TaskSpec
 from services.wakeups import Wakeups
-from tests.integration.manifests import OTHER_WORKER, WORKER, manifest, sha256_of
+from tests.integration.manifests import CREDENTIAL, OTHER_WORKER, WORKER, manifest, sha256_of
 
 TASKS = 500
 JOBS = 10
@@ -78,7 +78,9 @@ def test_concurrent_workers_lease_each_task_once_lose_none_and_respect_the_caps(
         try:
             while not stop.is_set() and time.monotonic() < deadline:
                 # Asking for more than the per-worker cap makes the cap, not capacity, the limit.
-                claimed = tasks.claim_tasks(rt, worker_id, ["echo"], capacity=PER_WORKER_CAP + 1)
+                claimed = tasks.claim_tasks(
+                    rt, worker_id, ["echo"], capacity=PER_WORKER_CAP + 1, credential_id=CREDENTIAL
+                )
                 largest_claim[worker_id] = max(largest_claim[worker_id], len(claimed))
                 if not claimed:
                     time.sleep(0.005)
@@ -90,7 +92,9 @@ def test_concurrent_workers_lease_each_task_once_lose_none_and_respect_the_caps(
                         rt,
                         c.task.id,
                         worker_id,
+                        CREDENTIAL,
                         c.task.attempt,
+                        c.lease_token,
                         tasks.TaskResult(uri, sha256_of(uri), {}),
                     )
                     with lock:
@@ -319,7 +323,9 @@ def test_the_old_holder_of_an_expired_lease_is_fenced_off(rt, submit, claim, tas
     before = task_row(first["task_id"])
 
     response = task_call(
-        first["task_id"], "heartbeat", {"worker_id": WORKER, "attempt": first["attempt"]}
+        first["task_id"],
+        "heartbeat",
+        {"worker_id": WORKER, "attempt": first["attempt"], "lease_token": first["lease_token"]},
     )
 
     assert response.status_code == 409

@@ -297,6 +297,7 @@ def test_every_listed_jobs_chunks_by_state_equal_a_count_of_its_tasks(
     failed = submit(manifest(3, max_attempts=1))
     [broken, _] = claim(WORKER, capacity=2)
     body = {"worker_id": WORKER, "attempt": 1, "error_code": "boom", "error_message": "no"}
+    body["lease_token"] = broken["lease_token"]
     task_call(broken["task_id"], "failure", {**body, "retryable": False, "details": {}})
     cancelled = submit(manifest(2))
     client.post(f"/api/v1/jobs/{cancelled['id']}/cancel", headers=headers["user"])
@@ -444,7 +445,9 @@ def test_cancelling_a_job_cancels_its_tasks_and_fences_off_the_running_one(
     statuses = db.execute("SELECT status FROM tasks WHERE job_id = %s", (job["id"],)).fetchall()
     assert {r["status"] for r in statuses} == {"cancelled"}
     heartbeat = task_call(
-        running["task_id"], "heartbeat", {"worker_id": WORKER, "attempt": running["attempt"]}
+        running["task_id"],
+        "heartbeat",
+        {"worker_id": WORKER, "attempt": running["attempt"], "lease_token": running["lease_token"]},
     )
     assert heartbeat.status_code == 409
     assert heartbeat.get_json()["error"]["code"] == "task_cancelled"
@@ -489,7 +492,13 @@ def test_retrying_a_failed_job_requeues_its_chunks_under_a_new_attempt(
     task_call(
         doomed["task_id"],
         "failure",
-        {"worker_id": WORKER, "attempt": 1, "error_code": "oom", "retryable": False},
+        {
+            "worker_id": WORKER,
+            "attempt": 1,
+            "lease_token": doomed["lease_token"],
+            "error_code": "oom",
+            "retryable": False,
+        },
     )
 
     response = client.post(f"/api/v1/jobs/{job['id']}/retry", headers=headers["user"])
@@ -510,11 +519,14 @@ def test_a_retry_grants_each_task_the_jobs_own_attempts_not_the_default(
     job = submit(manifest(1, max_attempts=1))
     timeout = {"worker_id": WORKER, "error_code": "timeout", "retryable": True}
     [first] = claim(WORKER)
-    task_call(first["task_id"], "failure", {**timeout, "attempt": 1})
+    task_call(
+        first["task_id"], "failure", {**timeout, "attempt": 1, "lease_token": first["lease_token"]}
+    )
     client.post(f"/api/v1/jobs/{job['id']}/retry", headers=headers["user"])
 
     [second] = claim(WORKER)
-    response = task_call(second["task_id"], "failure", {**timeout, "attempt": 2})
+    lease = {"attempt": 2, "lease_token": second["lease_token"]}
+    response = task_call(second["task_id"], "failure", {**timeout, **lease})
 
     assert response.get_json()["status"] == "failed"
     status = client.get(f"/api/v1/jobs/{job['id']}", headers=headers["user"]).get_json()
@@ -530,7 +542,13 @@ def test_a_retry_grants_a_job_admitted_before_budgets_were_kept_the_configured_a
     task_call(
         leased["task_id"],
         "failure",
-        {"worker_id": WORKER, "attempt": 1, "error_code": "timeout", "retryable": True},
+        {
+            "worker_id": WORKER,
+            "attempt": 1,
+            "lease_token": leased["lease_token"],
+            "error_code": "timeout",
+            "retryable": True,
+        },
     )
 
     client.post(f"/api/v1/jobs/{job['id']}/retry", headers=headers["user"])

@@ -32,6 +32,12 @@ COORDINATORS_TABLE = "coordinators"
 USER_BOUNDS_TABLE, FAIR_COLUMN = "user_bounds", "fair_tag"
 # The table 0025 adds.
 BUCKETS_TABLE = "workload_buckets"
+# The columns 0026 adds, by table.
+LEASE_COLUMNS = {
+    "tasks": "lease_sha256",
+    "task_attempts": "lease_sha256",
+    "workers": "credential_id",
+}
 # The table 0024 adds.
 PAUSES_TABLE = "workload_pauses"
 # The column 0023 adds to jobs, and its index, built outside a transaction.
@@ -210,6 +216,7 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert has_timeout_columns(empty_database_url) == {"jobs": True, "tasks": True}
     assert DEPENDENCY_COLUMN in columns(empty_database_url, "jobs")
 
+    assert all(c in columns(empty_database_url, t) for t, c in LEASE_COLUMNS.items())
     assert FAIR_COLUMN in columns(empty_database_url, "tasks")
 
     migrations.rollback_latest(empty_database_url)
@@ -243,6 +250,18 @@ def test_rolling_back_the_fair_share_migration_drops_its_table_and_column(empty_
     }
     assert FAIR_COLUMN not in columns(empty_database_url, "tasks")
     assert indexes(empty_database_url) >= RETRY_INDEXES  # the claim index, as 0019 built it
+
+
+def test_rolling_back_the_lease_tokens_migration_drops_its_columns(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    roll_back_through(empty_database_url, "0026.lease_tokens")
+
+    assert not any(c in columns(empty_database_url, t) for t, c in LEASE_COLUMNS.items())
+    assert public_tables(empty_database_url) == HEAD_TABLES - {
+        USER_BOUNDS_TABLE,
+        COORDINATORS_TABLE,
+    }  # 0025's stays
 
 
 def test_rolling_back_the_workload_pauses_migration_drops_its_table(empty_database_url):

@@ -49,7 +49,12 @@ def storm(app, headers: dict, jobs: list[dict], seed: int, statuses: list[int]) 
                 if rng.random() < 0.75:
                     succeeded.append(batch_item(task, worker))
                     continue
-                failure = {"worker_id": worker, "attempt": task["attempt"], "error_code": "x"}
+                failure = {
+                    "worker_id": worker,
+                    "attempt": task["attempt"],
+                    "lease_token": task["lease_token"],
+                    "error_code": "x",
+                }
                 path = f"/api/v1/tasks/{task['task_id']}/failure"
                 answer = client.post(
                     path, json={**failure, "retryable": False}, headers=headers["worker"]

@@ -17,6 +17,7 @@ from services import jobs, maintenance, tasks
 from services.errors import LeaseLost
 from services.workloads import TaskFailure, TaskResult
 from tests.integration.manifests import (
+    CREDENTIAL,
     OTHER_WORKER,
     WORKER,
     batch_item,
@@ -36,6 +37,7 @@ def failure(claimed: dict, code: str, retryable: bool) -> dict:
     return {
         "worker_id": WORKER,
         "attempt": claimed["attempt"],
+        "lease_token": claimed["lease_token"],
         "error_code": code,
         "error_message": "it broke",
         "retryable": retryable,
@@ -193,23 +195,26 @@ def test_figures_stay_exact_while_workers_race_and_passes_fold(rt, submit, db):
     stop = threading.Event()
     problems: list[str] = []
 
-    def report(worker_id: str, task, fails: bool) -> None:
+    def report(worker_id: str, claimed, fails: bool) -> None:
+        task, lease = claimed.task, (worker_id, CREDENTIAL, claimed.task.attempt)
         if fails:
             failed = TaskFailure("timeout", "it broke", retryable=True, details={})
-            tasks.fail_task(rt, task.id, worker_id, task.attempt, failed)
+            tasks.fail_task(rt, task.id, *lease, claimed.lease_token, failed)
         else:
             uri = f"s3://out/{task.id}"
             result = TaskResult(uri, sha256_of(uri), {})
-            tasks.complete_task(rt, task.id, worker_id, task.attempt, result)
+            tasks.complete_task(rt, task.id, *lease, claimed.lease_token, result)
 
     def work(worker_id: str, seed: int) -> None:
         chance = random.Random(seed)
         try:
-            while claimed := tasks.claim_tasks(rt, worker_id, ["echo"], capacity=2):
+            while claimed := tasks.claim_tasks(
+                rt, worker_id, ["echo"], capacity=2, credential_id=CREDENTIAL
+            ):
                 for c in claimed:
                     # A task of a job that failed meanwhile was cancelled: lease lost.
                     with contextlib.suppress(LeaseLost):
-                        report(worker_id, c.task, chance.random() < 0.3)
+                        report(worker_id, c, chance.random() < 0.3)
         except Exception as exc:  # any failure in a worker thread is a finding
             problems.append(f"{worker_id}: {exc!r}")
 

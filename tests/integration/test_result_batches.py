@@ -49,7 +49,7 @@ def test_one_refused_item_refuses_only_itself(submit, claim, client, headers, ta
         ("rejected", 422),
         ("rejected", 404),
     ]
-    assert outcomes[1]["error"]["code"] == "stale_attempt"
+    assert outcomes[1]["error"]["code"] == "lease_lost"
     assert outcomes[2]["error"]["details"]["fields"] == {"result_uri": ["required"]}
     assert task_row(good["task_id"])["status"] == "completed"
     assert task_row(stale["task_id"])["status"] == "leased"

@@ -18,6 +18,7 @@ def failure(claimed: dict, *, retryable: bool = True, **extra: object) -> dict:
     return {
         "worker_id": WORKER,
         "attempt": claimed["attempt"],
+        "lease_token": claimed["lease_token"],
         "error_code": "upstream_down",
         "error_message": "the upstream answered 503",
         "retryable": retryable,

@@ -17,7 +17,7 @@ def later() -> datetime:
 
 def lease_call(action: str, claimed: dict, worker_id: str, attempt: int) -> dict:
     """The body of a heartbeat, result or failure made under (worker_id, attempt)."""
-    lease = {"worker_id": worker_id, "attempt": attempt}
+    lease = {"worker_id": worker_id, "attempt": attempt, "lease_token": claimed["lease_token"]}
     if action == "result":
         return {**result_body(claimed, worker_id), **lease}
     if action == "failure":
@@ -30,6 +30,7 @@ def failure(claimed: dict, code: str, retryable: bool, worker_id: str = WORKER) 
     return {
         "worker_id": worker_id,
         "attempt": claimed["attempt"],
+        "lease_token": claimed["lease_token"],
         "error_code": code,
         "error_message": f"{code} happened",
         "retryable": retryable,
@@ -93,7 +94,7 @@ def test_a_worker_cannot_touch_its_task_under_an_old_attempt(
 
 
 @pytest.mark.parametrize("action", ["heartbeat", "result", "failure"])
-def test_an_attempt_after_the_current_one_is_refused_as_never_leased(
+def test_an_attempt_after_the_current_one_is_refused_as_not_the_callers_lease(
     action, submit, claim, task_call, task_row
 ):
     submit(manifest(1))
@@ -104,8 +105,8 @@ def test_an_attempt_after_the_current_one_is_refused_as_never_leased(
 
     assert response.status_code == 409
     body = response.get_json()["error"]
-    assert body["code"] == "stale_attempt"
-    assert body["message"] == "attempt 2 was never leased; the task is at attempt 1"
+    assert body["code"] == "lease_lost"
+    assert body["details"] == {"task_id": leased["task_id"]}
     assert task_row(leased["task_id"]) == before
 
 
@@ -119,7 +120,12 @@ def test_the_lease_holder_renews_its_lease_and_stores_the_checkpoint(
     response = task_call(
         leased["task_id"],
         "heartbeat",
-        {"worker_id": WORKER, "attempt": 1, "checkpoint": {"rows": 10}},
+        {
+            "worker_id": WORKER,
+            "attempt": 1,
+            "lease_token": leased["lease_token"],
+            "checkpoint": {"rows": 10},
+        },
     )
 
     assert response.status_code == 200
@@ -132,7 +138,7 @@ def test_the_lease_holder_renews_its_lease_and_stores_the_checkpoint(
 def test_a_heartbeat_for_a_missing_task_is_404(client, headers):
     response = client.post(
         "/api/v1/tasks/00000000-0000-0000-0000-000000000000/heartbeat",
-        json={"worker_id": WORKER, "attempt": 1},
+        json={"worker_id": WORKER, "attempt": 1, "lease_token": "cwl_" + "0" * 64},
         headers=headers["worker"],
     )
 
@@ -204,7 +210,8 @@ def test_a_result_without_a_manifest_is_422_naming_both_fields(submit, claim, ta
     submit(manifest(1))
     [leased] = claim(WORKER)
 
-    response = task_call(leased["task_id"], "result", {"worker_id": WORKER, "attempt": 1})
+    lease = {"worker_id": WORKER, "attempt": 1, "lease_token": leased["lease_token"]}
+    response = task_call(leased["task_id"], "result", lease)
 
     assert response.status_code == 422
     assert set(response.get_json()["error"]["details"]["fields"]) == {"result_uri", "result_sha256"}
@@ -315,7 +322,9 @@ def test_a_terminal_task_failure_fails_the_job_and_cancels_its_other_tasks(
     assert claim(OTHER_WORKER) == []
     # The chunk that was still running hears about it on its next heartbeat.
     heartbeat = task_call(
-        running["task_id"], "heartbeat", {"worker_id": WORKER, "attempt": running["attempt"]}
+        running["task_id"],
+        "heartbeat",
+        {"worker_id": WORKER, "attempt": running["attempt"], "lease_token": running["lease_token"]},
     )
     assert heartbeat.status_code == 409
     assert heartbeat.get_json()["error"]["code"] == "task_cancelled"

@@ -82,6 +82,7 @@ def test_claims_results_and_admission_keep_to_their_indexes_when_statistics_are_
     claimed = task_rows.claim(
         db,
         worker_id="w",
+        credential_id=1,
         workloads=["echo"],
         named=["echo"],
         capacity=10,
@@ -91,9 +92,10 @@ def test_claims_results_and_admission_keep_to_their_indexes_when_statistics_are_
     )
     claim_plan = plans()
     outcomes = [
-        task_rows.Outcome(c.task.id, c.task.attempt, "s3://out", "a" * 64, {}) for c in claimed
+        task_rows.Outcome(c.task.id, c.task.attempt, c.lease_token, "s3://out", "a" * 64, {})
+        for c in claimed
     ]
-    assert len(task_rows.complete_many(db, "w", outcomes)) == 10
+    assert len(task_rows.complete_many(db, "w", 1, outcomes)) == 10
     results_plan = plans()
     assert task_rows.recount_unfinished(db, "echo") == 2990
     admission_plan = plans()

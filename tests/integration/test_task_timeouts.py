@@ -62,7 +62,7 @@ def test_a_job_without_a_timeout_leases_for_the_usual_lease_and_names_no_deadlin
 def test_a_heartbeat_renews_the_lease_only_up_to_the_deadline(submit, claim, task_call):
     submit(manifest(2, timeout_seconds=8))
     [near, _] = claim(capacity=2)
-    body = {"worker_id": WORKER, "attempt": near["attempt"]}
+    body = {"worker_id": WORKER, "attempt": near["attempt"], "lease_token": near["lease_token"]}
 
     renewed = task_call(near["task_id"], "heartbeat", body)
 
@@ -74,7 +74,8 @@ def test_a_heartbeat_well_before_the_deadline_renews_the_usual_lease(submit, cla
     submit(manifest(1, timeout_seconds=3600))
     [leased] = claim()
 
-    renewed = task_call(leased["task_id"], "heartbeat", {"worker_id": WORKER, "attempt": 1})
+    lease = {"worker_id": WORKER, "attempt": 1, "lease_token": leased["lease_token"]}
+    renewed = task_call(leased["task_id"], "heartbeat", lease)
 
     assert 25 <= seconds_from_now(renewed.get_json()["lease_expires_at"]) <= 30
     assert seconds_from_now(leased["deadline"]) > 3000
@@ -88,11 +89,12 @@ def test_past_its_deadline_an_attempt_can_neither_renew_nor_report(
     [leased] = claim()
     deadline_passes()
     body = {
-        "heartbeat": {"worker_id": WORKER, "attempt": 1},
+        "heartbeat": {"worker_id": WORKER, "attempt": 1, "lease_token": leased["lease_token"]},
         "result": result_body(leased),
         "failure": {
             "worker_id": WORKER,
             "attempt": 1,
+            "lease_token": leased["lease_token"],
             "error_code": "boom",
             "retryable": False,
         },
@@ -162,7 +164,8 @@ def test_the_timed_out_worker_is_told_timed_out_after_the_sweep_and_the_retry(
     foreign = task_call(first["task_id"], "result", result_body(first, OTHER_WORKER))
 
     assert (late.status_code, late.get_json()["error"]["code"]) == (409, "timed_out")
-    assert foreign.get_json()["error"]["code"] == "stale_attempt"
+    # Another worker id never held that lease: it hears no more than that.
+    assert foreign.get_json()["error"]["code"] == "lease_lost"
 
 
 def test_a_worker_that_died_before_its_deadline_lost_its_lease_not_its_time(

@@ -121,6 +121,7 @@ def test_a_retry_that_would_overfill_the_queue_is_429_and_changes_nothing(
     failing = submit(manifest(400))
     [doomed] = claim(WORKER)
     failure = {"worker_id": WORKER, "attempt": 1, "error_code": "oom", "retryable": False}
+    failure["lease_token"] = doomed["lease_token"]
     assert task_call(doomed["task_id"], "failure", failure).status_code == 200
     before = db.execute("SELECT id, status, version FROM tasks ORDER BY id").fetchall()
     submit(manifest(300))  # overflows the bound: the count finds the failed job's tasks done
@@ -154,6 +155,7 @@ def test_a_retry_whose_dependents_would_overfill_the_queue_is_429_and_changes_no
     then = submit(manifest(300, depends_on=[first["id"]]))
     [doomed] = claim(WORKER)
     failure = {"worker_id": WORKER, "attempt": 1, "error_code": "oom", "retryable": False}
+    failure["lease_token"] = doomed["lease_token"]
     assert task_call(doomed["task_id"], "failure", failure).status_code == 200
     before = db.execute("SELECT id, status, version FROM tasks ORDER BY id").fetchall()
     submit(manifest(300))
@@ -185,6 +187,7 @@ def test_a_retried_job_counts_against_the_queue_again(submit, claim, task_call, 
     failing = submit(manifest(400))
     [doomed] = claim(WORKER)
     failure = {"worker_id": WORKER, "attempt": 1, "error_code": "oom", "retryable": False}
+    failure["lease_token"] = doomed["lease_token"]
     assert task_call(doomed["task_id"], "failure", failure).status_code == 200
     submit(manifest(200))  # overflows the bound: the count finds the failed job's tasks done
     retried = client.post(f"/api/v1/jobs/{failing['id']}/retry", headers=headers["user"])

@@ -13,7 +13,7 @@ from app.metrics import QueueCollector
 from services import jobs, queue, tasks
 from services.errors import Forbidden
 from services.wakeups import Wakeups
-from tests.integration.manifests import WORKER, manifest
+from tests.integration.manifests import CREDENTIAL, WORKER, manifest
 
 
 @pytest.fixture
@@ -198,7 +198,7 @@ def test_no_claim_that_starts_after_the_pause_answered_leases_its_tasks(rt, user
         stop_at = None
         while stop_at is None or time.monotonic() < stop_at:
             after = answered.is_set()
-            leased = tasks.claim_tasks(rt, worker, ["echo"], capacity=1)
+            leased = tasks.claim_tasks(rt, worker, ["echo"], capacity=1, credential_id=CREDENTIAL)
             claims.append((after, len(leased)))
             if after and stop_at is None:
                 stop_at = time.monotonic() + 0.5

@@ -105,7 +105,12 @@ class FakeClient:
             body = dict(item)
             task_id, attempt = body.pop("task_id"), body.pop("attempt")
             self.submit_result(
-                task_id, worker_id=worker_id, attempt=attempt, result=body, trace_id=trace_id
+                task_id,
+                worker_id=worker_id,
+                attempt=attempt,
+                lease_token=body.pop("lease_token"),
+                result=body,
+                trace_id=trace_id,
             )
             answers.append(
                 {"task_id": task_id, "outcome": "accepted", "status": 200, "error": None}
@@ -167,6 +172,7 @@ def task_payload(
         "checkpoint": checkpoint,
         "lease_expires_at": lease_expires_at,
         "heartbeat_seconds": heartbeat_seconds,
+        "lease_token": f"cwl_{hashlib.sha256(f'{task_id}{attempt}'.encode()).hexdigest()}",
     }
 
 

@@ -23,6 +23,7 @@ from worker_cli.client import (
 )
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+LEASE = "cwl_" + "a" * 64
 BEAT = {"task_id": "t1", "attempt": 1}  # one heartbeat of a batch
 TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-01$")
 
@@ -251,7 +252,9 @@ def test_409_on_a_task_call_is_lease_lost_with_its_code(client, coordinator, cod
     coordinator.reply(409, error_body(code))
 
     with pytest.raises(LeaseLost) as caught:
-        client.submit_result("t1", worker_id="w", attempt=1, result={"summary": {}, "metrics": {}})
+        client.submit_result(
+            "t1", worker_id="w", attempt=1, lease_token=LEASE, result={"summary": {}, "metrics": {}}
+        )
 
     assert caught.value.code == code
     assert caught.value.trace_id == TRACE_ID
@@ -270,7 +273,8 @@ def test_429_is_unavailable_with_retry_after(client, coordinator):
 def test_a_failure_sends_its_retry_after_only_when_it_has_one(client, coordinator):
     for _ in range(2):
         coordinator.reply(200, {"status": "pending", "trace_id": TRACE_ID})
-    failure = {"worker_id": "w", "attempt": 1, "error_code": "x", "error_message": "y"}
+    failure = {"worker_id": "w", "attempt": 1, "lease_token": LEASE, "error_code": "x"}
+    failure["error_message"] = "y"
 
     client.report_failure("t1", **failure, retryable=True, retry_after_seconds=30)
     client.report_failure("t1", **failure, retryable=True)
@@ -286,7 +290,13 @@ def test_5xx_is_unavailable(client, coordinator, status):
 
     with pytest.raises(CoordinatorUnavailable) as caught:
         client.report_failure(
-            "t1", worker_id="w", attempt=1, error_code="x", error_message="y", retryable=True
+            "t1",
+            worker_id="w",
+            attempt=1,
+            lease_token=LEASE,
+            error_code="x",
+            error_message="y",
+            retryable=True,
         )
 
     assert caught.value.status == status
@@ -412,29 +422,39 @@ def test_a_refused_item_becomes_the_exception_its_single_call_would_raise():
     assert (type(missing), missing.status, missing.code) == (RequestRejected, 404, "not_found")
 
 
-def test_input_streams_in_blocks_with_worker_and_attempt(client, coordinator):
+def test_input_streams_in_blocks_with_worker_and_attempt_and_the_token_in_a_header(
+    client, coordinator
+):
     data = bytes(range(256)) * 1000
     coordinator.reply(200, raw=data, headers={"Content-Type": "application/octet-stream"})
 
     with client.stream_input(
-        "/api/v1/tasks/t1/input", worker_id="w", attempt=4, trace_id=TRACE_ID, block_size=4096
+        "/api/v1/tasks/t1/input",
+        worker_id="w",
+        attempt=4,
+        lease_token=LEASE,
+        trace_id=TRACE_ID,
+        block_size=4096,
     ) as stream:
         blocks = list(stream)
 
     assert b"".join(blocks) == data
     assert max(len(b) for b in blocks) <= 4096
     assert coordinator.requests[0]["path"] == "/api/v1/tasks/t1/input?worker_id=w&attempt=4"
+    assert coordinator.requests[0]["headers"]["Chunkwise-Lease-Token"] == LEASE
 
 
 def test_input_409_is_lease_lost(client, coordinator):
     coordinator.reply(409, error_body("lease_lost"))
     with pytest.raises(LeaseLost):
-        client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1)
+        client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1, lease_token=LEASE)
 
 
 def test_input_uri_on_another_host_is_refused_so_the_token_stays_home(client):
     with pytest.raises(ValueError):
-        client.stream_input("http://elsewhere.invalid/steal", worker_id="w", attempt=1)
+        client.stream_input(
+            "http://elsewhere.invalid/steal", worker_id="w", attempt=1, lease_token=LEASE
+        )
 
 
 def test_coordinator_url_with_a_path_prefix_is_kept(coordinator):

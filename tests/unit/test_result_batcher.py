@@ -38,7 +38,11 @@ def submit_in_thread(batcher, task_id, outcomes):
     def run():
         try:
             outcomes[task_id] = batcher.submit(
-                task_id, attempt=1, result={"summary": {}}, trace_id=f"trace-{task_id}"
+                task_id,
+                attempt=1,
+                lease_token="L",
+                result={"summary": {}},
+                trace_id=f"trace-{task_id}",
             )
         except Exception as exc:
             outcomes[task_id] = exc
@@ -52,10 +56,16 @@ def submit_in_thread(batcher, task_id, outcomes):
 def test_one_result_alone_is_one_call_traced_as_its_attempt():
     client = GatedClient()
     client.gate.set()
-    outcome = ResultBatcher(client, "w1").submit("t1", attempt=3, result={"m": 1}, trace_id="abc")
+    outcome = ResultBatcher(client, "w1").submit(
+        "t1", attempt=3, lease_token="L", result={"m": 1}, trace_id="abc"
+    )
     assert outcome == {"task_id": "t1", "outcome": "accepted", "status": 200}
     assert client.calls == [
-        {"worker_id": "w1", "results": [{"task_id": "t1", "attempt": 3, "m": 1}], "trace_id": "abc"}
+        {
+            "worker_id": "w1",
+            "results": [{"task_id": "t1", "attempt": 3, "lease_token": "L", "m": 1}],
+            "trace_id": "abc",
+        }
     ]
 
 
@@ -134,7 +144,9 @@ def test_a_call_that_fails_raises_for_every_result_it_carried():
     client = GatedClient(lambda item: CoordinatorUnavailable("down", status=503))
     client.gate.set()
     with pytest.raises(CoordinatorUnavailable):
-        ResultBatcher(client, "w1").submit("t1", attempt=1, result={}, trace_id=None)
+        ResultBatcher(client, "w1").submit(
+            "t1", attempt=1, lease_token="L", result={}, trace_id=None
+        )
 
 
 @pytest.mark.parametrize(
