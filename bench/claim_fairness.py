@@ -17,6 +17,7 @@ costs (why admission keeps bounds rather than counting every time).
 from __future__ import annotations
 
 import argparse
+import inspect
 import statistics
 import subprocess
 import sys
@@ -175,11 +176,17 @@ def connect(url: str) -> psycopg.Connection:
     return psycopg.connect(url, row_factory=dict_row)
 
 
+def credential_of(claim: Callable) -> dict:
+    """The worker credential argument, for a claim that binds worker ids (sql/0026)."""
+    return {"credential_id": 1} if "credential_id" in inspect.signature(claim).parameters else {}
+
+
 def claim_ms(conn: psycopg.Connection, claim: Callable, capacity: int) -> float:
     """One claim of `capacity`, rolled back; its milliseconds."""
     started = time.perf_counter()
     claim(
         conn,
+        **credential_of(claim),
         worker_id="bench",
         workloads=[WORKLOAD],
         named=[WORKLOAD],
@@ -253,6 +260,7 @@ def second_owner_share(url: str, claim: Callable) -> int:
     with psycopg.connect(url, row_factory=dict_row) as conn:
         claimed = claim(
             conn,
+            **credential_of(claim),
             worker_id="bench",
             workloads=[WORKLOAD],
             named=[WORKLOAD],
