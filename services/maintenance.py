@@ -1,4 +1,4 @@
-"""One housekeeping pass: leases, stray tasks, merges, scheduled runs, spools, history, tallies."""
+"""One housekeeping pass: leases, strays, merges, schedules, spools, history, tallies, sessions."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from repositories import jobs as job_rows
-from services import archive, jobs, logcontext, queue, schedules, tasks
+from services import archive, jobs, logcontext, queue, schedules, tasks, ui_sessions
 from services.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -47,6 +47,7 @@ def run_pass(rt: Runtime, *, trace_id: str | None = None) -> None:
     attempt(jobs.delete_expired_history, rt)
     attempt(queue.fold_tallies, rt)
     attempt(jobs.fold_chunk_tallies, rt)
+    attempt(ui_sessions.delete_expired_sessions, rt.pool)
     if failures:
         raise failures[0]
 

@@ -25,8 +25,10 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0025.workload_rates"
+LATEST = "0027.ui_sessions"
 # The table the latest migration adds.
+SESSIONS_TABLE = "ui_sessions"
+# The table 0025 adds.
 BUCKETS_TABLE = "workload_buckets"
 # The table 0024 adds.
 PAUSES_TABLE = "workload_pauses"
@@ -34,7 +36,16 @@ PAUSES_TABLE = "workload_pauses"
 DEPENDENCY_COLUMN, DEPENDENTS_INDEX = "depends_on", "jobs_dependents_idx"
 # The table 0022 adds.
 SCHEDULES_TABLE = "schedules"
-HEAD_TABLES = QUEUE_TABLES | CSV_TABLES | {SCHEDULES_TABLE, PAUSES_TABLE, BUCKETS_TABLE}
+HEAD_TABLES = (
+    QUEUE_TABLES
+    | CSV_TABLES
+    | {
+        SCHEDULES_TABLE,
+        PAUSES_TABLE,
+        BUCKETS_TABLE,
+        SESSIONS_TABLE,
+    }
+)
 # The columns 0021 adds, by table.
 TIMEOUT_COLUMNS = {"jobs": {"timeout_seconds"}, "tasks": {"timeout_seconds", "deadline"}}
 # The column 0019 adds to tasks, and the claim index it splits in two.
@@ -205,7 +216,7 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert DEPENDENCY_COLUMN in columns(empty_database_url, "jobs")
 
     migrations.rollback_latest(empty_database_url)
-    assert public_tables(empty_database_url) == HEAD_TABLES - {BUCKETS_TABLE}  # 0024's stays
+    assert public_tables(empty_database_url) == HEAD_TABLES - {SESSIONS_TABLE}  # 0025's stays
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == HEAD_TABLES
@@ -217,7 +228,11 @@ def test_rolling_back_the_workload_pauses_migration_drops_its_table(empty_databa
 
     roll_back_through(empty_database_url, "0024.workload_pauses")
 
-    assert public_tables(empty_database_url) == HEAD_TABLES - {PAUSES_TABLE, BUCKETS_TABLE}
+    assert public_tables(empty_database_url) == HEAD_TABLES - {
+        PAUSES_TABLE,
+        BUCKETS_TABLE,
+        SESSIONS_TABLE,
+    }
     assert DEPENDENCY_COLUMN in columns(empty_database_url, "jobs")  # 0023's stays
 
 
