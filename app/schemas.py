@@ -470,8 +470,13 @@ class ChunksByStateSchema(Schema):
     cancelled = fields.Int()
 
 
-class JobSchema(ResponseSchema):
-    """A job's aggregate status (dumped from services.jobs.JobView)."""
+class JobSummarySchema(ResponseSchema):
+    """A job as lists show it: its state without its payloads (dumped from services.jobs.JobView).
+
+    No parameters, result or partial result, and the error only as its code and message:
+    those are on the job's own view, GET /api/v1/jobs/{id}, so a page of jobs stays small
+    however large each job's payloads are.
+    """
 
     id = fields.UUID(attribute="job.id")
     workload = fields.Str(attribute="job.workload")
@@ -480,7 +485,6 @@ class JobSchema(ResponseSchema):
     revision = fields.Int(attribute="job.revision")
     input_uri = fields.Str(attribute="job.input_uri")
     input_digest = fields.Method("_input_digest", metadata=NULLABLE_STRING)
-    parameters = fields.Dict(attribute="job.parameters")
     labels = fields.Dict(attribute="job.labels")
     priority = fields.Int(attribute="job.priority")
     # What a retry grants each unfinished task again; null for jobs from before sql/0012.
@@ -494,8 +498,6 @@ class JobSchema(ResponseSchema):
     chunks_completed = fields.Int(attribute="counts.completed")
     chunks_by_state = fields.Nested(ChunksByStateSchema, attribute="counts")
     progress = fields.Float()
-    result = fields.Dict(attribute="job.result", allow_none=True)
-    partial_result = fields.Method("_partial_result", metadata=NULLABLE_OBJECT)
     error = fields.Dict(attribute="job.error", allow_none=True)
     merge_seconds = fields.Float(attribute="job.merge_seconds", allow_none=True)
     created_at = fields.DateTime(attribute="job.created_at")
@@ -509,6 +511,14 @@ class JobSchema(ResponseSchema):
 
     def _input_digest(self, view):
         return f"sha256:{view.job.input_sha256}" if view.job.input_sha256 else None
+
+
+class JobSchema(JobSummarySchema):
+    """A job's aggregate status (dumped from services.jobs.JobView), payloads and all."""
+
+    parameters = fields.Dict(attribute="job.parameters")
+    result = fields.Dict(attribute="job.result", allow_none=True)
+    partial_result = fields.Method("_partial_result", metadata=NULLABLE_OBJECT)
 
     def _partial_result(self, view):
         # Never shown for a cancelled job, and only ever beside a failure, never as success.
@@ -542,9 +552,9 @@ class ScheduleListSchema(ResponseSchema):
 
 
 class JobListSchema(ResponseSchema):
-    """A page of jobs."""
+    """A page of jobs, each as its summary."""
 
-    jobs = fields.List(fields.Nested(JobSchema))
+    jobs = fields.List(fields.Nested(JobSummarySchema))
     next_cursor = fields.Str(allow_none=True)
 
 
