@@ -525,14 +525,14 @@ class JobSchema(JobSummarySchema):
         return view.job.partial_result if view.job.status == "failed" else None
 
 
-class ScheduleSchema(ResponseSchema):
-    """A schedule and its runs (dumped from repositories.schedules.Schedule)."""
+class ScheduleSummarySchema(ResponseSchema):
+    """A schedule as its list shows it: its runs, not the job it submits (which is on
+    GET /api/v1/schedules/{name})."""
 
     name = fields.Str()
     owner = fields.Str()
     cron = fields.Str()
     timezone = fields.Str()
-    job = fields.Dict(metadata={"description": "what each run submits"})
     paused = fields.Bool()
     next_run_at = fields.DateTime()
     last_run_at = fields.DateTime(allow_none=True)
@@ -545,10 +545,17 @@ class ScheduleSchema(ResponseSchema):
     updated_at = fields.DateTime()
 
 
-class ScheduleListSchema(ResponseSchema):
-    """The caller's schedules by name (an operator's: everyone's, by owner and name)."""
+class ScheduleSchema(ScheduleSummarySchema):
+    """A schedule and its runs (dumped from repositories.schedules.Schedule)."""
 
-    schedules = fields.List(fields.Nested(ScheduleSchema))
+    job = fields.Dict(metadata={"description": "what each run submits"})
+
+
+class ScheduleListSchema(ResponseSchema):
+    """The caller's schedules by name (an operator's: everyone's, by owner and name), each as
+    its summary."""
+
+    schedules = fields.List(fields.Nested(ScheduleSummarySchema))
 
 
 class JobListSchema(ResponseSchema):

@@ -71,3 +71,18 @@ def test_a_listed_failed_job_shows_its_errors_code_and_message_but_not_its_detai
     assert listed["status"] == "failed"
     assert listed["error"] == {"code": view["error"]["code"], "message": view["error"]["message"]}
     assert view["error"]["details"]["trace"] == "y" * MIB
+
+
+def test_the_schedule_list_leaves_out_each_schedules_job_which_its_own_view_has(client, headers):
+    for n in range(11):
+        body = {"cron": "0 3 * * *", "job": manifest(1, parameters=LARGE)}
+        put = client.put(f"/api/v1/schedules/nightly-{n}", json=body, headers=headers["user"])
+        assert put.status_code == 201, put.get_json()
+
+    listed = client.get("/api/v1/schedules", headers=headers["user"])
+    one = client.get("/api/v1/schedules/nightly-0", headers=headers["user"]).get_json()
+
+    assert len(listed.data) < SMALL_LIST_BYTES, len(listed.data)
+    assert len(listed.get_json()["schedules"]) == 11
+    assert not any("job" in s for s in listed.get_json()["schedules"])
+    assert one["job"]["parameters"] == LARGE
