@@ -596,13 +596,15 @@ class AttemptSchema(Schema):
         return {"code": attempt.error_code, "message": attempt.error_message}
 
 
-class ChunkSchema(ResponseSchema):
-    """A chunk of a job with its attempts (dumped from services.chunks.ChunkView)."""
+class ChunkSummarySchema(ResponseSchema):
+    """A chunk as a job's chunk list shows it, with its attempts (dumped from
+    services.chunks.ChunkView): no metrics or checkpoint, and the error only as its code and
+    message; the chunk's own view, GET /api/v1/jobs/{id}/chunks/{chunk_id}, has them."""
 
     id = fields.UUID(attribute="task.id")
     index = fields.Int(attribute="task.chunk_index")
-    record_start = fields.Method("_record_start", metadata=NULLABLE_INTEGER)
-    record_end = fields.Method("_record_end", metadata=NULLABLE_INTEGER)
+    record_start = fields.Int(attribute="task.record_start", allow_none=True)
+    record_end = fields.Int(attribute="task.record_end", allow_none=True)
     state = fields.Str(attribute="task.status")
     attempt = fields.Int(attribute="task.attempt")
     max_attempts = fields.Int(attribute="task.max_attempts")
@@ -612,8 +614,6 @@ class ChunkSchema(ResponseSchema):
     input_sha256 = fields.Str(attribute="task.input_sha256")
     result_uri = fields.Str(attribute="task.result_uri", allow_none=True)
     result_sha256 = fields.Str(attribute="task.result_sha256", allow_none=True)
-    metrics = fields.Dict(attribute="task.metrics", allow_none=True)
-    checkpoint = fields.Dict(attribute="task.checkpoint", allow_none=True)
     summary = fields.Dict(allow_none=True)
     attempts = fields.List(fields.Nested(AttemptSchema))
     error = fields.Method("_error", metadata=NULLABLE_OBJECT)
@@ -627,6 +627,21 @@ class ChunkSchema(ResponseSchema):
         t = view.task
         return t.deadline.isoformat() if t.status == "leased" and t.deadline else None
 
+    def _error(self, view):
+        t = view.task
+        if t.error_code is None or t.status == "completed":
+            return None
+        return {"code": t.error_code, "message": t.error_message}
+
+
+class ChunkSchema(ChunkSummarySchema):
+    """A chunk of a job with its attempts (dumped from services.chunks.ChunkView)."""
+
+    record_start = fields.Method("_record_start", metadata=NULLABLE_INTEGER)
+    record_end = fields.Method("_record_end", metadata=NULLABLE_INTEGER)
+    metrics = fields.Dict(attribute="task.metrics", allow_none=True)
+    checkpoint = fields.Dict(attribute="task.checkpoint", allow_none=True)
+
     def _record_start(self, view):
         return _csv_parameter(view.task, "record_start")
 
@@ -634,10 +649,8 @@ class ChunkSchema(ResponseSchema):
         return _csv_parameter(view.task, "record_end")
 
     def _error(self, view):
-        t = view.task
-        if t.error_code is None or t.status == "completed":
-            return None
-        return {"code": t.error_code, "message": t.error_message, "details": t.error_details}
+        error = super()._error(view)
+        return error and {**error, "details": view.task.error_details}
 
 
 def _retry_time(task) -> str | None:
@@ -654,9 +667,9 @@ def _csv_parameter(task, name: str) -> int | None:
 
 
 class ChunkListSchema(ResponseSchema):
-    """A page of a job's chunks, and where the next page starts."""
+    """A page of a job's chunks, each as its summary, and where the next page starts."""
 
-    chunks = fields.List(fields.Nested(ChunkSchema))
+    chunks = fields.List(fields.Nested(ChunkSummarySchema))
     next_after = fields.Int()
 
 

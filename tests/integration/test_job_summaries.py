@@ -86,3 +86,29 @@ def test_the_schedule_list_leaves_out_each_schedules_job_which_its_own_view_has(
     assert len(listed.get_json()["schedules"]) == 11
     assert not any("job" in s for s in listed.get_json()["schedules"])
     assert one["job"]["parameters"] == LARGE
+
+
+def test_the_chunk_list_leaves_out_checkpoints_metrics_and_error_details_which_a_chunk_has(
+    submit, claim, task_call, client, headers
+):
+    job = submit(manifest(3, max_attempts=1))
+    running, failing, _ = claim(WORKER, capacity=3)
+    lease = {"worker_id": WORKER, "attempt": 1}
+    beat = task_call(running["task_id"], "heartbeat", {**lease, "checkpoint": LARGE})
+    assert beat.status_code == 200, beat.get_json()
+    details = {"trace": "y" * MIB}
+    failure = {**lease, "error_code": "boom", "error_message": "no", "retryable": False}
+    task_call(failing["task_id"], "failure", {**failure, "details": details})
+
+    listed = client.get(f"/api/v1/jobs/{job['id']}/chunks", headers=headers["user"])
+    chunk_url = f"/api/v1/jobs/{job['id']}/chunks"
+    held = client.get(f"{chunk_url}/{running['task_id']}", headers=headers["user"]).get_json()
+    failed = client.get(f"{chunk_url}/{failing['task_id']}", headers=headers["user"]).get_json()
+
+    assert listed.status_code == 200
+    assert len(listed.data) < SMALL_LIST_BYTES, len(listed.data)
+    chunks = {c["id"]: c for c in listed.get_json()["chunks"]}
+    assert not {"checkpoint", "metrics"} & set().union(*chunks.values())
+    assert chunks[failing["task_id"]]["error"] == {"code": "boom", "message": "no"}
+    assert held["checkpoint"] == LARGE
+    assert failed["error"]["details"] == details
