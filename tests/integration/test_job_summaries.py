@@ -112,3 +112,17 @@ def test_the_chunk_list_leaves_out_checkpoints_metrics_and_error_details_which_a
     assert chunks[failing["task_id"]]["error"] == {"code": "boom", "message": "no"}
     assert held["checkpoint"] == LARGE
     assert failed["error"]["details"] == details
+
+
+def test_the_openapi_document_names_the_summaries_the_lists_hold(client, headers):
+    document = client.get("/api/v1/openapi.json", headers=headers["user"]).get_json()
+    components = document["components"]["schemas"]
+
+    def items(schema: str, field: str) -> dict:
+        ref = components[schema]["properties"][field]["items"]["$ref"]
+        return components[ref.rsplit("/", 1)[1]]["properties"]
+
+    assert not {"parameters", "result", "partial_result"} & items("JobList", "jobs").keys()
+    assert "job" not in items("ScheduleList", "schedules")
+    assert not {"metrics", "checkpoint"} & items("ChunkList", "chunks").keys()
+    assert {"parameters", "result", "partial_result"} <= components["Job"]["properties"].keys()
