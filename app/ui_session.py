@@ -118,8 +118,7 @@ def signed_in_principal(rt: Runtime) -> Principal | None:
     principal = ui_sessions.session_principal(rt.pool, session["sid"])
     if principal is None:
         session.clear()
-        return None
-    return principal if principal.kind == "user" else None
+    return principal
 
 
 def csrf_token() -> str:
