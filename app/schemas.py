@@ -490,8 +490,13 @@ class ChunksByStateSchema(Schema):
     cancelled = fields.Int()
 
 
-class JobSchema(ResponseSchema):
-    """A job's aggregate status (dumped from services.jobs.JobView)."""
+class JobSummarySchema(ResponseSchema):
+    """A job as lists show it: its state without its payloads (dumped from services.jobs.JobView).
+
+    No parameters, result or partial result, and the error only as its code and message:
+    those are on the job's own view, GET /api/v1/jobs/{id}, so a page of jobs stays small
+    however large each job's payloads are.
+    """
 
     id = fields.UUID(attribute="job.id")
     workload = fields.Str(attribute="job.workload")
@@ -500,7 +505,6 @@ class JobSchema(ResponseSchema):
     revision = fields.Int(attribute="job.revision")
     input_uri = fields.Str(attribute="job.input_uri")
     input_digest = fields.Method("_input_digest", metadata=NULLABLE_STRING)
-    parameters = fields.Dict(attribute="job.parameters")
     labels = fields.Dict(attribute="job.labels")
     priority = fields.Int(attribute="job.priority")
     # What a retry grants each unfinished task again; null for jobs from before sql/0012.
@@ -514,8 +518,6 @@ class JobSchema(ResponseSchema):
     chunks_completed = fields.Int(attribute="counts.completed")
     chunks_by_state = fields.Nested(ChunksByStateSchema, attribute="counts")
     progress = fields.Float()
-    result = fields.Dict(attribute="job.result", allow_none=True)
-    partial_result = fields.Method("_partial_result", metadata=NULLABLE_OBJECT)
     error = fields.Dict(attribute="job.error", allow_none=True)
     merge_seconds = fields.Float(attribute="job.merge_seconds", allow_none=True)
     created_at = fields.DateTime(attribute="job.created_at")
@@ -530,19 +532,27 @@ class JobSchema(ResponseSchema):
     def _input_digest(self, view):
         return f"sha256:{view.job.input_sha256}" if view.job.input_sha256 else None
 
+
+class JobSchema(JobSummarySchema):
+    """A job's aggregate status (dumped from services.jobs.JobView), payloads and all."""
+
+    parameters = fields.Dict(attribute="job.parameters")
+    result = fields.Dict(attribute="job.result", allow_none=True)
+    partial_result = fields.Method("_partial_result", metadata=NULLABLE_OBJECT)
+
     def _partial_result(self, view):
         # Never shown for a cancelled job, and only ever beside a failure, never as success.
         return view.job.partial_result if view.job.status == "failed" else None
 
 
-class ScheduleSchema(ResponseSchema):
-    """A schedule and its runs (dumped from repositories.schedules.Schedule)."""
+class ScheduleSummarySchema(ResponseSchema):
+    """A schedule as its list shows it: its runs, not the job it submits (which is on
+    GET /api/v1/schedules/{name})."""
 
     name = fields.Str()
     owner = fields.Str()
     cron = fields.Str()
     timezone = fields.Str()
-    job = fields.Dict(metadata={"description": "what each run submits"})
     paused = fields.Bool()
     next_run_at = fields.DateTime()
     last_run_at = fields.DateTime(allow_none=True)
@@ -555,16 +565,23 @@ class ScheduleSchema(ResponseSchema):
     updated_at = fields.DateTime()
 
 
-class ScheduleListSchema(ResponseSchema):
-    """The caller's schedules by name (an operator's: everyone's, by owner and name)."""
+class ScheduleSchema(ScheduleSummarySchema):
+    """A schedule and its runs (dumped from repositories.schedules.Schedule)."""
 
-    schedules = fields.List(fields.Nested(ScheduleSchema))
+    job = fields.Dict(metadata={"description": "what each run submits"})
+
+
+class ScheduleListSchema(ResponseSchema):
+    """The caller's schedules by name (an operator's: everyone's, by owner and name), each as
+    its summary."""
+
+    schedules = fields.List(fields.Nested(ScheduleSummarySchema))
 
 
 class JobListSchema(ResponseSchema):
-    """A page of jobs."""
+    """A page of jobs, each as its summary."""
 
-    jobs = fields.List(fields.Nested(JobSchema))
+    jobs = fields.List(fields.Nested(JobSummarySchema))
     next_cursor = fields.Str(allow_none=True)
 
 
@@ -599,13 +616,15 @@ class AttemptSchema(Schema):
         return {"code": attempt.error_code, "message": attempt.error_message}
 
 
-class ChunkSchema(ResponseSchema):
-    """A chunk of a job with its attempts (dumped from services.chunks.ChunkView)."""
+class ChunkSummarySchema(ResponseSchema):
+    """A chunk as a job's chunk list shows it, with its attempts (dumped from
+    services.chunks.ChunkView): no metrics or checkpoint, and the error only as its code and
+    message; the chunk's own view, GET /api/v1/jobs/{id}/chunks/{chunk_id}, has them."""
 
     id = fields.UUID(attribute="task.id")
     index = fields.Int(attribute="task.chunk_index")
-    record_start = fields.Method("_record_start", metadata=NULLABLE_INTEGER)
-    record_end = fields.Method("_record_end", metadata=NULLABLE_INTEGER)
+    record_start = fields.Int(attribute="task.record_start", allow_none=True)
+    record_end = fields.Int(attribute="task.record_end", allow_none=True)
     state = fields.Str(attribute="task.status")
     attempt = fields.Int(attribute="task.attempt")
     max_attempts = fields.Int(attribute="task.max_attempts")
@@ -615,8 +634,6 @@ class ChunkSchema(ResponseSchema):
     input_sha256 = fields.Str(attribute="task.input_sha256")
     result_uri = fields.Str(attribute="task.result_uri", allow_none=True)
     result_sha256 = fields.Str(attribute="task.result_sha256", allow_none=True)
-    metrics = fields.Dict(attribute="task.metrics", allow_none=True)
-    checkpoint = fields.Dict(attribute="task.checkpoint", allow_none=True)
     summary = fields.Dict(allow_none=True)
     attempts = fields.List(fields.Nested(AttemptSchema))
     error = fields.Method("_error", metadata=NULLABLE_OBJECT)
@@ -630,6 +647,21 @@ class ChunkSchema(ResponseSchema):
         t = view.task
         return t.deadline.isoformat() if t.status == "leased" and t.deadline else None
 
+    def _error(self, view):
+        t = view.task
+        if t.error_code is None or t.status == "completed":
+            return None
+        return {"code": t.error_code, "message": t.error_message}
+
+
+class ChunkSchema(ChunkSummarySchema):
+    """A chunk of a job with its attempts (dumped from services.chunks.ChunkView)."""
+
+    record_start = fields.Method("_record_start", metadata=NULLABLE_INTEGER)
+    record_end = fields.Method("_record_end", metadata=NULLABLE_INTEGER)
+    metrics = fields.Dict(attribute="task.metrics", allow_none=True)
+    checkpoint = fields.Dict(attribute="task.checkpoint", allow_none=True)
+
     def _record_start(self, view):
         return _csv_parameter(view.task, "record_start")
 
@@ -637,10 +669,8 @@ class ChunkSchema(ResponseSchema):
         return _csv_parameter(view.task, "record_end")
 
     def _error(self, view):
-        t = view.task
-        if t.error_code is None or t.status == "completed":
-            return None
-        return {"code": t.error_code, "message": t.error_message, "details": t.error_details}
+        error = super()._error(view)
+        return error and {**error, "details": view.task.error_details}
 
 
 def _retry_time(task) -> str | None:
@@ -657,9 +687,9 @@ def _csv_parameter(task, name: str) -> int | None:
 
 
 class ChunkListSchema(ResponseSchema):
-    """A page of a job's chunks, and where the next page starts."""
+    """A page of a job's chunks, each as its summary, and where the next page starts."""
 
-    chunks = fields.List(fields.Nested(ChunkSchema))
+    chunks = fields.List(fields.Nested(ChunkSummarySchema))
     next_after = fields.Int()
 
 

@@ -1,26 +1,26 @@
-"""The dashboard's signed session cookie: its key, its flags, whom it signs in, CSRF tokens."""
+"""The dashboard's signed session cookie: its key, its flags, the session it names, CSRF tokens."""
 
 from __future__ import annotations
 
 import hmac
 import os
 import secrets
-from datetime import timedelta
 from pathlib import Path
 
 from flask import Flask, request, session
 from flask.sessions import SecureCookieSessionInterface
 
 from app.config import Settings
-from services import auth
+from services import ui_sessions
 from services.auth import Principal
-from services.errors import Forbidden, Unauthenticated
+from services.errors import Forbidden
 from services.runtime import Runtime
 
 COOKIE_NAME = "chunkwise_ui"
 COOKIE_PATH = "/ui"
-# The cookie's signature carries its time; Flask refuses one older than this on every request.
-SESSION_LIFETIME = timedelta(hours=12)
+# The cookie's signature carries its time; Flask refuses one older than this on every request,
+# as the database refuses the session itself.
+SESSION_LIFETIME = ui_sessions.LIFETIME
 SECRET_KEY_FILE = "dashboard-secret-key"
 
 
@@ -89,39 +89,36 @@ def _write_new_key(path: Path) -> None:
 
 
 def sign_in(rt: Runtime, token: str) -> Principal:
-    """Check a typed user token and start a fresh session holding its digest.
+    """Check a typed user token and start a fresh session, which the cookie names by its id.
 
-    The cookie is signed, not encrypted, so it keeps the digest the token is stored under,
-    never the token: the digest signs in this session only, until it expires, and is no
-    bearer token for the API.
+    The cookie is signed, not encrypted: it holds the session's random id and its CSRF
+    token, never the token or its digest. The session itself lives in the database
+    (services.ui_sessions), so signing out ends it everywhere at once.
     """
-    principal = auth.authenticate(rt.pool, token.strip(), rt.principals)
-    if principal.kind == "worker":
-        raise Forbidden("worker tokens cannot sign in to the dashboard")
+    session_id, principal = ui_sessions.start_session(rt.pool, token.strip())
     # A new session, never the one from before sign-in (session fixation).
     session.clear()
     session.permanent = True
-    session["token_sha256"] = auth.token_digest(token.strip())
+    session["sid"] = session_id
     session["csrf"] = secrets.token_urlsafe(32)
     return principal
 
 
-def sign_out() -> None:
-    """Forget the session."""
+def sign_out(rt: Runtime) -> None:
+    """End the session in the database, then forget the cookie."""
+    ui_sessions.end_session(rt.pool, session.get("sid"))
     session.clear()
 
 
 def signed_in_principal(rt: Runtime) -> Principal | None:
-    """The user of this session, re-checked on every request so a revoked token ends it."""
-    digest = session.get("token_sha256")
-    if not digest:
+    """The user of this session, asked of the database on every request: a session signed
+    out, expired, or signed in with a since revoked token opens nothing."""
+    if "sid" not in session:
         return None
-    try:
-        principal = auth.principal_of_digest(rt.pool, digest, rt.principals)
-    except Unauthenticated:
+    principal = ui_sessions.session_principal(rt.pool, session["sid"])
+    if principal is None:
         session.clear()
-        return None
-    return principal if principal.kind == "user" else None
+    return principal
 
 
 def csrf_token() -> str:

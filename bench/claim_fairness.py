@@ -1,4 +1,4 @@
-"""The fair claim (sql/0029) beside main's, on the same queue, in alternating turns.
+"""The fair claim (sql/0028) beside main's, on the same queue, in alternating turns.
 
 python -m bench.claim_fairness [--url postgresql://postgres@127.0.0.1:5432/postgres]
     [--baseline main] [--turns 200]

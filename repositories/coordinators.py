@@ -1,4 +1,4 @@
-"""Coordinator processes on this database, each as it last checked in (sql/0030)."""
+"""Coordinator processes on this database, each as it last checked in (sql/0029)."""
 
 from __future__ import annotations
 

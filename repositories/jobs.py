@@ -46,6 +46,43 @@ class Job:
     depends_on: list[UUID] | None = None  # the jobs that must succeed first (sql/0023)
 
 
+# A listed job's error message is cut to this many characters (a worker's may be 4,000 and
+# the coordinator prefixes its own words).
+SUMMARY_MESSAGE_CHARS = 4200
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """A job as lists show it: a row without its unbounded payloads.
+
+    No parameters, result or partial result (each up to the 4 MiB body limit), and an error
+    cut to its code and message (a failure's details are a worker's, up to 4 MiB too): a page
+    of 200 such rows stays under a few hundred KiB, however large the jobs are.
+    """
+
+    id: UUID
+    owner_id: int
+    workload: str
+    input_uri: str
+    input_sha256: str | None
+    labels: dict
+    priority: int
+    status: str
+    revision: int
+    chunks_total: int
+    error: dict | None
+    merge_seconds: float | None
+    trace_id: str
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    chunks_completed: int
+    max_attempts: int | None
+    not_before: datetime | None
+    timeout_seconds: int | None
+    depends_on: list[UUID] | None
+
+
 @dataclass(frozen=True)
 class NewJob:
     """What create_job inserts."""
@@ -86,7 +123,7 @@ _SIZE = sql.SQL("""
            + (SELECT coalesce(sum(octet_length(p::text)), 0)
               FROM unnest(%(task_parameters)b::jsonb[]) AS p) AS bytes
 """)
-# The workload's virtual time (sql/0029): its head's number at this priority, or, with none
+# The workload's virtual time (sql/0028): its head's number at this priority, or, with none
 # queued there, the last number any owner took.
 _CLOCK = sql.SQL("""
     SELECT coalesce(
@@ -115,7 +152,7 @@ def admit_job(
 ) -> tuple[bool, Job | None]:
     """Insert a queued job, its pending tasks (a job may have 10,000), its `job.created` event
     and its audit row in one statement, if its workload's queue bound and its owner's bounds
-    (sql/0029) leave room for them.
+    (sql/0028) leave room for them.
 
     One statement, so an admission with nothing else to do commits on its own in one round
     trip. Returns (fits, job): fits is False when a bound leaves no room (or the workload or
@@ -215,7 +252,7 @@ def admit_job(
 
 @dataclass(frozen=True)
 class OwnerUsage:
-    """What one owner's unfinished work in a workload holds, counted (sql/0029)."""
+    """What one owner's unfinished work in a workload holds, counted (sql/0028)."""
 
     unfinished: int
     stored_bytes: int
@@ -485,12 +522,23 @@ def list_jobs(
     owner_name: str | None = None,
     workload: str | None = None,
     depends_on: UUID | None = None,
-) -> list[Job]:
+) -> list[JobSummary]:
     """List jobs newest first, after a keyset cursor, optionally filtered (a user no one is
-    named owns nothing; `depends_on`: the jobs that wait for that one, jobs_dependents_idx)."""
+    named owns nothing; `depends_on`: the jobs that wait for that one, jobs_dependents_idx).
+
+    The payload columns are never read: PostgreSQL does not even detoast them.
+    """
     rows = conn.execute(
         """
-        SELECT * FROM jobs
+        SELECT id, owner_id, workload, input_uri, input_sha256, labels, priority, status,
+               revision, chunks_total, merge_seconds, trace_id, created_at, started_at,
+               completed_at, chunks_completed, max_attempts, not_before, timeout_seconds,
+               depends_on,
+               CASE WHEN error IS NOT NULL
+                    THEN jsonb_build_object('code', error -> 'code',
+                                            'message', left(error ->> 'message', %(message)s))
+               END AS error
+        FROM jobs
         WHERE (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
           AND (%(owner_name)s::text IS NULL
                OR owner_id = (SELECT id FROM users WHERE name = %(owner_name)s))
@@ -514,9 +562,10 @@ def list_jobs(
             "before_at": before[0] if before else None,
             "before_id": before[1] if before else None,
             "limit": limit,
+            "message": SUMMARY_MESSAGE_CHARS,
         },
     ).fetchall()
-    return [from_row(Job, r) for r in rows]
+    return [from_row(JobSummary, r) for r in rows]
 
 
 def set_status(

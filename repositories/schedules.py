@@ -33,6 +33,25 @@ class Schedule:
 
 
 @dataclass(frozen=True)
+class ScheduleSummary:
+    """A schedule as its list shows it: without the job it submits (up to the 4 MiB body)."""
+
+    id: UUID
+    owner_id: int
+    owner: str
+    name: str
+    cron: str
+    timezone: str
+    paused: bool
+    next_run_at: datetime
+    last_run_at: datetime | None
+    last_job_id: UUID | None
+    last_error: dict | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
 class DueSchedule:
     """A schedule whose next run has come, locked, with its owner's role for the run."""
 
@@ -106,17 +125,20 @@ def get(conn: Connection, owner_id: int, name: str, *, for_update: bool = False)
     return from_row(Schedule, row) if row else None
 
 
-def list_schedules(conn: Connection, owner_id: int | None) -> list[Schedule]:
-    """One owner's schedules by name, or (None) everyone's by owner and name."""
+def list_schedules(conn: Connection, owner_id: int | None) -> list[ScheduleSummary]:
+    """One owner's schedules by name, or (None) everyone's by owner and name; never their jobs."""
     rows = conn.execute(
         """
-        SELECT s.*, u.name AS owner FROM schedules s JOIN users u ON u.id = s.owner_id
+        SELECT s.id, s.owner_id, u.name AS owner, s.name, s.cron, s.timezone, s.paused,
+               s.next_run_at, s.last_run_at, s.last_job_id, s.last_error, s.created_at,
+               s.updated_at
+        FROM schedules s JOIN users u ON u.id = s.owner_id
         WHERE %(owner)s::bigint IS NULL OR s.owner_id = %(owner)s
         ORDER BY u.name, s.name
         """,
         {"owner": owner_id},
     ).fetchall()
-    return [from_row(Schedule, r) for r in rows]
+    return [from_row(ScheduleSummary, r) for r in rows]
 
 
 def count_for_owner(conn: Connection, owner_id: int) -> int:

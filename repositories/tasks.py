@@ -205,7 +205,7 @@ def _claim_rows(
         ), ready AS (
             -- Each workload's head read in claim order from tasks_ready_idx, then merged:
             -- one ordered scan of "workload = ANY" would sort every pending row instead.
-            -- Within a priority, fair_tag interleaves the owners (sql/0029).
+            -- Within a priority, fair_tag interleaves the owners (sql/0028).
             SELECT h.* FROM unpaused AS w
             CROSS JOIN LATERAL (
                 SELECT t.id, t.priority, t.fair_tag, t.created_at, t.job_id, t.chunk_index
@@ -730,7 +730,7 @@ def requeue_unfinished(
     """Put these failed jobs' (of one workload) failed and cancelled tasks back to pending,
     each with its job's budget of attempts (or, `blocked`, waiting for the jobs it depends
     on), if the workload's queue bound leaves room for them all (see sql/0008), as admission
-    does; numbered in each owner's line from `first_tags` (owner id -> first number, sql/0029),
+    does; numbered in each owner's line from `first_tags` (owner id -> first number, sql/0028),
     in job and chunk order, as admission numbers a job.
 
     Returns (fits, n): n tasks are to be requeued, and nothing is written unless they fit.

@@ -119,11 +119,15 @@ def principal_of_digest(
     # index-lookup timing from telling an attacker how close a guess was.
     if owner is None or not hmac.compare_digest(owner.token_sha256, digest):
         raise Unauthenticated("a valid bearer token is required")
-    if owner.kind == "worker":
-        principal = Principal(
-            kind="worker", name=owner.name, user_id=None, role="worker", token_id=owner.token_id
-        )
-    else:
-        principal = Principal(kind="user", name=owner.name, user_id=owner.user_id, role=owner.role)
+    principal = principal_of_owner(owner)
     known.remember(digest, principal, generation)
     return principal
+
+
+def principal_of_owner(owner: users.TokenOwner) -> Principal:
+    """The principal a live token's owner calls as."""
+    if owner.kind == "worker":
+        return Principal(
+            kind="worker", name=owner.name, user_id=None, role="worker", token_id=owner.token_id
+        )
+    return Principal(kind="user", name=owner.name, user_id=owner.user_id, role=owner.role)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
 from psycopg import Connection
 
 from repositories import attempts as attempt_rows
+from repositories import chunks as chunk_rows
 from repositories import tasks as task_rows
 from repositories.attempts import Attempt
+from repositories.chunks import TaskSummary
 from repositories.tasks import Task
+from services import csvjobs
 from services.auth import Principal
 from services.errors import NotFound
 from services.jobs import visible_job
@@ -19,9 +23,9 @@ from services.runtime import Runtime
 
 @dataclass(frozen=True)
 class ChunkView:
-    """One chunk as a user sees it."""
+    """One chunk as a user sees it (in a list, its task's summary)."""
 
-    task: Task
+    task: Task | TaskSummary
     attempts: list[Attempt]
     summary: dict | None
 
@@ -32,7 +36,9 @@ def list_chunks(
     """Up to `limit` chunks of a visible job in order, from the first past `after_index`."""
     with rt.pool.connection() as conn:
         job = visible_job(conn, principal, job_id)
-        tasks = task_rows.page_for_job(conn, job_id, after_index=after_index, limit=limit)
+        tasks = chunk_rows.page_for_job(
+            conn, job_id, after_index=after_index, limit=limit, csv_workload=csvjobs.WORKLOAD
+        )
         return _views(conn, rt, job.workload, job_id, tasks)
 
 
@@ -48,7 +54,7 @@ def get_chunk(rt: Runtime, principal: Principal, job_id: UUID, chunk_id: UUID) -
 
 
 def _views(
-    conn: Connection, rt: Runtime, workload: str, job_id: UUID, tasks: list[Task]
+    conn: Connection, rt: Runtime, workload: str, job_id: UUID, tasks: Sequence[Task | TaskSummary]
 ) -> list[ChunkView]:
     attempts = attempt_rows.of_tasks(conn, [t.id for t in tasks])
     summaries = rt.workloads.of(workload).accepted_summaries(conn, job_id)

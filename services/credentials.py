@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
-from repositories import events, users
+from repositories import events, ui_sessions, users
 from services.auth import USER_PREFIX, WORKER_PREFIX, token_digest
 from services.errors import InvalidInput, NotFound
 
@@ -136,11 +136,13 @@ def list_tokens(pool: ConnectionPool, *, revoked: bool = False) -> list[users.To
 
 
 def revoke_token(pool: ConnectionPool, token_id: int) -> users.TokenRecord:
-    """Revoke a token; every coordinator refuses it as soon as it hears (sql/0009)."""
+    """Revoke a token and end the dashboard sessions signed in with it; every coordinator
+    refuses the token as soon as it hears (sql/0009)."""
     with pool.connection() as conn, conn.transaction():
         record = users.revoke_token(conn, token_id)
         if record is None:
             raise NotFound(f"no token has the id {token_id}")
+        ui_sessions.delete_for_token(conn, token_id)
         _audit(conn, "token.revoke", f"token {token_id}", {"kind": record.kind})
     return record
 

@@ -74,7 +74,7 @@ class QueueFull(ChunkwiseError):
 
 
 class QuotaExceeded(QueueFull):
-    """Admitting the job would exceed its owner's share of the workload (sql/0029)."""
+    """Admitting the job would exceed its owner's share of the workload (sql/0028)."""
 
     code = "user_quota_exceeded"
 

@@ -22,7 +22,7 @@ from repositories import locks
 from repositories import tasks as task_rows
 from repositories import users as user_rows
 from repositories.events import EventPage
-from repositories.jobs import ChunkCounts, Job, NewJob, OwnerUsage
+from repositories.jobs import ChunkCounts, Job, JobSummary, NewJob, OwnerUsage
 from repositories.tasks import NewTask, Task
 from services import dependencies, settlement
 from services.auth import Principal
@@ -88,9 +88,9 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class JobView:
-    """A job with its owner's name, its chunk counts and progress."""
+    """A job (or, in a list, its summary) with its owner's name, its chunk counts and progress."""
 
-    job: Job
+    job: Job | JobSummary
     owner: str
     counts: ChunkCounts
     progress: float
@@ -103,7 +103,7 @@ class JobView:
         return f"{self.job.revision}.{c.pending}.{c.leased}.{c.completed}.{c.failed}.{c.cancelled}"
 
 
-def progress(job: Job, counts: ChunkCounts) -> float:
+def progress(job: Job | JobSummary, counts: ChunkCounts) -> float:
     """The job's progress in [0, 1]."""
     return progress_of(job.status, counts.completed, job.chunks_total)
 
@@ -320,7 +320,7 @@ def _admit_after_recount(
 ) -> JobView:
     """Admit a job a bound refused if counts of the owner's and the queue's unfinished work
     make room."""
-    # The bounds count finished tasks until a count corrects them (see sql/0008 and 0029);
+    # The bounds count finished tasks until a count corrects them (see sql/0008 and 0028);
     # the owner's row first, the order admission takes them in.
     usage = job_rows.recount_owner(conn, new_job.workload, new_job.owner_id)
     queued = task_rows.recount_unfinished(conn, new_job.workload)
@@ -341,7 +341,7 @@ def _admit_after_recount(
 
 
 def _check_share(rt: Runtime, new_job: NewJob, n: int, usage: OwnerUsage, caps: Caps) -> None:
-    """Refuse a job that would take its owner past their share of the workload (sql/0029)."""
+    """Refuse a job that would take its owner past their share of the workload (sql/0028)."""
     workload = new_job.workload
     if usage.unfinished + n > caps.user_queued_limit:
         raise QuotaExceeded(
@@ -726,13 +726,13 @@ def _view(conn: Connection, job: Job) -> JobView:
     return _views(conn, [job])[0]
 
 
-def _views(conn: Connection, jobs: list[Job]) -> list[JobView]:
+def _views(conn: Connection, jobs: Sequence[Job | JobSummary]) -> list[JobView]:
     counts = job_rows.chunk_counts(conn, [j.id for j in jobs])
     owners = user_rows.names(conn, {j.owner_id for j in jobs})
     return [JobView(j, owners[j.owner_id], counts[j.id], progress(j, counts[j.id])) for j in jobs]
 
 
-def _encode_cursor(job: Job) -> str:
+def _encode_cursor(job: JobSummary) -> str:
     raw = f"{job.created_at.isoformat()}|{job.id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 

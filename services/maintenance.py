@@ -1,4 +1,5 @@
-"""One housekeeping pass: leases, strays, merges, schedules, spools, history, workers, tallies."""
+"""One housekeeping pass: leases, strays, merges, schedules, spools, history, workers, tallies,
+sessions."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ from typing import Any
 from uuid import UUID
 
 from repositories import jobs as job_rows
-from services import archive, coordinators, jobs, logcontext, queue, schedules, tasks, workers
+from services import (
+    archive,
+    coordinators,
+    jobs,
+    logcontext,
+    queue,
+    schedules,
+    tasks,
+    ui_sessions,
+    workers,
+)
 from services.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -49,6 +60,7 @@ def run_pass(rt: Runtime, *, trace_id: str | None = None) -> None:
     attempt(workers.delete_idle_workers, rt)
     attempt(queue.fold_tallies, rt)
     attempt(jobs.fold_chunk_tallies, rt)
+    attempt(ui_sessions.delete_expired_sessions, rt.pool)
     if failures:
         raise failures[0]
 

@@ -17,7 +17,7 @@ from repositories import locks
 from repositories import schedules as schedule_rows
 from repositories import users as user_rows
 from repositories.clock import database_now
-from repositories.schedules import DueSchedule, Schedule
+from repositories.schedules import DueSchedule, Schedule, ScheduleSummary
 from services import jobs
 from services.auth import Principal
 from services.errors import Conflict, Forbidden, InvalidInput, NotFound, QueueFull
@@ -150,7 +150,7 @@ def put_schedule(
     return schedule, created
 
 
-def list_schedules(rt: Runtime, principal: Principal) -> list[Schedule]:
+def list_schedules(rt: Runtime, principal: Principal) -> list[ScheduleSummary]:
     """The caller's schedules by name; an operator's, everyone's by owner and name."""
     owner_id = None if principal.is_operator else principal.user_id
     with rt.pool.connection() as conn:

@@ -33,7 +33,7 @@ class Caps:
     # Tasks its claims may start a second, from a bucket of one second's starts (at least one).
     max_starts_per_second: float | None = None
     # One user's share: its unfinished tasks, and the bytes of parameters and labels its
-    # unfinished jobs store (sql/0029).
+    # unfinished jobs store (sql/0028).
     max_queued_tasks_per_user: int | None = None
     max_stored_bytes_per_user: int | None = None
 

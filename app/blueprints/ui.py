@@ -148,7 +148,7 @@ def sign_in():
 @bp.post("/sign-out")
 def sign_out():
     """End the session."""
-    ui_session.sign_out()
+    ui_session.sign_out(get_runtime())
     return redirect(url_for("ui.sign_in"), 303)
 
 

@@ -25,11 +25,13 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0030.coordinators"
+LATEST = "0029.coordinators"
 # The table the latest migration adds.
 COORDINATORS_TABLE = "coordinators"
-# The table and the tasks' column 0029 adds.
+# The table and the tasks' column 0028 adds.
 USER_BOUNDS_TABLE, FAIR_COLUMN = "user_bounds", "fair_tag"
+# The table 0027 adds.
+SESSIONS_TABLE = "ui_sessions"
 # The table 0025 adds.
 BUCKETS_TABLE = "workload_buckets"
 # The columns 0026 adds, by table.
@@ -45,7 +47,14 @@ DEPENDENCY_COLUMN, DEPENDENTS_INDEX = "depends_on", "jobs_dependents_idx"
 # The table 0022 adds.
 SCHEDULES_TABLE = "schedules"
 # The tables 0022 and later add.
-LATER_TABLES = {SCHEDULES_TABLE, PAUSES_TABLE, BUCKETS_TABLE, USER_BOUNDS_TABLE, COORDINATORS_TABLE}
+LATER_TABLES = {
+    SCHEDULES_TABLE,
+    PAUSES_TABLE,
+    BUCKETS_TABLE,
+    SESSIONS_TABLE,
+    USER_BOUNDS_TABLE,
+    COORDINATORS_TABLE,
+}
 HEAD_TABLES = QUEUE_TABLES | CSV_TABLES | LATER_TABLES
 # The columns 0021 adds, by table.
 TIMEOUT_COLUMNS = {"jobs": {"timeout_seconds"}, "tasks": {"timeout_seconds", "deadline"}}
@@ -234,6 +243,7 @@ def test_rolling_back_the_workload_rates_migration_drops_its_table(empty_databas
 
     assert public_tables(empty_database_url) == HEAD_TABLES - {
         BUCKETS_TABLE,
+        SESSIONS_TABLE,
         USER_BOUNDS_TABLE,
         COORDINATORS_TABLE,
     }
@@ -242,7 +252,7 @@ def test_rolling_back_the_workload_rates_migration_drops_its_table(empty_databas
 def test_rolling_back_the_fair_share_migration_drops_its_table_and_column(empty_database_url):
     migrations.apply(empty_database_url)
 
-    roll_back_through(empty_database_url, "0029.fair_share")
+    roll_back_through(empty_database_url, "0028.fair_share")
 
     assert public_tables(empty_database_url) == HEAD_TABLES - {
         USER_BOUNDS_TABLE,
@@ -259,6 +269,7 @@ def test_rolling_back_the_lease_tokens_migration_drops_its_columns(empty_databas
 
     assert not any(c in columns(empty_database_url, t) for t, c in LEASE_COLUMNS.items())
     assert public_tables(empty_database_url) == HEAD_TABLES - {
+        SESSIONS_TABLE,
         USER_BOUNDS_TABLE,
         COORDINATORS_TABLE,
     }  # 0025's stays
@@ -272,6 +283,7 @@ def test_rolling_back_the_workload_pauses_migration_drops_its_table(empty_databa
     assert public_tables(empty_database_url) == HEAD_TABLES - {
         PAUSES_TABLE,
         BUCKETS_TABLE,
+        SESSIONS_TABLE,
         USER_BOUNDS_TABLE,
         COORDINATORS_TABLE,
     }

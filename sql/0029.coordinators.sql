@@ -1,4 +1,4 @@
--- depends: 0029.fair_share
+-- depends: 0028.fair_share
 -- Every coordinator process on this database, as it last checked in (each maintenance pass):
 -- a digest per setting that must agree across hosts, so /readyz can name the one that
 -- differs. Only digests: the session key itself never leaves its host. A row counts while

@@ -1,4 +1,4 @@
--- depends: 0026.lease_tokens
+-- depends: 0027.ui_sessions
 -- transactional: false
 -- One user could starve the rest: four big CSV jobs filled csv_stats's whole queue, and a
 -- user's 10,000 queued tasks were all claimed before another's job, submitted after, began.
