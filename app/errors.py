@@ -21,6 +21,7 @@ from services.errors import (
     NotFound,
     PayloadTooLarge,
     QueueFull,
+    RangeNotSatisfiable,
     StorageFull,
     StorageUnavailable,
     Unauthenticated,
@@ -36,6 +37,7 @@ STATUS: dict[type[ChunkwiseError], int] = {
     NotFound: 404,
     Conflict: 409,  # also LeaseLost: lease_lost, stale_attempt, task_cancelled, timed_out
     PayloadTooLarge: 413,
+    RangeNotSatisfiable: 416,
     InvalidInput: 422,
     QueueFull: 429,
     StorageUnavailable: 500,  # a directory is missing, read-only, refused or not a directory
@@ -129,6 +131,8 @@ def init_app(app: Flask) -> None:
             response.headers["Retry-After"] = str(exc.retry_after)
         if isinstance(exc, Unavailable):
             response.headers["Retry-After"] = str(RETRY_AFTER_UNAVAILABLE)
+        if isinstance(exc, RangeNotSatisfiable):
+            response.headers["Content-Range"] = f"bytes */{exc.details['length']}"
         if isinstance(exc, StorageFull | StorageUnavailable):
             log_storage_failure(exc)
         return response

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from psycopg_pool import ConnectionPool
 
+from services.archive import Archive
 from services.auth import KnownPrincipals
 from services.wakeups import Wakeups
 from services.workloads import Workloads
@@ -58,6 +59,8 @@ class Runtime:
     principals: KnownPrincipals
     archive_dir: Path
     temp_dir: Path
+    # Where admitted uploads are kept and chunk inputs are read from: archive_dir, or a bucket.
+    archive: Archive
     # Set on shutdown: the maintenance loop ends its waiting instead of its next pass.
     stopping: threading.Event = field(default_factory=threading.Event)
     # Set when this process puts or resumes a schedule, and on shutdown: the maintenance

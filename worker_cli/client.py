@@ -34,6 +34,7 @@ STORAGE_FAILURE_CODES = frozenset({"insufficient_storage", "storage_unavailable"
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 # What an Authorization header can carry as a bearer token (RFC 6750's b64token and more).
 _TOKEN = re.compile(r"[!-~]+")
+_RANGE_START = re.compile(r"bytes (\d+)-")
 # The outcomes each batch endpoint may answer an item with (app/schemas.py).
 BATCH_OUTCOMES = {
     "results": frozenset({"accepted", "replayed", "rejected"}),
@@ -148,9 +149,13 @@ def settings_problem(url: str, token: str) -> str | None:
 class ByteStream:
     """Blocks of a streamed response body; a broken connection becomes CoordinatorUnavailable."""
 
-    def __init__(self, response: requests.Response, block_size: int = INPUT_BLOCK_SIZE):
+    def __init__(
+        self, response: requests.Response, block_size: int = INPUT_BLOCK_SIZE, first_byte: int = 0
+    ):
         self._response = response
         self._block_size = block_size
+        # Where the input's bytes in this stream begin: a resumed read asks for a range.
+        self.first_byte = first_byte
 
     def __iter__(self) -> Iterator[bytes]:
         try:
@@ -233,16 +238,22 @@ class CoordinatorClient:
         attempt: int,
         trace_id: str | None = None,
         block_size: int = INPUT_BLOCK_SIZE,
+        start: int = 0,
     ) -> ByteStream:
-        """Open a task's input and return its bytes as a stream of blocks."""
+        """Open a task's input (from byte `start`, if the coordinator serves ranges) and return
+        its bytes as a stream of blocks; the stream's first_byte says where they begin."""
         response = self._task_request(
             "GET",
             input_uri,
             params={"worker_id": worker_id, "attempt": attempt},
             stream=True,
             trace_id=trace_id,
+            headers={"Range": f"bytes={start}-"} if start else None,
         )
-        return ByteStream(response, block_size)
+        # A coordinator that ignores Range answers 200 with every byte from the first.
+        ranged = _RANGE_START.match(response.headers.get("Content-Range", ""))
+        first_byte = int(ranged[1]) if response.status_code == 206 and ranged else 0
+        return ByteStream(response, block_size, first_byte)
 
     def renew_leases(
         self, *, worker_id: str, heartbeats: list[dict], trace_id: str | None = None

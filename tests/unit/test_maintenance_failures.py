@@ -15,6 +15,7 @@ from psycopg_pool import ConnectionPool
 from app import maintenance
 from app.maintenance import ESCALATE_AFTER, PassFailures, run_one_pass
 from app.runtime import workloads_for
+from services.archive import LocalArchive
 from services.auth import KnownPrincipals
 from services.runtime import Limits, Runtime
 from services.wakeups import Wakeups
@@ -34,6 +35,7 @@ def unreachable_database(tmp_path):
         principals=KnownPrincipals(0),
         archive_dir=tmp_path / "archive",
         temp_dir=tmp_path / "tmp",
+        archive=LocalArchive(tmp_path / "archive"),
     )
     pool.close()
 

@@ -633,7 +633,7 @@ def test_resuming_input_skips_what_it_passed_on_across_uneven_blocks():
     ]
     clock = FakeClock()
     stream = ResumingInput(
-        lambda: replies.pop(0),
+        lambda start: replies.pop(0),
         backoff=Backoff(0.5, 8.0, rng=lambda: 0.5),
         patience=30.0,
         clock=clock,
@@ -648,7 +648,7 @@ def test_resuming_input_skips_what_it_passed_on_across_uneven_blocks():
 def test_resuming_input_gives_up_as_a_stopped_chunk_once_the_lease_is_spent():
     clock = FakeClock()
     stream = ResumingInput(
-        lambda: (_ for _ in ()).throw(CoordinatorUnavailable("refused")),
+        lambda start: (_ for _ in ()).throw(CoordinatorUnavailable("refused")),
         backoff=Backoff(0.5, 8.0, rng=lambda: 0.5),
         patience=10.0,
         clock=clock,
