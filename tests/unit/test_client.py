@@ -426,6 +426,32 @@ def test_input_streams_in_blocks_with_worker_and_attempt(client, coordinator):
     assert coordinator.requests[0]["path"] == "/api/v1/tasks/t1/input?worker_id=w&attempt=4"
 
 
+def test_a_resumed_input_read_asks_for_a_range_and_says_where_its_bytes_begin(client, coordinator):
+    coordinator.reply(206, raw=b"rest", headers={"Content-Range": "bytes 96-99/100"})
+
+    with client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1, start=96) as s:
+        assert (b"".join(s), s.first_byte) == (b"rest", 96)
+
+    assert coordinator.requests[0]["headers"]["Range"] == "bytes=96-"
+
+
+def test_a_coordinator_that_ignores_the_range_gives_a_stream_from_the_first_byte(
+    client, coordinator
+):
+    coordinator.reply(200, raw=b"everything")
+
+    with client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1, start=5) as s:
+        assert (b"".join(s), s.first_byte) == (b"everything", 0)
+
+
+def test_a_first_read_sends_no_range(client, coordinator):
+    coordinator.reply(200, raw=b"everything")
+
+    client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1).close()
+
+    assert "Range" not in coordinator.requests[0]["headers"]
+
+
 def test_input_409_is_lease_lost(client, coordinator):
     coordinator.reply(409, error_body("lease_lost"))
     with pytest.raises(LeaseLost):

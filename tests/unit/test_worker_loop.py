@@ -645,6 +645,37 @@ def test_resuming_input_skips_what_it_passed_on_across_uneven_blocks():
     assert clock.sleeps == [0.375, 0.375]  # progress between the cuts reset the backoff
 
 
+class RangedBlocks(list):
+    """The blocks a coordinator serving ranges answers, from `first_byte` on."""
+
+    def __init__(self, data: bytes, first_byte: int):
+        super().__init__([data[first_byte:]])
+        self.first_byte = first_byte
+
+
+def test_resuming_input_asks_for_the_bytes_after_the_cut_and_drops_none_of_a_ranged_answer():
+    cut = CoordinatorUnavailable("cut")
+    asked = []
+
+    def open_stream(start: int):
+        asked.append(start)
+        if start == 0:
+            return BrokenStream(DATA, after=21, error=cut).blocks()
+        return RangedBlocks(DATA, start)
+
+    ranged = ResumingInput(
+        open_stream,
+        backoff=Backoff(0.5, 8.0, rng=lambda: 0.5),
+        patience=30.0,
+        clock=FakeClock(),
+        sleep=lambda seconds: None,
+        log=lambda *args, **fields: None,
+    )
+
+    assert b"".join(ranged) == DATA
+    assert asked == [0, 21]
+
+
 def test_resuming_input_gives_up_as_a_stopped_chunk_once_the_lease_is_spent():
     clock = FakeClock()
     stream = ResumingInput(
