@@ -73,6 +73,7 @@ _INTS = {
     "CHUNKWISE_MANIFEST_MAX_QUEUED_TASKS": ("manifest_max_queued_tasks", 1),
     "CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB": ("manifest_max_tasks_per_job", 1),
     "CHUNKWISE_RETENTION_DAYS": ("retention_days", 1),
+    "CHUNKWISE_ARCHIVE_RETENTION_DAYS": ("archive_retention_days", 1),
     "CHUNKWISE_WORKER_RETENTION_SECONDS": ("worker_retention_seconds", 60),
 }
 _PATHS = {

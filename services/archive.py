@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -61,6 +63,12 @@ class Archive(Protocol):
     def problem(self) -> str | None:
         """Why the archive cannot take an upload now, or None."""
 
+    def stored_before(self, cutoff: float) -> Iterator[str]:
+        """The digests of inputs last stored or reused before `cutoff` (a Unix time)."""
+
+    def remove_if_before(self, sha256: str, cutoff: float) -> bool:
+        """Delete an input unless it was stored or reused since `cutoff`; True if deleted."""
+
 
 @dataclass(frozen=True)
 class LocalArchive:
@@ -94,6 +102,24 @@ class LocalArchive:
     def problem(self) -> str | None:
         """Checked by services/health.py with the temp directory, as a move between them."""
         return None
+
+    def stored_before(self, cutoff: float) -> Iterator[str]:
+        """Archived files whose mtime (set when stored, touched when reused) is before cutoff."""
+        for path in (self.directory / "sha256").glob("*/*"):
+            with contextlib.suppress(FileNotFoundError):
+                if path.stat().st_mtime < cutoff and not path.name.startswith(INCOMING):
+                    yield path.name
+
+    def remove_if_before(self, sha256: str, cutoff: float) -> bool:
+        """Unlink the file unless an upload touched it since the sweep listed it."""
+        path = archive_path(self.directory, sha256)
+        try:
+            if path.stat().st_mtime >= cutoff:
+                return False
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
 
 
 def input_not_here(setting: str) -> ArchiveUnavailable:
@@ -163,6 +189,8 @@ def store(archive_dir: Path, upload: Upload) -> bool:
     target = archive_path(archive_dir, upload.sha256)
     try:
         if target.exists():
+            # Touched, so the retention sweep sees these bytes as in use again.
+            os.utime(target)
             return False
         make_private_directory(target.parent)
         move_file(upload.path, target)

@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from repositories import jobs as job_rows
-from services import archive, jobs, logcontext, queue, schedules, tasks, workers
+from services import archive, archive_retention, jobs, logcontext, queue, schedules, tasks, workers
 from services.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ def run_pass(rt: Runtime, *, trace_id: str | None = None) -> None:
     attempt(schedules.run_due_schedules, rt)
     attempt(archive.remove_stale_temp_files, rt.temp_dir, rt.archive_dir)
     attempt(jobs.delete_expired_history, rt)
+    attempt(archive_retention.remove_unreferenced_inputs, rt)
     attempt(workers.delete_idle_workers, rt)
     attempt(queue.fold_tallies, rt)
     attempt(jobs.fold_chunk_tallies, rt)

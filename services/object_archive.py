@@ -10,6 +10,7 @@ import errno
 import io
 import logging
 import uuid
+from collections.abc import Iterator
 from typing import BinaryIO
 
 import boto3
@@ -55,7 +56,9 @@ class ObjectArchive:
         commits, and never inside admission's transaction (a large upload takes a while)."""
         key = self.key(upload.sha256)
         try:
-            if not self._exists(key):
+            if self._exists(key):
+                self._touch(key)
+            else:
                 self.client.upload_file(str(upload.path), self.bucket, key, Config=TRANSFER)
         except (BotoCoreError, ClientError) as exc:
             raise self._unavailable("written", exc) from exc
@@ -95,6 +98,40 @@ class ObjectArchive:
         except (BotoCoreError, ClientError) as exc:
             return f"cannot be written ({describe(exc)})"
         return None
+
+    def stored_before(self, cutoff: float) -> Iterator[str]:
+        """Objects under the prefix last written (stored, or touched when reused) before cutoff."""
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=f"{self.prefix}sha256/"
+        )
+        for page in pages:
+            for item in page.get("Contents", []):
+                if item["LastModified"].timestamp() < cutoff:
+                    yield item["Key"].rsplit("/", 1)[-1]
+
+    def remove_if_before(self, sha256: str, cutoff: float) -> bool:
+        """Delete the object unless an upload touched it since the sweep listed it."""
+        key = self.key(sha256)
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if _code(exc) in MISSING:
+                return False
+            raise
+        if head["LastModified"].timestamp() >= cutoff:
+            return False
+        self.client.delete_object(Bucket=self.bucket, Key=key)
+        return True
+
+    def _touch(self, key: str) -> None:
+        # A copy onto itself renews LastModified: the retention sweep then leaves the object
+        # to the job about to refer to it.
+        self.client.copy_object(
+            Bucket=self.bucket,
+            Key=key,
+            CopySource={"Bucket": self.bucket, "Key": key},
+            MetadataDirective="REPLACE",
+        )
 
     def _exists(self, key: str) -> bool:
         try:

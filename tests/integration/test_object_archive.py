@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import socket
+import time
 
 import boto3
 import moto.settings
@@ -18,7 +19,7 @@ from moto.server import ThreadedMotoServer
 from app import create_app
 from app.config import ConfigError
 from app.runtime import close
-from services import csvstats
+from services import archive_retention, csvstats
 from tests.integration.csv_worker import CsvWorker, files_under, get_job, submit, upload
 
 BUCKET = "chunkwise-inputs"
@@ -227,3 +228,35 @@ def test_start_up_refuses_a_bucket_it_cannot_write_naming_the_setting(
 
     assert "CHUNKWISE_ARCHIVE_URL=s3://" in str(refused.value)
     assert said in str(refused.value)
+
+
+@pytest.fixture
+def small_queue_config(app_config) -> dict:
+    """The bucket, a queue of two chunks, and unreferenced inputs swept after a day."""
+    return {
+        **app_config,
+        "CHUNKWISE_MAX_QUEUED_CHUNKS": "2",
+        "CHUNKWISE_ARCHIVE_RETENTION_DAYS": "1",
+    }
+
+
+def test_a_refused_admission_leaves_its_object_for_the_retry_then_for_the_retention_sweep(
+    small_queue_config, headers, s3, monkeypatch
+):
+    # headers seeded the credentials through the default app; this one shares its database.
+    flask_app = create_app(small_queue_config)
+    try:
+        client, rt = flask_app.test_client(), flask_app.extensions["chunkwise.runtime"]
+        submit(client, headers["user"], b"id,value\n1,2\n3,4\n", chunks=2)
+
+        refused = upload(client, headers["user"], DATA, chunks=2)
+
+        assert refused.get_json()["error"]["code"] == "queue_full"
+        assert s3.head_object(Bucket=BUCKET, Key=KEY)["ContentLength"] == len(DATA)
+        two_days_on = time.time() + 2 * 86_400
+        assert archive_retention.remove_unreferenced_inputs(rt, now=two_days_on) == 1
+        assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix=KEY)
+        # The sweep keeps the first job's input: that job refers to it.
+        assert len(s3.list_objects_v2(Bucket=BUCKET, Prefix="inputs/sha256/")["Contents"]) == 1
+    finally:
+        close(flask_app.extensions["chunkwise.runtime"])
