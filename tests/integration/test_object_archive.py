@@ -14,12 +14,14 @@ import boto3
 import moto.settings
 import pytest
 import requests
+from botocore.exceptions import ResponseStreamingError
+from botocore.response import StreamingBody
 from moto.server import ThreadedMotoServer
 
 from app import create_app
 from app.config import ConfigError
 from app.runtime import close
-from services import archive_retention, csvstats
+from services import archive_retention, csvstats, tasks
 from tests.integration.csv_worker import CsvWorker, files_under, get_job, submit, upload
 
 BUCKET = "chunkwise-inputs"
@@ -260,3 +262,32 @@ def test_a_refused_admission_leaves_its_object_for_the_retry_then_for_the_retent
         assert len(s3.list_objects_v2(Bucket=BUCKET, Prefix="inputs/sha256/")["Contents"]) == 1
     finally:
         close(flask_app.extensions["chunkwise.runtime"])
+
+
+def test_an_object_read_that_breaks_mid_stream_fails_the_attempt_as_input_unavailable(
+    client, headers, worker, db, monkeypatch
+):
+    monkeypatch.setattr(tasks, "READ_BLOCK", 64)
+    submit(client, headers["user"], DATA, chunks=2)
+    task = worker.claim_one()
+    real_read, reads = StreamingBody.read, []
+
+    def read_then_break(body, amt=None):
+        reads.append(amt)
+        if len(reads) > 1:
+            raise ResponseStreamingError(error="connection reset by peer")
+        return real_read(body, amt)
+
+    monkeypatch.setattr(StreamingBody, "read", read_then_break)
+    blocks = iter(worker.read_input(task).response)
+    assert next(blocks)
+
+    with pytest.raises(OSError):
+        list(blocks)
+
+    row = db.execute(
+        "SELECT status, error_code, error_details FROM tasks WHERE id = %s", (task["task_id"],)
+    ).fetchone()
+    assert (row["status"], row["error_code"]) == ("pending", "input_unavailable")
+    assert row["error_details"]["setting"] == "CHUNKWISE_ARCHIVE_URL"
+    assert row["error_details"]["reason"] == "EIO"
