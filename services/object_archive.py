@@ -96,7 +96,10 @@ class ObjectArchive:
             self.client.put_object(Bucket=self.bucket, Key=key, Body=b"ok")
             self.client.delete_object(Bucket=self.bucket, Key=key)
         except (BotoCoreError, ClientError) as exc:
-            return f"cannot be written ({describe(exc)})"
+            return (
+                f"cannot be written ({describe(exc)}); check the bucket, and boto3's "
+                "AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION"
+            )
         return None
 
     def stored_before(self, cutoff: float) -> Iterator[str]:

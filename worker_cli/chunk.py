@@ -141,6 +141,11 @@ class ResumingInput:
                     self._backoff.reset()
                     yield block
                 return
+            except RequestRejected as exc:
+                # Cut after its last byte: a range from there is past the end, and none is left.
+                if exc.status == 416 and delivered:
+                    return
+                raise
             except CoordinatorUnavailable as exc:
                 if not exc.is_blip:
                     raise

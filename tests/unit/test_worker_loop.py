@@ -676,6 +676,29 @@ def test_resuming_input_asks_for_the_bytes_after_the_cut_and_drops_none_of_a_ran
     assert asked == [0, 21]
 
 
+def test_resuming_input_cut_after_its_last_byte_ends_when_the_range_is_past_the_end():
+    cut = CoordinatorUnavailable("cut")
+    past_the_end = RequestRejected("range_not_satisfiable", status=416)
+    replies = [BrokenStream(DATA, after=len(DATA), error=cut).blocks(), past_the_end]
+
+    def open_stream(start: int):
+        reply = replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    stream = ResumingInput(
+        open_stream,
+        backoff=Backoff(0.5, 8.0, rng=lambda: 0.5),
+        patience=30.0,
+        clock=FakeClock(),
+        sleep=lambda seconds: None,
+        log=lambda *args, **fields: None,
+    )
+
+    assert b"".join(stream) == DATA
+
+
 def test_resuming_input_gives_up_as_a_stopped_chunk_once_the_lease_is_spent():
     clock = FakeClock()
     stream = ResumingInput(
