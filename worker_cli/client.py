@@ -108,7 +108,7 @@ class CoordinatorUnavailable(CoordinatorError):
 
 
 class StorageFailed(CoordinatorError):
-    """507 or 500 storage_unavailable: retrying cannot help until an operator fixes the disk."""
+    """507, or 500 storage_unavailable: retrying cannot help until an operator fixes the disk."""
 
 
 class LeaseLost(CoordinatorError):
@@ -727,7 +727,9 @@ def _raise_for_status(method: str, path: str, response: requests.Response) -> No
     message = error.get("message") or f"{method} {path}: HTTP {status}"
     details = error.get("details") if isinstance(error.get("details"), dict) else {}
     fields = {"status": status, "code": code, "details": details, "trace_id": trace_id}
-    if status == 507 or (status >= 500 and code in STORAGE_FAILURE_CODES):
+    # A 503 is a blip whatever its code: the object store or this coordinator's copy of an
+    # input (storage_unavailable, input_not_here) may be back, or another host may have it.
+    if status == 507 or (status == 500 and code in STORAGE_FAILURE_CODES):
         raise StorageFailed(message, **fields)
     if status == 429 or status >= 500:
         raise CoordinatorUnavailable(

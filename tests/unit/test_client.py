@@ -310,6 +310,16 @@ def test_a_storage_failure_is_neither_unavailable_nor_rejected(client, coordinat
     )
 
 
+@pytest.mark.parametrize("code", ["storage_unavailable", "input_not_here"])
+def test_an_archive_503_is_a_blip_to_retry_after_its_retry_after(client, coordinator, code):
+    coordinator.reply(503, error_body(code, "try another"), headers={"Retry-After": "2"})
+
+    with pytest.raises(CoordinatorUnavailable) as caught:
+        client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1)
+
+    assert (caught.value.is_blip, caught.value.retry_after, caught.value.code) == (True, 2, code)
+
+
 @pytest.mark.parametrize(
     ("status", "blip"), [(None, True), (429, True), (502, True), (503, True), (500, False)]
 )
