@@ -95,3 +95,21 @@ def test_a_csv_uploaded_to_one_coordinator_is_computed_through_another(
     assert attempts == 4  # one each: no read failed on the coordinator without a local copy
     for run_dir in (stack.run_dir, second_coordinator.run_dir):
         assert not any((run_dir / "archive").rglob("*")), "the local directory stays empty"
+
+
+def test_gunicorn_refuses_to_start_on_a_bucket_it_cannot_write_naming_the_setting(
+    database_url, stack_env, tmp_path
+):
+    refused = LocalStack(database_url=database_url, run_dir=tmp_path / "refused", env=stack_env)
+    refused.prepare()  # seed-local builds the app, which checks the bucket too
+    refused.env = {**stack_env, "CHUNKWISE_ARCHIVE_URL": "s3://no-such-bucket/e2e"}
+    try:
+        with pytest.raises(TimeoutError):
+            refused.start_coordinator(timeout=10)
+        assert refused.processes["coordinator"].wait(timeout=10) != 0
+        log = (refused.logs / "coordinator.log").read_text()
+        assert (
+            "CHUNKWISE_ARCHIVE_URL=s3://no-such-bucket/e2e/ cannot be written (NoSuchBucket)" in log
+        )
+    finally:
+        refused.stop()
