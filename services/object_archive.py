@@ -29,6 +29,8 @@ SETTING = "CHUNKWISE_ARCHIVE_URL"
 CLIENT_CONFIG = Config(
     connect_timeout=3, read_timeout=30, retries={"max_attempts": 2, "mode": "standard"}
 )
+# /readyz asks on every call, and a probe that outlasts its caller's timeout says nothing.
+PROBE_CONFIG = Config(connect_timeout=2, read_timeout=3, retries={"max_attempts": 1})
 # Multipart above 16 MiB, at most 4 parts in flight: an upload holds at most 64 MiB in memory.
 TRANSFER = TransferConfig(
     multipart_threshold=16 * 1024 * 1024, multipart_chunksize=16 * 1024 * 1024, max_concurrency=4
@@ -42,10 +44,12 @@ class ObjectArchive:
 
     setting = SETTING
 
-    def __init__(self, bucket: str, prefix: str, client=None):
+    def __init__(self, bucket: str, prefix: str):
         self.bucket = bucket
         self.prefix = prefix
-        self.client = client or boto3.session.Session().client("s3", config=CLIENT_CONFIG)
+        session = boto3.session.Session()
+        self.client = session.client("s3", config=CLIENT_CONFIG)
+        self._probe_client = session.client("s3", config=PROBE_CONFIG)
 
     def key(self, sha256: str) -> str:
         """The object key of the bytes with this digest."""
@@ -93,8 +97,8 @@ class ObjectArchive:
         """Why the bucket cannot take an upload (a small object put and deleted), or None."""
         key = f"{self.prefix}{PROBE_PREFIX}{uuid.uuid4().hex}"
         try:
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=b"ok")
-            self.client.delete_object(Bucket=self.bucket, Key=key)
+            self._probe_client.put_object(Bucket=self.bucket, Key=key, Body=b"ok")
+            self._probe_client.delete_object(Bucket=self.bucket, Key=key)
         except (BotoCoreError, ClientError) as exc:
             return (
                 f"cannot be written ({describe(exc)}); check the bucket, and boto3's "
