@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,10 @@ class Settings:
     secret_key: str | None = dataclasses.field(default=None, repr=False)
     # The bearer token Prometheus scrapes /metrics with; None: only operator tokens may scrape.
     metrics_token: str | None = dataclasses.field(default=None, repr=False)
+    # CHUNKWISE_ARCHIVE_URL=s3://bucket/prefix: the archive is that bucket, shared by every
+    # coordinator; None: the local directory archive_dir, for a single host.
+    archive_bucket: str | None = None
+    archive_prefix: str = ""
 
 
 # env name -> (field, lower bound)
@@ -72,6 +77,7 @@ _INTS = {
     "CHUNKWISE_MANIFEST_MAX_QUEUED_TASKS": ("manifest_max_queued_tasks", 1),
     "CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB": ("manifest_max_tasks_per_job", 1),
     "CHUNKWISE_RETENTION_DAYS": ("retention_days", 1),
+    "CHUNKWISE_ARCHIVE_RETENTION_DAYS": ("archive_retention_days", 1),
     "CHUNKWISE_WORKER_RETENTION_SECONDS": ("worker_retention_seconds", 60),
     # Fair share between users (services/runtime.Limits).
     "CHUNKWISE_USER_MAX_QUEUED_PERCENT": ("user_max_queued_percent", 1),
@@ -112,8 +118,11 @@ KNOWN_VARIABLES = frozenset(
         "CHUNKWISE_SECRET_KEY",
         "CHUNKWISE_METRICS_TOKEN",
         "CHUNKWISE_WEB_THREADS",
+        "CHUNKWISE_ARCHIVE_URL",
     }
 )
+# S3's rules for a bucket name: 3-63 lowercase letters, digits, dots and hyphens.
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
@@ -195,6 +204,13 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
                 "print(secrets.token_urlsafe(32))')"
             )
         values["metrics_token"] = raw
+    raw = env.get("CHUNKWISE_ARCHIVE_URL", "").strip()
+    if raw:
+        archive = _archive_url(raw)
+        if isinstance(archive, str):
+            problems.append(archive)
+        else:
+            values["archive_bucket"], values["archive_prefix"] = archive
     if env.get("CHUNKWISE_LOG_LEVEL"):
         values["log_level"] = env["CHUNKWISE_LOG_LEVEL"].upper()
 
@@ -262,6 +278,21 @@ def _rate_limits(
     return tuple(rates.items())
 
 
+def _archive_url(raw: str) -> tuple[str, str] | str:
+    """s3://bucket/prefix as (bucket, "prefix/"), or what is wrong with it."""
+    scheme, sep, rest = raw.partition("://")
+    bucket, _, prefix = rest.partition("/")
+    if not sep or scheme != "s3":
+        return f"CHUNKWISE_ARCHIVE_URL must be s3://BUCKET/PREFIX, got {raw!r}"
+    if not BUCKET_NAME.fullmatch(bucket) or ".." in bucket:
+        return (
+            f"CHUNKWISE_ARCHIVE_URL names no valid bucket (3-63 lowercase letters, digits, "
+            f"dots and hyphens), got {bucket!r}"
+        )
+    prefix = prefix.strip("/")
+    return bucket, f"{prefix}/" if prefix else ""
+
+
 def _cross_checks(s: Settings) -> list[str]:
     problems = []
     if s.db_pool_min > s.db_pool_max:
@@ -320,6 +351,13 @@ def shared_settings(s: Settings) -> dict[str, str]:
             f"{name}={rate!r}/s" for name, rate in sorted(limits.rate_limits)
         ),
         "CHUNKWISE_RETENTION_DAYS": str(limits.retention_days),
+        "CHUNKWISE_USER_MAX_QUEUED_PERCENT": str(limits.user_max_queued_percent),
+        "CHUNKWISE_USER_MAX_STORED_BYTES": str(limits.user_max_stored_bytes),
+        "CHUNKWISE_USER_MAX_SCHEDULES": str(limits.user_max_schedules),
+        # Where inputs live: hosts archiving to different places cannot serve each other's.
+        "CHUNKWISE_ARCHIVE_URL": f"s3://{s.archive_bucket}/{s.archive_prefix}"
+        if s.archive_bucket
+        else "local",
     }
 
 

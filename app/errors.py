@@ -22,6 +22,7 @@ from services.errors import (
     PayloadTooLarge,
     QueueFull,
     QuotaExceeded,
+    RangeNotSatisfiable,
     StorageFull,
     StorageUnavailable,
     Unauthenticated,
@@ -37,6 +38,7 @@ STATUS: dict[type[ChunkwiseError], int] = {
     NotFound: 404,
     Conflict: 409,  # also LeaseLost: lease_lost, stale_attempt, task_cancelled, timed_out
     PayloadTooLarge: 413,
+    RangeNotSatisfiable: 416,
     InvalidInput: 422,
     QueueFull: 429,
     QuotaExceeded: 429,  # user_quota_exceeded: past the caller's share of the workload
@@ -131,6 +133,8 @@ def init_app(app: Flask) -> None:
             response.headers["Retry-After"] = str(exc.retry_after)
         if isinstance(exc, Unavailable):
             response.headers["Retry-After"] = str(RETRY_AFTER_UNAVAILABLE)
+        if isinstance(exc, RangeNotSatisfiable):
+            response.headers["Content-Range"] = f"bytes */{exc.details['length']}"
         if isinstance(exc, StorageFull | StorageUnavailable):
             log_storage_failure(exc)
         return response

@@ -126,6 +126,21 @@ def checked_text(name: str, value: str | None, max_length: int | None = None) ->
 
 
 IDEMPOTENCY_KEY_MAX = 200
+# One range with a first byte: what a worker resuming a cut read sends (bytes=N- or bytes=N-M).
+_BYTE_RANGE = re.compile(r"bytes=(\d{1,18})-(\d{0,18})")
+
+
+def byte_range() -> tuple[int, int | None] | None:
+    """The request's Range header as (first, last or None), refused with 422 naming it."""
+    value = request.headers.get("Range")
+    if value is None:
+        return None
+    match = _BYTE_RANGE.fullmatch(value.strip())
+    if match is None or (match[2] and int(match[2]) < int(match[1])):
+        raise ValidationError(
+            {"Range": ["must be one range with a first byte: bytes=FIRST- or bytes=FIRST-LAST"]}
+        )
+    return int(match[1]), int(match[2]) if match[2] else None
 
 
 GIVEN_TWICE = "give this parameter once"

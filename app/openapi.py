@@ -55,7 +55,7 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "queue.pause_workload": (None, schemas.WorkloadSchema, (404,)),
     "queue.resume_workload": (None, schemas.WorkloadSchema, (404,)),
     "tasks.claim": (schemas.ClaimSchema, schemas.ClaimResponseSchema, (204,)),
-    "tasks.read_input": (schemas.LeaseSchema, None, (404, 409)),
+    "tasks.read_input": (schemas.LeaseSchema, None, (206, 404, 409, 416)),
     "tasks.heartbeat": (schemas.HeartbeatSchema, schemas.LeaseRenewedSchema, (404, 409)),
     "tasks.heartbeats": (schemas.HeartbeatBatchSchema, schemas.HeartbeatBatchResponseSchema, ()),
     "tasks.result": (schemas.ResultSchema, schemas.TaskSchema, (404, 409)),
@@ -119,11 +119,13 @@ ERROR_DESCRIPTIONS = {
     409: "conflicts with the current state (the error code says which)",
     413: "the body or upload is larger than the limit",
     415: "the body's Content-Type is not one the route reads",
+    416: "range_not_satisfiable: the Range starts at or past the end; Content-Range has the size",
     422: "invalid fields, named in details.fields",
     429: "queue_full, or user_quota_exceeded (the caller's share of the workload, "
     "CHUNKWISE_USER_MAX_*); Retry-After says when to try again",
     500: "storage_unavailable: the upload's directory is missing, read-only or refused",
-    503: "the database is unavailable or too slow; Retry-After says when to try again",
+    503: "the database is unavailable or too slow (or, reading a task's input, the archive: "
+    "input_not_here, storage_unavailable); Retry-After says when to try again",
     507: "insufficient_storage: no space left for the upload; no Retry-After",
 }
 # Answered by gunicorn before the app sees the request (gunicorn.conf.py): no trace id.
@@ -160,6 +162,15 @@ IF_NONE_MATCH_PARAMETER = {
     "required": False,
     "description": "the ETags already known: 304 while one is current, up to wait_seconds; "
     "* is 304 at once",
+    "schema": {"type": "string"},
+}
+
+
+RANGE_PARAMETER = {
+    "in": "header",
+    "name": "Range",
+    "required": False,
+    "description": "bytes=FIRST- or bytes=FIRST-LAST: resume a cut read (206 with Content-Range)",
     "schema": {"type": "string"},
 }
 
@@ -206,7 +217,7 @@ def _response(endpoint: str, status: int, response_schema) -> dict:
             "when no waiting place was free)",
             "headers": {**headers, "Retry-After": "WaitRefused"},
         }
-    description = "created" if status == 201 else "OK"
+    description = {201: "created", 206: "the bytes of the Range asked for"}.get(status, "OK")
     if endpoint in ("jobs.create_job", "schedules.run_schedule") and status == 200:
         description = "the original job of an idempotent retry"
     if endpoint == "tasks.read_input":
@@ -265,6 +276,7 @@ def build_spec(app: Flask) -> dict:
                 parameters.append(IF_NONE_MATCH_PARAMETER)
             if rule.endpoint == "tasks.read_input":
                 parameters.append(LEASE_TOKEN_PARAMETER)
+                parameters.append(RANGE_PARAMETER)
             operation: dict = {
                 "operationId": rule.endpoint,
                 "summary": (view.__doc__ or "").strip().splitlines()[0],

@@ -26,7 +26,8 @@ logger = logging.getLogger(__name__)
 
 def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> Runtime:
     """Check storage, open the pool, start the NOTIFY listener; close both when the process ends."""
-    _warn_about_storage(settings, fatal=storage_fatal)
+    store = archive_for(settings)
+    _warn_about_storage(settings, store, fatal=storage_fatal)
     coordinator = describe_coordinator(settings)
     principals = KnownPrincipals(settings.auth_cache_seconds)
     pool = open_pool(settings)
@@ -48,6 +49,7 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
         archive_dir=settings.archive_dir,
         temp_dir=settings.temp_dir,
         coordinator=coordinator,
+        archive=store,
     )
     runtime.wakeups.start()
     app.extensions["chunkwise.runtime"] = runtime
@@ -96,16 +98,28 @@ def describe_coordinator(settings: Settings) -> coordinators.Coordinator:
     )
 
 
-def require_storage(settings: Settings) -> None:
-    """Raise ConfigError unless the temp and archive directories can be used (creating them)."""
-    problems = storage_problems(settings)
+def archive_for(settings: Settings) -> archive.Archive:
+    """The bucket CHUNKWISE_ARCHIVE_URL names, else the local CHUNKWISE_ARCHIVE_DIR."""
+    if settings.archive_bucket is None:
+        return archive.LocalArchive(settings.archive_dir)
+    # Imported only here: a single-host coordinator never loads boto3.
+    from services.object_archive import ObjectArchive
+
+    return ObjectArchive(settings.archive_bucket, settings.archive_prefix)
+
+
+def require_storage(settings: Settings, store: archive.Archive | None = None) -> None:
+    """Raise ConfigError unless the temp directory and the archive can be used (creating them)."""
+    problems = storage_problems(settings, store or archive_for(settings))
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
 
-def storage_problems(settings: Settings) -> list[str]:
-    """What keeps the temp and archive directories from use (creating them), or nothing."""
+def storage_problems(settings: Settings, store: archive.Archive) -> list[str]:
+    """What keeps the temp directory and the archive from use (creating them), or nothing."""
     paths = {"CHUNKWISE_TEMP_DIR": settings.temp_dir, "CHUNKWISE_ARCHIVE_DIR": settings.archive_dir}
+    if settings.archive_bucket is not None:
+        paths = {"CHUNKWISE_TEMP_DIR": settings.temp_dir}
     problems = []
     for setting, directory in paths.items():
         try:
@@ -115,19 +129,25 @@ def storage_problems(settings: Settings) -> list[str]:
     if problems:
         return problems
     return [
-        f"{p.setting}={paths[p.setting]} {p.problem}"
-        for p in health.setup_problems(settings.temp_dir, settings.archive_dir)
+        f"{p.setting}={_where(settings, paths, p.setting)} {p.problem}"
+        for p in health.setup_problems(settings.temp_dir, store)
     ]
 
 
-def _warn_about_storage(settings: Settings, *, fatal: bool) -> None:
+def _where(settings: Settings, paths: dict, setting: str) -> str:
+    if setting in paths:
+        return str(paths[setting])
+    return f"s3://{settings.archive_bucket}/{settings.archive_prefix}"
+
+
+def _warn_about_storage(settings: Settings, store: archive.Archive, *, fatal: bool) -> None:
     # Under gunicorn the master checks storage once at start (gunicorn.conf.py) and refuses to
     # start; a worker process booting later must not refuse, or gunicorn would stop the whole
     # coordinator (a worker that fails to boot ends the master) and with it the worker
     # protocol and job reads. It starts, says why, and /readyz answers 503 meanwhile.
     if fatal:
-        require_storage(settings)
-    problems = storage_problems(settings)
+        require_storage(settings, store)
+    problems = storage_problems(settings, store)
     for problem in problems:
         logger.error(
             f"{problem}; uploads fail until it is mended", extra={"event": "storage_unusable"}
@@ -136,9 +156,7 @@ def _warn_about_storage(settings: Settings, *, fatal: bool) -> None:
         return
     # A full disk is a condition, not a setting: the process starts either way.
     paths = {"CHUNKWISE_TEMP_DIR": settings.temp_dir, "CHUNKWISE_ARCHIVE_DIR": settings.archive_dir}
-    for p in health.space_problems(
-        settings.temp_dir, settings.archive_dir, settings.limits.max_upload_bytes
-    ):
+    for p in health.space_problems(settings.temp_dir, store, settings.limits.max_upload_bytes):
         logger.warning(
             f"{p.setting}={paths[p.setting]} {p.problem}; uploads may fail until there is room",
             extra={"event": "storage_low", "setting": p.setting},

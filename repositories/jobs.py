@@ -659,6 +659,16 @@ def merging_jobs(conn: Connection, limit: int = 20) -> list[tuple[UUID, str]]:
     return [(r["id"], r["workload"]) for r in rows]
 
 
+def referenced_inputs(conn: Connection, digests: Sequence[str]) -> set[str]:
+    """Which of these input digests some job still refers to."""
+    # No index on input_sha256: the archive sweep asks this once an hour, a page at a time.
+    rows = conn.execute(
+        "SELECT DISTINCT input_sha256 FROM jobs WHERE input_sha256 = ANY(%(digests)s)",
+        {"digests": list(digests)},
+    ).fetchall()
+    return {r["input_sha256"] for r in rows}
+
+
 def delete_finished(
     conn: Connection, *, older_than_days: int, limit: int = 1000, task_budget: int = 50_000
 ) -> int:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import BinaryIO, Protocol
 
-from services.errors import StorageFull, StorageUnavailable
+from services.errors import ArchiveUnavailable, StorageFull, StorageUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +43,92 @@ class Upload:
     path: Path
     sha256: str
     size: int
+
+
+class Archive(Protocol):
+    """Where admitted uploads are kept: a local directory, or an S3-compatible bucket."""
+
+    # The setting an operator fixes when the archive fails, named in errors and probes.
+    setting: str
+
+    def stage(self, upload: Upload) -> Upload:
+        """Make storing the upload cheap or needless; runs before admission's transaction."""
+
+    def store(self, staged: Upload) -> bool:
+        """Keep a staged upload for good, inside admission's transaction; False if already kept."""
+
+    def open_range(self, sha256: str, offset: int, length: int) -> BinaryIO:
+        """A reader of length bytes from offset; ArchiveUnavailable before any byte if it cannot."""
+
+    def problem(self) -> str | None:
+        """Why the archive cannot take an upload now, or None."""
+
+    def stored_before(self, cutoff: float) -> Iterator[str]:
+        """The digests of inputs last stored or reused before `cutoff` (a Unix time)."""
+
+    def remove_if_before(self, sha256: str, cutoff: float) -> bool:
+        """Delete an input unless it was stored or reused since `cutoff`; True if deleted."""
+
+
+@dataclass(frozen=True)
+class LocalArchive:
+    """The single-host archive: files under CHUNKWISE_ARCHIVE_DIR, renamed in from the spool."""
+
+    directory: Path
+    setting: str = SETTING_OF_ROLE[ARCHIVE]
+
+    def stage(self, upload: Upload) -> Upload:
+        """The upload on the archive's filesystem (see stage())."""
+        return stage(self.directory, upload)
+
+    def store(self, staged: Upload) -> bool:
+        """Rename the staged upload into the archive (see store())."""
+        return store(self.directory, staged)
+
+    def open_range(self, sha256: str, offset: int, length: int) -> BinaryIO:
+        """The archived file, opened and positioned at offset."""
+        try:
+            f = archive_path(self.directory, sha256).open("rb")
+        except FileNotFoundError as exc:
+            raise input_not_here(self.setting) from exc
+        except OSError as exc:
+            raise ArchiveUnavailable(
+                f"the archive cannot be read ({errno_name(exc)}); retry, another coordinator may",
+                details={"setting": self.setting, "reason": errno_name(exc)},
+            ) from exc
+        f.seek(offset)
+        return f
+
+    def problem(self) -> str | None:
+        """Checked by services/health.py with the temp directory, as a move between them."""
+        return None
+
+    def stored_before(self, cutoff: float) -> Iterator[str]:
+        """Archived files whose mtime (set when stored, touched when reused) is before cutoff."""
+        for path in (self.directory / "sha256").glob("*/*"):
+            with contextlib.suppress(FileNotFoundError):
+                if path.stat().st_mtime < cutoff and not path.name.startswith(INCOMING):
+                    yield path.name
+
+    def remove_if_before(self, sha256: str, cutoff: float) -> bool:
+        """Unlink the file unless an upload touched it since the sweep listed it."""
+        path = archive_path(self.directory, sha256)
+        try:
+            if path.stat().st_mtime >= cutoff:
+                return False
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+
+def input_not_here(setting: str) -> ArchiveUnavailable:
+    """The 503 for an archived input this coordinator does not have (another one may)."""
+    return ArchiveUnavailable(
+        "this coordinator does not have the task's input; retry, another coordinator may",
+        code="input_not_here",
+        details={"setting": setting},
+    )
 
 
 def archive_path(archive_dir: Path, sha256: str) -> Path:
@@ -100,6 +189,8 @@ def store(archive_dir: Path, upload: Upload) -> bool:
     target = archive_path(archive_dir, upload.sha256)
     try:
         if target.exists():
+            # Touched, so the retention sweep sees these bytes as in use again.
+            os.utime(target)
             return False
         make_private_directory(target.parent)
         move_file(upload.path, target)

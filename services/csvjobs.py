@@ -9,7 +9,6 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from uuid import UUID
 
 from psycopg import Connection
@@ -114,14 +113,14 @@ def submit_csv_job(
             for plan in split.plans
         ]
         job_rules.check_size(rt, WORKLOAD, len(new_tasks))
-        staged = archive.stage(rt.archive_dir, upload)
+        staged = rt.archive.stage(upload)
         try:
             return job_rules.admit(
                 rt,
                 principal,
                 new_job,
                 new_tasks,
-                on_admitted=lambda: archive.store(rt.archive_dir, staged),
+                on_admitted=lambda: rt.archive.store(staged),
             )
         finally:
             staged.path.unlink(missing_ok=True)
@@ -257,14 +256,10 @@ class CsvStats(Workload):
                 details={"fields": {"details.summary.digest": ["does not match"]}},
             )
 
-    def task_input(self, archive_dir: Path, job: Job, task: Task) -> TaskInput:
+    def task_input(self, job: Job, task: Task) -> TaskInput:
         """The chunk's byte range of the archived upload."""
         p = task.parameters
-        return TaskInput(
-            archive.archive_path(archive_dir, job.input_sha256),
-            p["byte_start"],
-            p["byte_end"] - p["byte_start"],
-        )
+        return TaskInput(job.input_sha256, p["byte_start"], p["byte_end"] - p["byte_start"])
 
     def accepted_summaries(self, conn: Connection, job_id: UUID) -> dict[UUID, dict]:
         """Each completed chunk's accepted summary, by task id."""

@@ -85,6 +85,19 @@ class Unavailable(ChunkwiseError):
     code = "unavailable"
 
 
+class ArchiveUnavailable(Unavailable):
+    """This coordinator cannot reach an archived input now (input_not_here, storage_unavailable);
+    a later try, or another coordinator, may."""
+
+    code = "storage_unavailable"
+
+
+class RangeNotSatisfiable(ChunkwiseError):
+    """A Range header starts at or past the end of the input; `details["length"]` is its size."""
+
+    code = "range_not_satisfiable"
+
+
 class StorageFull(ChunkwiseError):
     """A storage directory has no space (or quota) left; `details` names its role, not its path."""
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from repositories import health
 from services import archive, coordinators
+from services.archive import Archive
 from services.errors import Unavailable
 from services.runtime import Runtime
 
@@ -19,7 +20,7 @@ PROBE_PREFIX = ".probe-"  # never matches the stale-spool sweep's upload-*
 
 @dataclass(frozen=True)
 class StorageProblem:
-    """One reason the temp or archive directory cannot take uploads, by the setting to fix."""
+    """One reason the temp directory or the archive cannot take uploads, by the setting to fix."""
 
     setting: str
     problem: str
@@ -28,31 +29,35 @@ class StorageProblem:
         return f"{self.setting} {self.problem}"
 
 
-def storage_problems(temp_dir: Path, archive_dir: Path, upload_bytes: int) -> list[StorageProblem]:
-    """What keeps the two directories from taking one upload of `upload_bytes`; [] if nothing."""
-    return setup_problems(temp_dir, archive_dir) or space_problems(
-        temp_dir, archive_dir, upload_bytes
-    )
+def storage_problems(temp_dir: Path, store: Archive, upload_bytes: int) -> list[StorageProblem]:
+    """What keeps temp and archive from taking one upload of `upload_bytes`; [] if nothing."""
+    return setup_problems(temp_dir, store) or space_problems(temp_dir, store, upload_bytes)
 
 
-def setup_problems(temp_dir: Path, archive_dir: Path) -> list[StorageProblem]:
-    """Directories that are missing or cannot be written, or a move between them that fails."""
+def setup_problems(temp_dir: Path, store: Archive) -> list[StorageProblem]:
+    """Directories that are missing or cannot be written, a move between them that fails, or a
+    bucket that cannot be written."""
     problems = []
-    for role, directory in ((archive.TEMP, temp_dir), (archive.ARCHIVE, archive_dir)):
+    for role, directory in _directories(temp_dir, store):
         problem = _directory_problem(directory)
         if problem:
             problems.append(StorageProblem(archive.SETTING_OF_ROLE[role], problem))
-    if not problems:
-        problem = _move_problem(temp_dir, archive_dir)
+    if isinstance(store, archive.LocalArchive):
+        if not problems:
+            problem = _move_problem(temp_dir, store.directory)
+            if problem:
+                problems.append(StorageProblem(store.setting, problem))
+    else:
+        problem = store.problem()
         if problem:
-            problems.append(StorageProblem(archive.SETTING_OF_ROLE[archive.ARCHIVE], problem))
+            problems.append(StorageProblem(store.setting, problem))
     return problems
 
 
-def space_problems(temp_dir: Path, archive_dir: Path, upload_bytes: int) -> list[StorageProblem]:
-    """Directories with less room than one upload of `upload_bytes`."""
+def space_problems(temp_dir: Path, store: Archive, upload_bytes: int) -> list[StorageProblem]:
+    """Directories with less room than one upload of `upload_bytes` (a bucket has no such limit)."""
     problems = []
-    for role, directory in ((archive.TEMP, temp_dir), (archive.ARCHIVE, archive_dir)):
+    for role, directory in _directories(temp_dir, store):
         free = shutil.disk_usage(directory).free
         if free < upload_bytes:
             problems.append(
@@ -63,6 +68,13 @@ def space_problems(temp_dir: Path, archive_dir: Path, upload_bytes: int) -> list
                 )
             )
     return problems
+
+
+def _directories(temp_dir: Path, store: Archive) -> list[tuple[str, Path]]:
+    directories = [(archive.TEMP, temp_dir)]
+    if isinstance(store, archive.LocalArchive):
+        directories.append((archive.ARCHIVE, store.directory))
+    return directories
 
 
 def _directory_problem(directory: Path) -> str | None:
@@ -103,7 +115,7 @@ def missing_migrations(rt: Runtime, expected: Sequence[str]) -> list[str]:
 def require_ready(rt: Runtime, expected: Sequence[str]) -> None:
     """Raise Unavailable naming the storage problems, the missing migrations or the shared
     settings that differ from an earlier coordinator's, if any."""
-    problems = storage_problems(rt.temp_dir, rt.archive_dir, rt.limits.max_upload_bytes)
+    problems = storage_problems(rt.temp_dir, rt.archive, rt.limits.max_upload_bytes)
     if problems:
         raise Unavailable(
             "storage cannot take uploads: " + "; ".join(str(p) for p in problems),

@@ -11,6 +11,7 @@ from uuid import UUID
 from repositories import jobs as job_rows
 from services import (
     archive,
+    archive_retention,
     coordinators,
     jobs,
     logcontext,
@@ -57,6 +58,7 @@ def run_pass(rt: Runtime, *, trace_id: str | None = None) -> None:
     attempt(schedules.run_due_schedules, rt)
     attempt(archive.remove_stale_temp_files, rt.temp_dir, rt.archive_dir)
     attempt(jobs.delete_expired_history, rt)
+    attempt(archive_retention.remove_unreferenced_inputs, rt)
     attempt(workers.delete_idle_workers, rt)
     attempt(queue.fold_tallies, rt)
     attempt(jobs.fold_chunk_tallies, rt)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from psycopg_pool import ConnectionPool
 
+from services.archive import Archive
+from services.archive_retention import ArchiveSweeps
 from services.auth import KnownPrincipals
 from services.coordinators import Coordinator
 from services.wakeups import Wakeups
@@ -43,6 +45,8 @@ class Limits:
     # (workload, tasks it may start a second): the workloads whose claims are rate limited.
     rate_limits: tuple[tuple[str, float], ...] = ()
     retention_days: int | None = None  # finished jobs are kept forever unless set
+    # Archived inputs no job refers to are kept forever unless set (services/archive_retention).
+    archive_retention_days: int | None = None
     # A worker row unseen this long and holding no lease is deleted, with its /metrics series.
     worker_retention_seconds: int = 86_400
     max_upload_bytes: int = 50 * 1024 * 1024
@@ -67,6 +71,10 @@ class Runtime:
     temp_dir: Path
     # This process as the other coordinators on its database see it.
     coordinator: Coordinator
+    # Where admitted uploads are kept and chunk inputs are read from: archive_dir, or a bucket.
+    archive: Archive
+    # When this process last swept the archive for inputs no job refers to.
+    archive_sweeps: ArchiveSweeps = field(default_factory=ArchiveSweeps)
     # Set on shutdown: the maintenance loop ends its waiting instead of its next pass.
     stopping: threading.Event = field(default_factory=threading.Event)
     # Set when this process puts or resumes a schedule, and on shutdown: the maintenance

@@ -9,10 +9,11 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import BinaryIO
 from uuid import UUID
 
 import psycopg
@@ -29,10 +30,18 @@ from repositories.jobs import Job
 from repositories.tasks import ClaimedTask, ExpiredLease, Renewal, Task
 from services import logcontext, settlement
 from services.deadlocks import rerun_deadlocks
-from services.errors import ChunkwiseError, Conflict, Forbidden, LeaseLost, NotFound, WaitRefused
+from services.errors import (
+    ChunkwiseError,
+    Conflict,
+    Forbidden,
+    LeaseLost,
+    NotFound,
+    RangeNotSatisfiable,
+    WaitRefused,
+)
 from services.runtime import Limits, Runtime
 from services.wakeups import RETRY_WAIT_SECONDS
-from services.workloads import TaskFailure, TaskInput, TaskResult, Workload, Workloads
+from services.workloads import TaskFailure, TaskResult, Workload, Workloads
 
 logger = logging.getLogger(__name__)
 
@@ -465,10 +474,12 @@ def fail_task(
 
 @dataclass(frozen=True)
 class InputStream:
-    """A task's input as its worker is served it: the length, then the bytes in blocks."""
+    """A task's input as its worker is served it: `length` bytes from `first` of `total`."""
 
+    first: int
     length: int
-    blocks: Iterator[bytes]
+    total: int
+    blocks: Iterable[bytes]
 
 
 @dataclass(frozen=True)
@@ -481,8 +492,18 @@ class LeaseCall:
     lease_token: str
 
 
-def serve_input(rt: Runtime, task_id: UUID, call: LeaseCall) -> InputStream:
-    """Stream a task's input bytes to the worker holding its current lease."""
+def serve_input(
+    rt: Runtime,
+    task_id: UUID,
+    call: LeaseCall,
+    byte_range: tuple[int, int | None] | None = None,
+) -> InputStream:
+    """Stream a task's input bytes, or the (first, last) range asked for, to the worker holding
+    its current lease.
+
+    The archive is opened before any byte is served: a coordinator that cannot read the input
+    answers ArchiveUnavailable (a 503) and leaves the attempt alone, for another one may.
+    """
     caller = (call.worker_id, call.credential_id)
     with rt.pool.connection() as conn:
         task = task_rows.get_leased(
@@ -493,33 +514,56 @@ def serve_input(rt: Runtime, task_id: UUID, call: LeaseCall) -> InputStream:
         job = job_rows.get(conn, task.job_id)
     if job is None:  # deleted with its tasks by retention since the task was read
         raise NotFound(f"task {task_id} does not exist")
-    where = rt.workloads.of(task.workload).task_input(rt.archive_dir, job, task)
-    return InputStream(where.length, _input_blocks(rt, where, task_id, call))
+    where = rt.workloads.of(task.workload).task_input(job, task)
+    first, last = byte_range or (0, None)
+    if byte_range is not None and first >= where.length:
+        raise RangeNotSatisfiable(
+            f"the input is {where.length} bytes; the range starts at byte {first}",
+            details={"length": where.length},
+        )
+    length = (where.length if last is None else min(last + 1, where.length)) - first
+    reader = rt.archive.open_range(where.sha256, where.offset + first, length)
+    blocks = InputBlocks(rt, reader, first, length, (task_id, call))
+    return InputStream(first, length, where.length, blocks)
 
 
-def _input_blocks(rt: Runtime, where: TaskInput, task_id: UUID, call: LeaseCall) -> Iterator[bytes]:
-    # Once the first block is out, so are the headers: a failed read can only cut the stream,
-    # which the worker takes for a network blip and retries until its lease runs out. So the
-    # attempt is failed here first, as input_unavailable within that class's retry budget,
-    # and the worker's next read is refused.
-    sent = 0
-    try:
-        with where.path.open("rb") as f:
-            f.seek(where.offset)
-            while sent < where.length:
-                block = f.read(min(READ_BLOCK, where.length - sent))
-                if not block:
-                    raise EOFError(f"the archived file ends {where.length - sent} bytes early")
-                sent += len(block)
-                yield block
-    except (OSError, EOFError) as exc:
-        _input_unreadable(rt, where, task_id, call, sent, exc)
-        raise
+class InputBlocks:
+    """An opened input's bytes in blocks; closing it, read or not, releases the reader."""
+
+    def __init__(
+        self, rt: Runtime, reader: BinaryIO, first: int, length: int, lease: tuple[UUID, LeaseCall]
+    ):
+        self._rt = rt
+        self._reader = reader
+        self._first = first
+        self._length = length
+        self._lease = lease
+
+    def __iter__(self) -> Iterator[bytes]:
+        # Once the first block is out, so are the headers: a failed read can only cut the
+        # stream, which the worker takes for a network blip and retries until its lease runs
+        # out. So the attempt is failed here first, as input_unavailable within that class's
+        # retry budget, and the worker's next read is refused.
+        sent = 0
+        try:
+            with self._reader as f:
+                while sent < self._length:
+                    block = f.read(min(READ_BLOCK, self._length - sent))
+                    if not block:
+                        raise EOFError(f"the archived input ends {self._length - sent} bytes early")
+                    sent += len(block)
+                    yield block
+        except (OSError, EOFError) as exc:
+            _input_unreadable(self._rt, *self._lease, self._first + sent, exc)
+            raise
+
+    def close(self) -> None:
+        """Release the reader (werkzeug calls this when the response ends, however it ends)."""
+        self._reader.close()
 
 
 def _input_unreadable(
     rt: Runtime,
-    where: TaskInput,
     task_id: UUID,
     call: LeaseCall,
     sent: int,
@@ -531,13 +575,13 @@ def _input_unreadable(
         reason = errno.errorcode.get(exc.errno or 0, "OSError")
     logger.error(
         "archived input unreadable",
-        extra={"event": "storage_error", "path": str(where.path), "error": str(exc)},
+        extra={"event": "storage_error", "task_id": str(task_id), "error": str(exc)},
     )
     failure = TaskFailure(
         error_code="input_unavailable",
         error_message=f"the coordinator could not read the input after byte {sent}: {reason}",
         retryable=True,
-        details={"directory": "archive", "setting": "CHUNKWISE_ARCHIVE_DIR", "reason": reason},
+        details={"directory": "archive", "setting": rt.archive.setting, "reason": reason},
     )
     try:
         c = call

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -88,9 +87,9 @@ class TaskFailure:
 
 @dataclass(frozen=True)
 class TaskInput:
-    """Where the bytes of a task's input are: a byte range of an archived file."""
+    """Where the bytes of a task's input are: a byte range of an archived upload."""
 
-    path: Path
+    sha256: str
     offset: int
     length: int
 
@@ -127,7 +126,7 @@ class Workload:
     def check_failure(self, task: Task, failure: TaskFailure) -> None:
         """Validate a reported failure before it is recorded."""
 
-    def task_input(self, archive_dir: Path, job: Job, task: Task) -> TaskInput:
+    def task_input(self, job: Job, task: Task) -> TaskInput:
         """Where the coordinator keeps the task's input bytes."""
         raise NotFound(f"task {task.id} has no input stored by the coordinator")
 

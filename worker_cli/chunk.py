@@ -101,13 +101,14 @@ class RunningChunk:
 class ResumingInput:
     """A chunk's input that rides out coordinator blips: reopened, skipping what it passed on."""
 
-    # The coordinator serves no byte ranges, so a reopened stream starts again from the first
-    # byte, and the bytes the handler already has are read and dropped. TaskContext checks
-    # input_sha256 over exactly the bytes the handler was given, so changed bytes still fail.
+    # A reopened stream asks for the bytes from where the last one was cut (a Range); from a
+    # coordinator that ignores it, the stream starts at the first byte again and the bytes the
+    # handler already has are read and dropped. TaskContext checks input_sha256 over exactly
+    # the bytes the handler was given, so changed bytes still fail.
 
     def __init__(
         self,
-        open_stream: Callable[[], Iterable[bytes]],
+        open_stream: Callable[[int], Iterable[bytes]],
         *,
         backoff: Backoff,
         patience: float,
@@ -127,9 +128,9 @@ class ResumingInput:
         delivered = 0
         outage_began: float | None = None
         while True:
-            skip = delivered
             try:
-                self._stream = self._open_stream()
+                self._stream = self._open_stream(delivered)
+                skip = delivered - getattr(self._stream, "first_byte", 0)
                 for block in self._stream:
                     if skip >= len(block):
                         skip -= len(block)
@@ -140,6 +141,11 @@ class ResumingInput:
                     self._backoff.reset()
                     yield block
                 return
+            except RequestRejected as exc:
+                # Cut after its last byte: a range from there is past the end, and none is left.
+                if exc.status == 416 and delivered:
+                    return
+                raise
             except CoordinatorUnavailable as exc:
                 if not exc.is_blip:
                     raise
@@ -214,7 +220,9 @@ class ChunkRunner:
     def open_input(self, task: ClaimedTask) -> ResumingInput:
         """Stream the task's input from the coordinator, reopening it after a blip."""
         return ResumingInput(
-            lambda: self.client.stream_input(task.input_uri, **self._fence(task)),
+            lambda start: self.client.stream_input(
+                task.input_uri, start=start, **self._fence(task)
+            ),
             backoff=Backoff(
                 self.config.submit_backoff_base, self.config.submit_backoff_cap, rng=self._rng
             ),

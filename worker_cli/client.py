@@ -34,6 +34,7 @@ STORAGE_FAILURE_CODES = frozenset({"insufficient_storage", "storage_unavailable"
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 # What an Authorization header can carry as a bearer token (RFC 6750's b64token and more).
 _TOKEN = re.compile(r"[!-~]+")
+_RANGE_START = re.compile(r"bytes (\d+)-")
 # The outcomes each batch endpoint may answer an item with (app/schemas.py).
 BATCH_OUTCOMES = {
     "results": frozenset({"accepted", "replayed", "rejected"}),
@@ -119,7 +120,7 @@ class WaitRefused(CoordinatorError):
 
 
 class StorageFailed(CoordinatorError):
-    """507 or 500 storage_unavailable: retrying cannot help until an operator fixes the disk."""
+    """507, or 500 storage_unavailable: retrying cannot help until an operator fixes the disk."""
 
 
 class LeaseLost(CoordinatorError):
@@ -160,9 +161,13 @@ def settings_problem(url: str, token: str) -> str | None:
 class ByteStream:
     """Blocks of a streamed response body; a broken connection becomes CoordinatorUnavailable."""
 
-    def __init__(self, response: requests.Response, block_size: int = INPUT_BLOCK_SIZE):
+    def __init__(
+        self, response: requests.Response, block_size: int = INPUT_BLOCK_SIZE, first_byte: int = 0
+    ):
         self._response = response
         self._block_size = block_size
+        # Where the input's bytes in this stream begin: a resumed read asks for a range.
+        self.first_byte = first_byte
 
     def __iter__(self) -> Iterator[bytes]:
         try:
@@ -252,18 +257,26 @@ class CoordinatorClient:
         lease_token: str,
         trace_id: str | None = None,
         block_size: int = INPUT_BLOCK_SIZE,
+        start: int = 0,
     ) -> ByteStream:
-        """Open a task's input and return its bytes as a stream of blocks."""
+        """Open a task's input (from byte `start`, if the coordinator serves ranges) and return
+        its bytes as a stream of blocks; the stream's first_byte says where they begin."""
         response = self._task_request(
             "GET",
             input_uri,
             params={"worker_id": worker_id, "attempt": attempt},
             # A header, not a query parameter: access logs keep URLs, and it is a secret.
-            headers={LEASE_TOKEN_HEADER: lease_token},
+            headers={
+                LEASE_TOKEN_HEADER: lease_token,
+                **({"Range": f"bytes={start}-"} if start else {}),
+            },
             stream=True,
             trace_id=trace_id,
         )
-        return ByteStream(response, block_size)
+        # A coordinator that ignores Range answers 200 with every byte from the first.
+        ranged = _RANGE_START.match(response.headers.get("Content-Range", ""))
+        first_byte = int(ranged[1]) if response.status_code == 206 and ranged else 0
+        return ByteStream(response, block_size, first_byte)
 
     def renew_leases(
         self, *, worker_id: str, heartbeats: list[dict], trace_id: str | None = None
@@ -753,7 +766,9 @@ def _raise_for_status(method: str, path: str, response: requests.Response) -> No
     message = error.get("message") or f"{method} {path}: HTTP {status}"
     details = error.get("details") if isinstance(error.get("details"), dict) else {}
     fields = {"status": status, "code": code, "details": details, "trace_id": trace_id}
-    if status == 507 or (status >= 500 and code in STORAGE_FAILURE_CODES):
+    # A 503 is a blip whatever its code: the object store or this coordinator's copy of an
+    # input (storage_unavailable, input_not_here) may be back, or another host may have it.
+    if status == 507 or (status == 500 and code in STORAGE_FAILURE_CODES):
         raise StorageFailed(message, **fields)
     if status == 429 or status >= 500:
         raise CoordinatorUnavailable(

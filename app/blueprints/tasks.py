@@ -49,18 +49,24 @@ def claim():
 
 @bp.get("/<uuid:task_id>/input")
 def read_input(task_id: UUID):
-    """Stream a chunk's bytes to the worker holding its current lease."""
+    """Stream a chunk's bytes, or the Range asked for (206), to the worker holding its lease."""
     query = LEASE.load(input_rules.single_values(request.args))
     # A header, never the query string: access logs keep URLs.
     header = request.headers.get(schemas.LEASE_TOKEN_HEADER)
     sent = {} if header is None else {schemas.LEASE_TOKEN_HEADER: header}
     token = LEASE_TOKEN_HEADER.load(sent)["lease_token"]
     call = tasks.LeaseCall(query["worker_id"], _credential_id(), query["attempt"], token)
-    served = tasks.serve_input(get_runtime(), task_id, call)
+    asked = input_rules.byte_range()
+    served = tasks.serve_input(get_runtime(), task_id, call, byte_range=asked)
+    headers = {"Content-Length": str(served.length), "Accept-Ranges": "bytes"}
+    if asked is not None:
+        last = served.first + served.length - 1
+        headers["Content-Range"] = f"bytes {served.first}-{last}/{served.total}"
     return Response(
         served.blocks,
+        status=200 if asked is None else 206,
         mimetype="application/octet-stream",
-        headers={"Content-Length": str(served.length)},
+        headers=headers,
     )
 
 

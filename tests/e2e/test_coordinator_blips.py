@@ -145,7 +145,7 @@ class BlippingLink:
 def test_three_coordinator_blips_on_one_chunk_spend_no_attempt_and_the_job_succeeds(stack, jobs):
     data = big_csv(150_000)  # one chunk of about 3.4 MB
     # The worker reads its input in 1 MiB blocks: a cut 1.5 MB in finds one block handed on,
-    # so the reopened stream must skip it.
+    # so the reopened stream must resume after it (a Range from byte 2**20).
     link = BlippingLink(stack.port, input_cuts=2, cut_every_bytes=1_500_000, result_cuts=1)
     try:
         job = jobs.submit(data, 1)

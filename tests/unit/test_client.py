@@ -320,6 +320,16 @@ def test_a_storage_failure_is_neither_unavailable_nor_rejected(client, coordinat
     )
 
 
+@pytest.mark.parametrize("code", ["storage_unavailable", "input_not_here"])
+def test_an_archive_503_is_a_blip_to_retry_after_its_retry_after(client, coordinator, code):
+    coordinator.reply(503, error_body(code, "try another"), headers={"Retry-After": "2"})
+
+    with pytest.raises(CoordinatorUnavailable) as caught:
+        client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1)
+
+    assert (caught.value.is_blip, caught.value.retry_after, caught.value.code) == (True, 2, code)
+
+
 @pytest.mark.parametrize(
     ("status", "blip"), [(None, True), (429, True), (502, True), (503, True), (500, False)]
 )
@@ -442,6 +452,32 @@ def test_input_streams_in_blocks_with_worker_and_attempt_and_the_token_in_a_head
     assert max(len(b) for b in blocks) <= 4096
     assert coordinator.requests[0]["path"] == "/api/v1/tasks/t1/input?worker_id=w&attempt=4"
     assert coordinator.requests[0]["headers"]["Chunkwise-Lease-Token"] == LEASE
+
+
+def test_a_resumed_input_read_asks_for_a_range_and_says_where_its_bytes_begin(client, coordinator):
+    coordinator.reply(206, raw=b"rest", headers={"Content-Range": "bytes 96-99/100"})
+
+    with client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1, start=96) as s:
+        assert (b"".join(s), s.first_byte) == (b"rest", 96)
+
+    assert coordinator.requests[0]["headers"]["Range"] == "bytes=96-"
+
+
+def test_a_coordinator_that_ignores_the_range_gives_a_stream_from_the_first_byte(
+    client, coordinator
+):
+    coordinator.reply(200, raw=b"everything")
+
+    with client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1, start=5) as s:
+        assert (b"".join(s), s.first_byte) == (b"everything", 0)
+
+
+def test_a_first_read_sends_no_range(client, coordinator):
+    coordinator.reply(200, raw=b"everything")
+
+    client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1).close()
+
+    assert "Range" not in coordinator.requests[0]["headers"]
 
 
 def test_input_409_is_lease_lost(client, coordinator):

@@ -341,3 +341,30 @@ def test_a_quarter_of_the_web_threads_may_wait_unless_set():
 def test_a_waiting_budget_that_could_take_every_thread_is_refused(env, named):
     with pytest.raises(ConfigError, match=named):
         load_settings({"DATABASE_URL": URL, **env})
+
+
+def test_without_an_archive_url_the_archive_is_the_local_directory():
+    s = load_settings({"DATABASE_URL": URL})
+    assert (s.archive_bucket, s.archive_prefix) == (None, "")
+
+
+@pytest.mark.parametrize(
+    ("url", "bucket", "prefix"),
+    [
+        ("s3://chunkwise-inputs", "chunkwise-inputs", ""),
+        ("s3://chunkwise-inputs/", "chunkwise-inputs", ""),
+        ("s3://chunkwise.inputs/prod/csv/", "chunkwise.inputs", "prod/csv/"),
+    ],
+)
+def test_an_archive_url_names_the_bucket_and_the_key_prefix(url, bucket, prefix):
+    s = load_settings({"DATABASE_URL": URL, "CHUNKWISE_ARCHIVE_URL": url})
+    assert (s.archive_bucket, s.archive_prefix) == (bucket, prefix)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["/srv/archive", "https://bucket/x", "s3://", "s3:///prefix", "s3://Upper/x", "s3://ab/x"],
+)
+def test_an_archive_url_that_is_not_s3_with_a_bucket_is_refused_naming_the_setting(url):
+    with pytest.raises(ConfigError, match="CHUNKWISE_ARCHIVE_URL"):
+        load_settings({"DATABASE_URL": URL, "CHUNKWISE_ARCHIVE_URL": url})

@@ -16,6 +16,7 @@ from app import maintenance
 from app.config import Settings
 from app.maintenance import ESCALATE_AFTER, PassFailures, run_one_pass
 from app.runtime import describe_coordinator, workloads_for
+from services.archive import LocalArchive
 from services.auth import KnownPrincipals
 from services.runtime import Limits, Runtime
 from services.wakeups import Wakeups
@@ -38,6 +39,7 @@ def unreachable_database(tmp_path):
         coordinator=describe_coordinator(
             Settings(NOWHERE, archive_dir=tmp_path / "archive", secret_key="k" * 32)
         ),
+        archive=LocalArchive(tmp_path / "archive"),
     )
     pool.close()
 

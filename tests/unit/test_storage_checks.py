@@ -63,7 +63,7 @@ def other_filesystem(tmp_path) -> Path:
 def test_writable_directories_with_room_have_no_problems_and_keep_no_probe_files(dirs):
     temp, kept = dirs
 
-    assert storage_problems(temp, kept, ONE_MIB) == []
+    assert storage_problems(temp, archive.LocalArchive(kept), ONE_MIB) == []
 
     assert list(temp.iterdir()) == [] and list(kept.iterdir()) == []
 
@@ -72,7 +72,7 @@ def test_a_missing_archive_directory_names_its_setting(dirs):
     temp, kept = dirs
     kept.rmdir()
 
-    [problem] = storage_problems(temp, kept, ONE_MIB)
+    [problem] = storage_problems(temp, archive.LocalArchive(kept), ONE_MIB)
 
     assert str(problem) == "CHUNKWISE_ARCHIVE_DIR does not exist"
 
@@ -82,7 +82,7 @@ def test_a_regular_file_for_the_temp_directory_names_its_setting(dirs):
     temp.rmdir()
     temp.write_bytes(b"")
 
-    [problem] = storage_problems(temp, kept, ONE_MIB)
+    [problem] = storage_problems(temp, archive.LocalArchive(kept), ONE_MIB)
 
     assert str(problem) == "CHUNKWISE_TEMP_DIR is not a directory"
 
@@ -91,7 +91,7 @@ def test_less_free_space_than_one_maximum_upload_is_a_problem_for_each_directory
     temp, kept = dirs
     larger_than_any_disk = 10**18
 
-    problems = storage_problems(temp, kept, larger_than_any_disk)
+    problems = storage_problems(temp, archive.LocalArchive(kept), larger_than_any_disk)
 
     assert [p.setting for p in problems] == ["CHUNKWISE_TEMP_DIR", "CHUNKWISE_ARCHIVE_DIR"]
     assert all(
@@ -104,7 +104,7 @@ def test_less_free_space_than_one_maximum_upload_is_a_problem_for_each_directory
 def test_a_read_only_archive_directory_cannot_be_written(dirs, read_only_dir):
     temp, _ = dirs
 
-    [problem] = storage_problems(temp, read_only_dir, ONE_MIB)
+    [problem] = storage_problems(temp, archive.LocalArchive(read_only_dir), ONE_MIB)
 
     assert str(problem) == "CHUNKWISE_ARCHIVE_DIR cannot be written (EROFS)"
 
@@ -113,7 +113,7 @@ def test_directories_on_two_filesystems_pass_because_the_move_copies(tmp_path, o
     kept = tmp_path / "archive"
     kept.mkdir()
 
-    assert storage_problems(other_filesystem, kept, ONE_MIB) == []
+    assert storage_problems(other_filesystem, archive.LocalArchive(kept), ONE_MIB) == []
 
     assert list(other_filesystem.iterdir()) == [] and list(kept.iterdir()) == []
 

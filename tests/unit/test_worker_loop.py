@@ -633,7 +633,7 @@ def test_resuming_input_skips_what_it_passed_on_across_uneven_blocks():
     ]
     clock = FakeClock()
     stream = ResumingInput(
-        lambda: replies.pop(0),
+        lambda start: replies.pop(0),
         backoff=Backoff(0.5, 8.0, rng=lambda: 0.5),
         patience=30.0,
         clock=clock,
@@ -645,10 +645,64 @@ def test_resuming_input_skips_what_it_passed_on_across_uneven_blocks():
     assert clock.sleeps == [0.375, 0.375]  # progress between the cuts reset the backoff
 
 
+class RangedBlocks(list):
+    """The blocks a coordinator serving ranges answers, from `first_byte` on."""
+
+    def __init__(self, data: bytes, first_byte: int):
+        super().__init__([data[first_byte:]])
+        self.first_byte = first_byte
+
+
+def test_resuming_input_asks_for_the_bytes_after_the_cut_and_drops_none_of_a_ranged_answer():
+    cut = CoordinatorUnavailable("cut")
+    asked = []
+
+    def open_stream(start: int):
+        asked.append(start)
+        if start == 0:
+            return BrokenStream(DATA, after=21, error=cut).blocks()
+        return RangedBlocks(DATA, start)
+
+    ranged = ResumingInput(
+        open_stream,
+        backoff=Backoff(0.5, 8.0, rng=lambda: 0.5),
+        patience=30.0,
+        clock=FakeClock(),
+        sleep=lambda seconds: None,
+        log=lambda *args, **fields: None,
+    )
+
+    assert b"".join(ranged) == DATA
+    assert asked == [0, 21]
+
+
+def test_resuming_input_cut_after_its_last_byte_ends_when_the_range_is_past_the_end():
+    cut = CoordinatorUnavailable("cut")
+    past_the_end = RequestRejected("range_not_satisfiable", status=416)
+    replies = [BrokenStream(DATA, after=len(DATA), error=cut).blocks(), past_the_end]
+
+    def open_stream(start: int):
+        reply = replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    stream = ResumingInput(
+        open_stream,
+        backoff=Backoff(0.5, 8.0, rng=lambda: 0.5),
+        patience=30.0,
+        clock=FakeClock(),
+        sleep=lambda seconds: None,
+        log=lambda *args, **fields: None,
+    )
+
+    assert b"".join(stream) == DATA
+
+
 def test_resuming_input_gives_up_as_a_stopped_chunk_once_the_lease_is_spent():
     clock = FakeClock()
     stream = ResumingInput(
-        lambda: (_ for _ in ()).throw(CoordinatorUnavailable("refused")),
+        lambda start: (_ for _ in ()).throw(CoordinatorUnavailable("refused")),
         backoff=Backoff(0.5, 8.0, rng=lambda: 0.5),
         patience=10.0,
         clock=clock,
