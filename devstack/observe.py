@@ -87,6 +87,13 @@ class Jobs:
         assert response.status_code == 200, response.text
         return response.json()["chunks"]
 
+    def chunk(self, job_id: str, chunk_id: str) -> dict:
+        """GET one chunk, with what the list leaves out (its checkpoint, metrics, details)."""
+        url = f"{self.stack.url}/api/v1/jobs/{job_id}/chunks/{chunk_id}"
+        response = self.session.get(url, timeout=10)
+        assert response.status_code == 200, response.text
+        return response.json()
+
     def wait(self, job_id: str, *statuses: str, timeout: float) -> dict:
         """Poll until the job is in one of `statuses` (default: any final one); return it."""
         wanted = statuses or FINISHED

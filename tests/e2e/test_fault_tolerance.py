@@ -20,6 +20,7 @@ import pytest
 
 from devstack.faults import HOLD_MERGE_SQL, MERGE_HOLD, RELEASE_MERGE_SQL
 from devstack.observe import (
+    FAST,
     SHORT_POLL,
     big_csv,
     events,
@@ -237,6 +238,10 @@ def test_coordinator_killed_right_after_the_merge_commit_merges_nothing_again(
     assert outbox_events(db, job["id"]).count("job.succeeded") == 1
 
 
+# One user fills the whole queue here, so no user's share (a quarter by default) stops it first.
+@pytest.mark.parametrize(
+    "stack_env", [{**FAST, "CHUNKWISE_USER_MAX_QUEUED_PERCENT": "100"}], ids=["one-user-queue"]
+)
 def test_submission_peak_beyond_the_queue_limit_rejects_one_job_without_a_trace(stack, jobs, db):
     # Five jobs of 64 chunks against the default limit of 256 queued chunks: four fit.
     uploads = [generate_csv(640, seed=20 + n) for n in range(5)]

@@ -88,13 +88,13 @@ def test_a_second_worker_credential_cannot_touch_a_running_chunks_lease(stack, j
         assert response.json()["error"]["details"] == {"task_id": chunk["id"]}
     for response in as_the_victim + as_itself:
         assert "current_attempt" not in response.text
-    [after] = jobs.chunks(job["id"])
+    after = jobs.chunk(job["id"], chunk["id"])
     assert (after["state"], after["attempt"], after["checkpoint"]) == ("leased", 1, None)
 
     done = jobs.wait(job["id"], "succeeded", timeout=30)
 
     assert victim.wait(timeout=20) == 0
     assert done["result"] == totals_of(data)
-    [chunk] = jobs.chunks(job["id"])
+    chunk = jobs.chunk(job["id"], chunk["id"])
     assert [(a["worker_id"], a["state"]) for a in chunk["attempts"]] == [("victim", "completed")]
     assert chunk["checkpoint"] != {"planted": True}

@@ -149,6 +149,18 @@ def test_http_metrics_are_labelled_with_the_route_template_not_the_path(stack, j
     assert job["id"] not in metrics.text, "a raw path leaked into a label"
 
 
+# Three 64-chunk jobs of one user: past a user's default share, which this test is not about.
+@pytest.mark.parametrize(
+    "stack_env",
+    [
+        {
+            **FAST,
+            "CHUNKWISE_WEB_WORKERS": str(WEB_WORKERS),
+            "CHUNKWISE_USER_MAX_QUEUED_PERCENT": "100",
+        }
+    ],
+    ids=["one-user-queue"],
+)
 def test_counters_are_summed_across_gunicorn_processes_not_reported_per_process(stack, jobs):
     jobs.submit(generate_csv(640, seed=34), 64)
     jobs.submit(generate_csv(640, seed=35), 64)

@@ -60,6 +60,9 @@ def stack_env(s3_endpoint) -> dict:
     return {
         **FAST,
         "CHUNKWISE_ARCHIVE_URL": f"s3://{BUCKET}/e2e",
+        # Coordinators behind one balancer share the session key, or the later one is not
+        # ready (settings_differ): each would otherwise make its own key file.
+        "CHUNKWISE_SECRET_KEY": "e2e-two-coordinators-session-key-0123456789",
         "AWS_ENDPOINT_URL": s3_endpoint,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",

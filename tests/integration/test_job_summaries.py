@@ -58,6 +58,7 @@ def test_a_listed_failed_job_shows_its_errors_code_and_message_but_not_its_detai
         {
             "worker_id": WORKER,
             "attempt": 1,
+            "lease_token": task["lease_token"],
             "error_code": "boom",
             "error_message": "no",
             "retryable": False,
@@ -94,10 +95,20 @@ def test_the_chunk_list_leaves_out_checkpoints_metrics_and_error_details_which_a
     job = submit(manifest(3, max_attempts=1))
     running, failing, _ = claim(WORKER, capacity=3)
     lease = {"worker_id": WORKER, "attempt": 1}
-    beat = task_call(running["task_id"], "heartbeat", {**lease, "checkpoint": LARGE})
+    beat = task_call(
+        running["task_id"],
+        "heartbeat",
+        {**lease, "lease_token": running["lease_token"], "checkpoint": LARGE},
+    )
     assert beat.status_code == 200, beat.get_json()
     details = {"trace": "y" * MIB}
-    failure = {**lease, "error_code": "boom", "error_message": "no", "retryable": False}
+    failure = {
+        **lease,
+        "lease_token": failing["lease_token"],
+        "error_code": "boom",
+        "error_message": "no",
+        "retryable": False,
+    }
     task_call(failing["task_id"], "failure", {**failure, "details": details})
 
     listed = client.get(f"/api/v1/jobs/{job['id']}/chunks", headers=headers["user"])

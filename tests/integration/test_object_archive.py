@@ -181,7 +181,11 @@ def test_a_ranged_read_from_the_bucket_answers_206_with_the_rest_of_the_chunk(
 
     answer = client.get(
         task["input_uri"],
-        headers={**worker.headers, "Range": "bytes=100-"},
+        headers={
+            **worker.headers,
+            "Chunkwise-Lease-Token": task["lease_token"],
+            "Range": "bytes=100-",
+        },
         query_string={"worker_id": worker.worker_id, "attempt": task["attempt"]},
     )
 

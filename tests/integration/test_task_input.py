@@ -17,7 +17,11 @@ def read(worker: CsvWorker, task: dict, byte_range: str | None = None):
     """GET the chunk's input under the worker's lease, with a Range header when given."""
     return worker.client.get(
         task["input_uri"],
-        headers={**worker.headers, **({"Range": byte_range} if byte_range else {})},
+        headers={
+            **worker.headers,
+            "Chunkwise-Lease-Token": task["lease_token"],
+            **({"Range": byte_range} if byte_range else {}),
+        },
         query_string={"worker_id": worker.worker_id, "attempt": task["attempt"]},
     )
 

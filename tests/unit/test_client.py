@@ -325,7 +325,7 @@ def test_an_archive_503_is_a_blip_to_retry_after_its_retry_after(client, coordin
     coordinator.reply(503, error_body(code, "try another"), headers={"Retry-After": "2"})
 
     with pytest.raises(CoordinatorUnavailable) as caught:
-        client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1)
+        client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1, lease_token=LEASE)
 
     assert (caught.value.is_blip, caught.value.retry_after, caught.value.code) == (True, 2, code)
 
@@ -457,7 +457,9 @@ def test_input_streams_in_blocks_with_worker_and_attempt_and_the_token_in_a_head
 def test_a_resumed_input_read_asks_for_a_range_and_says_where_its_bytes_begin(client, coordinator):
     coordinator.reply(206, raw=b"rest", headers={"Content-Range": "bytes 96-99/100"})
 
-    with client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1, start=96) as s:
+    with client.stream_input(
+        "/api/v1/tasks/t1/input", worker_id="w", attempt=1, lease_token=LEASE, start=96
+    ) as s:
         assert (b"".join(s), s.first_byte) == (b"rest", 96)
 
     assert coordinator.requests[0]["headers"]["Range"] == "bytes=96-"
@@ -468,14 +470,18 @@ def test_a_coordinator_that_ignores_the_range_gives_a_stream_from_the_first_byte
 ):
     coordinator.reply(200, raw=b"everything")
 
-    with client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1, start=5) as s:
+    with client.stream_input(
+        "/api/v1/tasks/t1/input", worker_id="w", attempt=1, lease_token=LEASE, start=5
+    ) as s:
         assert (b"".join(s), s.first_byte) == (b"everything", 0)
 
 
 def test_a_first_read_sends_no_range(client, coordinator):
     coordinator.reply(200, raw=b"everything")
 
-    client.stream_input("/api/v1/tasks/t1/input", worker_id="w", attempt=1).close()
+    client.stream_input(
+        "/api/v1/tasks/t1/input", worker_id="w", attempt=1, lease_token=LEASE
+    ).close()
 
     assert "Range" not in coordinator.requests[0]["headers"]
 
