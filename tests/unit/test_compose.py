@@ -145,6 +145,15 @@ def test_nginx_balances_both_coordinators_once_both_are_healthy():
         assert SERVICES["nginx"]["depends_on"][name]["condition"] == "service_healthy"
 
 
+def test_only_a_claim_is_resent_to_the_other_coordinator_after_a_reset():
+    locations = dict(re.findall(r"location ([^{]+?) \{(.*?)\}", NGINX_CONF, re.DOTALL))
+    claim = locations["= /api/v1/tasks/claim"]
+    assert "proxy_pass http://coordinator;" in claim
+    assert re.search(r"proxy_next_upstream [^;]*\bnon_idempotent\b", claim)
+    # A result or a job sent twice would be refused or doubled: never resent.
+    assert "non_idempotent" not in NGINX_CONF.replace(claim, "")
+
+
 def test_coordinators_share_the_bucket_the_session_key_and_the_scrape_token():
     first, second = (SERVICES[name]["environment"] for name in COORDINATORS)
     assert first == second
