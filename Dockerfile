@@ -1,17 +1,19 @@
-# One image for every service of compose.yaml: coordinator, migrate, seed and the workers.
+# One image for every service of compose.yaml: coordinators, migrate, seed, bucket and the
+# workers. compose.yaml builds it once, as chunkwise:local.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /srv/chunkwise
 
-COPY setup.cfg pyproject.toml README.md ./
+COPY setup.cfg pyproject.toml README.md requirements.lock ./
 COPY app app
 COPY services services
 COPY repositories repositories
 COPY worker_cli worker_cli
 COPY sql sql
 COPY gunicorn.conf.py ./
-RUN pip install . && useradd --system --uid 10001 chunkwise \
+# The versions CI tested (requirements.lock), not whatever setup.cfg's open ranges find today.
+RUN pip install -c requirements.lock . && useradd --system --uid 10001 chunkwise \
     && mkdir -p /var/lib/chunkwise/archive /var/lib/chunkwise/tmp /var/lib/chunkwise/prometheus \
     && chown -R chunkwise /var/lib/chunkwise
 

@@ -69,11 +69,19 @@ bench: $(STAMP)
 bench-queue: $(STAMP)
 	$(BIN)/python -m bench.queue
 
-# The seed tokens compose.yaml requires: random ones in .env (mode 0600) the first time.
+# The secrets compose.yaml requires (seed tokens, MinIO's root credentials, the coordinators'
+# shared session key, the scrape token): random ones appended to .env (mode 0600) for each it
+# does not have yet, so an older .env gains the new ones and keeps its own.
 up:
-	@test -f .env || { umask 077; $(PYTHON) -c 'import secrets; t = lambda: secrets.token_urlsafe(32); \
-	  print(f"CHUNKWISE_SEED_USER_TOKEN=cwu_{t()}\nCHUNKWISE_SEED_OPERATOR_TOKEN=cwu_{t()}\nCHUNKWISE_SEED_WORKER_TOKEN=cww_{t()}")' > .env \
-	  && echo "wrote .env: the seed tokens (keep it private)"; }
+	@umask 077; $(PYTHON) -c 'import pathlib, secrets; t = lambda: secrets.token_urlsafe(32); \
+	  env = pathlib.Path(".env"); text = env.read_text() if env.exists() else ""; \
+	  have = {line.split("=", 1)[0].strip() for line in text.splitlines() if "=" in line}; \
+	  want = {"CHUNKWISE_SEED_USER_TOKEN": "cwu_" + t(), "CHUNKWISE_SEED_OPERATOR_TOKEN": "cwu_" + t(), \
+	    "CHUNKWISE_SEED_WORKER_TOKEN": "cww_" + t(), "MINIO_ROOT_USER": "chunkwise-" + secrets.token_hex(4), \
+	    "MINIO_ROOT_PASSWORD": t(), "CHUNKWISE_SECRET_KEY": t(), "CHUNKWISE_METRICS_TOKEN": t()}; \
+	  new = [f"{k}={v}" for k, v in want.items() if k not in have]; \
+	  new and env.write_text(text + ("" if text.endswith("\n") or not text else "\n") + "\n".join(new) + "\n"); \
+	  new and print("wrote to .env (keep it private):", ", ".join(n.split("=")[0] for n in new))'
 	docker compose up --build -d
 
 down:

@@ -187,6 +187,10 @@ limit_request_line = 8190
 # One pool per process: create_app runs in each worker, never before the fork.
 preload_app = False
 accesslog = None
+# gunicorn 25.1+ opens a control socket (for gunicornc) under $HOME: nothing here uses it, the
+# image's user has no home (every start logged Permission denied), and two coordinators on one
+# host would share the path. An older gunicorn skips names it does not know.
+control_socket_disable = True
 
 
 def on_starting(server):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -13,8 +14,10 @@ import requests
 from devstack.stack import REPO, free_port
 
 SITE = REPO / "deploy" / "nginx.conf"
-# What compose.yaml's network calls things, replaced by the local stack's addresses.
-UPSTREAM, LISTEN = "server coordinator:8000;", "listen 8080;"
+# What compose.yaml's network calls things, replaced by the local stack's addresses: the
+# upstream's servers (compose's coordinators) become the one local coordinator.
+UPSTREAM = re.compile(r"^ *server coordinator-\d+:8000\b[^;]*;\n", re.MULTILINE)
+LISTEN = "listen 8080;"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 
@@ -41,8 +44,10 @@ class NginxProxy:
         """Write the configuration, start nginx in the foreground, wait until it answers."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         site = SITE.read_text()
-        assert UPSTREAM in site and LISTEN in site, "deploy/nginx.conf changed its addresses"
-        site = site.replace(UPSTREAM, f"server 127.0.0.1:{self.upstream_port};")
+        servers = UPSTREAM.findall(site)
+        assert servers and LISTEN in site, "deploy/nginx.conf changed its addresses"
+        site = site.replace(servers[0], f"    server 127.0.0.1:{self.upstream_port};\n")
+        site = UPSTREAM.sub("", site)
         site = site.replace(LISTEN, f"listen 127.0.0.1:{self.port};")
         (self.run_dir / "site.conf").write_text(site)
         (self.run_dir / "nginx.conf").write_text(

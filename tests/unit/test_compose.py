@@ -1,4 +1,5 @@
-"""compose.yaml describes the same topology as make demo, with commands the image provides."""
+"""compose.yaml describes issue 38's topology (two coordinators behind nginx, one PostgreSQL, an
+S3 bucket, workers) with commands the image provides, stopped and restarted as they promise."""
 
 import configparser
 import re
@@ -8,11 +9,16 @@ import yaml
 
 from app.config import KNOWN_VARIABLES
 from services.runtime import Limits
+from worker_cli.worker_config import WorkerConfig
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((REPO / "compose.yaml").read_text())
 SERVICES = COMPOSE["services"]
 NGINX_CONF = (REPO / "deploy" / "nginx.conf").read_text()
+COORDINATORS = ("coordinator-1", "coordinator-2")
+WORKERS = ("worker-1", "worker-2")
+# Services that run the project's image (every one but postgres, minio and nginx).
+PROJECT_IMAGE = "chunkwise:local"
 
 
 def console_scripts() -> set[str]:
@@ -27,7 +33,10 @@ def test_compose_has_every_service_of_the_stack():
         "postgres",
         "migrate",
         "seed",
-        "coordinator",
+        "minio",
+        "bucket",
+        "coordinator-1",
+        "coordinator-2",
         "nginx",
         "worker-1",
         "worker-2",
@@ -40,17 +49,19 @@ def test_postgres_is_15_or_newer_with_a_volume_and_health_check():
     assert pg["volumes"] and pg["healthcheck"]["test"]
 
 
-def test_coordinator_waits_for_migrate_and_checks_readyz():
-    coordinator = SERVICES["coordinator"]
-    assert coordinator["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
-    assert "/readyz" in " ".join(coordinator["healthcheck"]["test"])
+def test_coordinators_wait_for_migrate_and_the_bucket_and_check_readyz():
+    for name in COORDINATORS:
+        coordinator = SERVICES[name]
+        for step in ("migrate", "seed", "bucket"):
+            assert coordinator["depends_on"][step]["condition"] == "service_completed_successfully"
+        assert "/readyz" in " ".join(coordinator["healthcheck"]["test"])
 
 
 def test_every_command_is_an_entry_point_of_the_image():
     # gunicorn, flask and yoyo come with their packages; ours come from setup.cfg.
-    provided = console_scripts() | {"gunicorn", "flask", "yoyo", "sh"}
+    provided = console_scripts() | {"gunicorn", "flask", "yoyo", "sh", "python"}
     for name, service in SERVICES.items():
-        if "command" in service:
+        if service.get("image") == PROJECT_IMAGE:
             assert service["command"][0] in provided, name
     assert SERVICES["seed"]["command"][-1] == "seed-local"
     assert "yoyo apply" in SERVICES["migrate"]["command"][-1]
@@ -64,9 +75,8 @@ def test_only_nginx_is_published_and_on_loopback_unless_told_otherwise():
 def test_nginx_serves_the_repositorys_config_in_front_of_the_coordinator():
     nginx = SERVICES["nginx"]
     assert "./deploy/nginx.conf:/etc/nginx/conf.d/default.conf:ro" in nginx["volumes"]
-    assert nginx["depends_on"]["coordinator"]["condition"] == "service_healthy"
-    assert "server coordinator:8000;" in NGINX_CONF and "listen 8080;" in NGINX_CONF
-    for name in ("worker-1", "worker-2"):
+    assert "listen 8080;" in NGINX_CONF
+    for name in WORKERS:
         assert SERVICES[name]["environment"]["CHUNKWISE_URL"] == "http://nginx:8080"
 
 
@@ -91,7 +101,7 @@ def test_the_seed_tokens_have_no_defaults_and_are_required():
         "CHUNKWISE_SEED_WORKER_TOKEN",
     ):
         assert re.fullmatch(rf"\$\{{{name}:\?[^}}]+\}}", env[name]), env[name]
-    for name in ("worker-1", "worker-2"):
+    for name in WORKERS:
         token = SERVICES[name]["environment"]["CHUNKWISE_WORKER_TOKEN"]
         assert token.startswith("${CHUNKWISE_SEED_WORKER_TOKEN:?"), token
 
@@ -100,10 +110,11 @@ def test_no_token_placeholder_is_left_in_compose():
     assert "change-me" not in (REPO / "compose.yaml").read_text()
 
 
-def test_workers_never_receive_database_credentials():
-    for name in ("worker-1", "worker-2"):
+def test_workers_never_receive_database_or_bucket_credentials():
+    for name in WORKERS:
         env = SERVICES[name]["environment"]
         assert "DATABASE_URL" not in env
+        assert not [n for n in env if n.startswith(("AWS_", "MINIO_"))], env
         assert {"CHUNKWISE_URL", "CHUNKWISE_WORKER_TOKEN"} <= set(env)
 
 
@@ -115,3 +126,134 @@ def test_environment_names_are_settings_the_code_reads():
     names |= set(re.findall(r"\b(CHUNKWISE_[A-Z_]+)=", dockerfile))
     assert names, "expected CHUNKWISE_ variables in compose.yaml and the Dockerfile"
     assert names <= KNOWN_VARIABLES, names - KNOWN_VARIABLES
+
+
+def seconds(duration: str) -> int:
+    """A compose duration such as 40s or 1m30s, in seconds."""
+    parts = re.fullmatch(r"(?:(\d+)m)?(?:(\d+)s)?", duration)
+    assert parts and duration, duration
+    return int(parts.group(1) or 0) * 60 + int(parts.group(2) or 0)
+
+
+def test_nginx_balances_both_coordinators_once_both_are_healthy():
+    upstream = re.search(r"upstream coordinator \{(.*?)\}", NGINX_CONF, re.DOTALL).group(1)
+    servers = re.findall(r"^\s*server ([\w.-]+):(\d+)\b", upstream, re.MULTILINE)
+    port = SERVICES["coordinator-1"]["environment"]["CHUNKWISE_BIND"].rpartition(":")[2]
+    assert servers == [(name, port) for name in COORDINATORS]
+    assert "proxy_pass http://coordinator;" in NGINX_CONF
+    for name in COORDINATORS:
+        assert SERVICES["nginx"]["depends_on"][name]["condition"] == "service_healthy"
+
+
+def test_only_a_claim_is_resent_to_the_other_coordinator_after_a_reset():
+    locations = dict(re.findall(r"location ([^{]+?) \{(.*?)\}", NGINX_CONF, re.DOTALL))
+    claim = locations["= /api/v1/tasks/claim"]
+    assert "proxy_pass http://coordinator;" in claim
+    assert re.search(r"proxy_next_upstream [^;]*\bnon_idempotent\b", claim)
+    # A result or a job sent twice would be refused or doubled: never resent.
+    assert "non_idempotent" not in NGINX_CONF.replace(claim, "")
+
+
+def test_coordinators_share_the_bucket_the_session_key_and_the_scrape_token():
+    first, second = (SERVICES[name]["environment"] for name in COORDINATORS)
+    assert first == second
+    assert first["CHUNKWISE_ARCHIVE_URL"] == "s3://chunkwise/inputs"
+    assert first["AWS_ENDPOINT_URL"] == "http://minio:9000"
+    assert first["CHUNKWISE_SECRET_KEY"].startswith("${CHUNKWISE_SECRET_KEY:?")
+    assert first["CHUNKWISE_METRICS_TOKEN"] == "${CHUNKWISE_METRICS_TOKEN:-}"
+    # No directory archive beside the bucket: an upload must be servable by either.
+    assert "CHUNKWISE_ARCHIVE_DIR" not in first
+    assert not any("archive" in v for n in COORDINATORS for v in SERVICES[n].get("volumes", []))
+    # The two are told apart in the coordinators registry and in /readyz's details.
+    assert [SERVICES[n]["hostname"] for n in COORDINATORS] == list(COORDINATORS)
+
+
+def test_the_bucket_one_shot_creates_the_archives_bucket_with_minios_credentials():
+    bucket, minio = SERVICES["bucket"], SERVICES["minio"]
+    assert bucket["depends_on"]["minio"]["condition"] == "service_healthy"
+    assert 's3.create_bucket(Bucket="chunkwise")' in bucket["command"][-1]
+    env = bucket["environment"]
+    assert env["AWS_ACCESS_KEY_ID"] == minio["environment"]["MINIO_ROOT_USER"]
+    assert env["AWS_SECRET_ACCESS_KEY"] == minio["environment"]["MINIO_ROOT_PASSWORD"]
+    assert env == {k: v for k, v in SERVICES["coordinator-1"]["environment"].items() if k in env}
+
+
+def test_minio_is_the_real_image_pinned_with_a_volume_and_health_check():
+    minio = SERVICES["minio"]
+    assert re.fullmatch(r"minio/minio:RELEASE\.[0-9TZ-]+", minio["image"]), minio["image"]
+    assert minio["volumes"] and minio["healthcheck"]["test"]
+    for name in ("MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD"):
+        assert minio["environment"][name].startswith(f"${{{name}:?"), name
+
+
+def test_the_local_s3_stand_in_replaces_only_minio_and_is_not_the_default():
+    override = yaml.safe_load((REPO / "deploy" / "compose.s3-standin.yaml").read_text())
+    assert set(override["services"]) == {"minio"}
+    assert "STAND-IN" in (REPO / "deploy" / "compose.s3-standin.yaml").read_text()
+    assert "standin" not in (REPO / "Makefile").read_text()
+
+
+def test_coordinators_and_workers_are_given_longer_than_their_drain_to_stop():
+    conf = (REPO / "gunicorn.conf.py").read_text()
+    graceful = int(re.search(r"^graceful_timeout = (\d+)$", conf, re.MULTILINE).group(1))
+    worker_grace = WorkerConfig.__dataclass_fields__["grace_seconds"].default
+    for name in COORDINATORS:
+        assert seconds(SERVICES[name]["stop_grace_period"]) > graceful, name
+    for name in WORKERS:
+        assert seconds(SERVICES[name]["stop_grace_period"]) > worker_grace, name
+
+
+def test_long_running_services_restart_and_one_shots_do_not():
+    for name in ("postgres", "minio", *COORDINATORS, "nginx", *WORKERS):
+        assert SERVICES[name]["restart"] == "unless-stopped", name
+    for name in ("migrate", "seed", "bucket"):
+        assert SERVICES[name]["restart"] == "no", name
+
+
+def test_the_image_is_built_once_and_every_python_service_runs_it():
+    built = [name for name, service in SERVICES.items() if "build" in service]
+    assert built == ["migrate"]
+    runs_it = {name for name, service in SERVICES.items() if service["image"] == PROJECT_IMAGE}
+    assert runs_it == {"migrate", "seed", "bucket", *COORDINATORS, *WORKERS}
+    # The others never look for it in a registry (a failed pull before every build).
+    assert {SERVICES[name].get("pull_policy") for name in runs_it - {"migrate"}} == {"never"}
+
+
+def test_no_project_name_so_each_checkout_runs_a_stack_of_its_own():
+    assert "name" not in COMPOSE
+
+
+def test_make_up_writes_every_secret_compose_requires():
+    required = set(re.findall(r"\$\{([A-Z_]+):\?", (REPO / "compose.yaml").read_text()))
+    makefile = (REPO / "Makefile").read_text()
+    up = makefile[makefile.index("\nup:") : makefile.index("\ndown:")]
+    assert required, "expected required variables in compose.yaml"
+    assert required <= set(re.findall(r'"([A-Z_]+)": ', up)), required
+    assert "CHUNKWISE_METRICS_TOKEN" in up
+
+
+def test_the_dockerfile_installs_the_locked_versions():
+    dockerfile = (REPO / "Dockerfile").read_text()
+    installs = re.findall(r"pip install[^&\n]*", dockerfile)
+    assert installs and all("-c requirements.lock" in line for line in installs), installs
+    assert re.search(r"^COPY [^\n]*\brequirements\.lock\b", dockerfile, re.MULTILINE)
+
+
+def test_the_build_context_leaves_out_secrets_and_local_state_but_not_what_is_copied():
+    ignored = {
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert {".env", ".git", ".venv", ".run", "reports", "**/__pycache__"} <= ignored
+    copied = re.findall(r"^COPY (.+) \S+$", (REPO / "Dockerfile").read_text(), re.MULTILINE)
+    sources = {source for line in copied for source in line.split()}
+    assert sources and not sources & ignored, sources & ignored
+
+
+def test_gunicorn_opens_no_control_socket_and_the_locked_gunicorn_knows_the_setting():
+    from gunicorn.config import KNOWN_SETTINGS
+
+    conf = (REPO / "gunicorn.conf.py").read_text()
+    assert re.search(r"^control_socket_disable = True$", conf, re.MULTILINE)
+    assert "control_socket_disable" in {setting.name for setting in KNOWN_SETTINGS}
