@@ -30,14 +30,22 @@ def unavailable() -> str | None:
     """Why this machine cannot make network namespaces, or None when it can (found by trying)."""
     if os.geteuid() != 0:
         return "network namespaces need root"
-    if not shutil.which("ip"):
+    if not os.access(IP, os.X_OK):
         return "`ip` (iproute2) is not installed"
     probe = f"cwprobe{os.getpid()}"
-    made = subprocess.run([IP, "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"`ip netns add` failed: {made.stderr.strip()}"
-    subprocess.run([IP, "netns", "del", probe], check=True)
-    return None
+    steps = (
+        ("netns", "add", probe),
+        ("-n", probe, "link", "add", "br0", "type", "bridge"),
+        ("-n", probe, "link", "add", "probe0", "type", "veth", "peer", "name", "probe1"),
+    )
+    try:
+        for step in steps:
+            made = subprocess.run([IP, *step], capture_output=True, text=True, timeout=10)
+            if made.returncode != 0:
+                return f"`ip {' '.join(step)}` failed: {made.stderr.strip()}"
+        return None
+    finally:
+        subprocess.run([IP, "netns", "del", probe], capture_output=True, timeout=10)
 
 
 def _ip(*args: str) -> None:
@@ -83,7 +91,8 @@ class Network:
         self.addresses[name] = address
         # The veth is made inside the lan namespace with its far end inside the host: neither
         # end ever appears in the root namespace.
-        _ip("-n", lan, "link", "add", name, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        veth = ("link", "add", "name", name, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        _ip("-n", lan, *veth)
         _ip("-n", lan, "link", "set", name, "master", "br0", "up")
         _ip("-n", ns, "addr", "add", f"{address}/{SUBNET.split('/')[1]}", "dev", "eth0")
         _ip("-n", ns, "link", "set", "eth0", "up")
@@ -122,7 +131,8 @@ class Network:
 
     def destroy(self) -> None:
         """Stop every process on the hosts (TERM, then KILL), then delete every namespace."""
-        for process in self.processes:
+        # Newest first: workers and coordinators go before the database they talk to.
+        for process in reversed(self.processes):
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + 10

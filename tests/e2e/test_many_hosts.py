@@ -8,11 +8,13 @@ sits on a `client` host. Skipped only where this machine cannot make network nam
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +80,7 @@ class Rig:
     home: Path
     tokens: Tokens = field(default_factory=Tokens)
     running: dict[str, subprocess.Popen] = field(default_factory=dict)
+    starts: Iterator[int] = field(default_factory=itertools.count)
 
     def coordinator(self, host: str) -> Coordinator:
         """The coordinator on `host`, as the user sees it."""
@@ -95,6 +98,8 @@ class Rig:
             "CHUNKWISE_TEMP_DIR": str(own / "tmp"),
             "CHUNKWISE_ARCHIVE_DIR": str(own / "archive"),
             "PROMETHEUS_MULTIPROC_DIR": str(own / "prometheus"),
+            # gunicorn's control socket: else both would bind $HOME/.gunicorn/gunicorn.ctl.
+            "XDG_RUNTIME_DIR": str(own / "run"),
             "CHUNKWISE_ARCHIVE_URL": f"s3://{BUCKET}/hosts",
             "CHUNKWISE_BIND": f"{ADDRESSES[host]}:{PORT}",
             "CHUNKWISE_WEB_WORKERS": "1",
@@ -119,7 +124,8 @@ class Rig:
         argv = [str(BIN / "gunicorn"), "-c", str(REPO / "gunicorn.conf.py")]
         self.run(host, host, argv, self.coordinator_env(host))
         url = f"{self.coordinator(host).url}/readyz"
-        wait_for(lambda: _status(url) == 200, timeout=30, what=f"gunicorn on {host}")
+        with self.network.inside("client"):
+            wait_for(lambda: _status(url) == 200, timeout=30, what=f"gunicorn on {host}")
 
     def start_worker(self, host: str, coordinator: str, *args: str) -> None:
         """Start a worker on `host` talking to the coordinator on `coordinator` only."""
@@ -129,7 +135,7 @@ class Rig:
             "PYTHONPATH": str(REPO),
             "CHUNKWISE_WORKER_TOKEN": self.tokens.worker,
         }
-        name = f"{host}-{len(self.running)}"  # a new id, and log, for each start
+        name = f"{host}-{next(self.starts)}"  # a new worker id, and log, for each start
         url = self.coordinator(coordinator).url
         argv = [str(BIN / "chunkwise-worker"), "--coordinator", url, "--worker-id", name]
         self.run(name, host, [*argv, *SHORT_POLL, *args], env)
@@ -163,7 +169,7 @@ def _connects() -> bool:
 
 @pytest.fixture(scope="module")
 def rig():
-    """Seven hosts; PostgreSQL on `db`, moto on `s3`, a coordinator on `coord-a` and `coord-b`."""
+    """Seven hosts, PostgreSQL migrated and seeded on `db`, moto with the bucket on `s3`."""
     reason = hosts.unavailable()
     if reason:
         pytest.skip(f"cannot make network namespaces here: {reason}")
@@ -187,30 +193,36 @@ def rig():
                 seed = [str(BIN / "flask"), "--app", "app", "seed-local"]
                 (home / "client" / "prometheus").mkdir(parents=True)
                 assert rig.run("seed", "client", seed, rig.coordinator_env("client")).wait(60) == 0
-                rig.start_coordinator("coord-a")
-                rig.start_coordinator("coord-b")
-                yield rig
+            yield rig
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture
-def on_client(rig):
-    """The test runs from the `client` host, with both coordinators up and no worker yet."""
-    with rig.network.inside("client"):
-        for host in ("coord-a", "coord-b"):
-            if host not in rig.running:
-                rig.start_coordinator(host)
-        try:
-            yield rig
-        finally:
-            rig.kill_workers()
+def coordinators(rig):
+    """Both coordinators up (one a test killed is started again), and no worker."""
+    for host in ("coord-a", "coord-b"):
+        if host not in rig.running:
+            rig.start_coordinator(host)
+    try:
+        yield rig
+    finally:
+        rig.kill_workers()
+
+
+@pytest.fixture
+def on_client(coordinators):
+    """The test runs from the `client` host."""
+    with coordinators.network.inside("client"):
+        yield coordinators
 
 
 @pytest.fixture
 def db(on_client):
     """A connection to the db host's PostgreSQL, for assertions."""
-    with psycopg.connect(DATABASE_URL, autocommit=True, row_factory=dict_row) as conn:
+    with psycopg.connect(
+        DATABASE_URL, autocommit=True, row_factory=dict_row, connect_timeout=10
+    ) as conn:
         yield conn
 
 
@@ -235,6 +247,16 @@ def completed_attempts(db, job_id: str) -> list[int]:
     return [r["n"] for r in rows]
 
 
+def test_the_hosts_reach_each_other_only_on_their_own_subnet(coordinators):
+    rig = coordinators
+    coordinator = rig.coordinator("coord-a").url
+    root = subprocess.run([hosts.IP, "-o", "addr"], capture_output=True, text=True, check=True)
+    assert "10.231.0." not in root.stdout, "the subnet is no part of this machine's own network"
+    with rig.network.inside("worker-1"):
+        assert _status(f"{coordinator}/readyz") == 200
+        assert _status(f"http://127.0.0.1:{PORT}/readyz") is None, "a host's loopback is its own"
+
+
 def test_a_csv_uploaded_to_one_host_is_computed_exactly_through_another(on_client, db):
     rig = on_client
     data = generate_csv(4000, seed=38)
@@ -247,7 +269,12 @@ def test_a_csv_uploaded_to_one_host_is_computed_exactly_through_another(on_clien
     assert done["result"] == totals_of(data)
     # One attempt per chunk: coord-b, which never saw the upload, served every read.
     assert completed_attempts(db, job["id"]) == [1] * 6
-    assert db.execute("SELECT count(*) AS n FROM task_attempts").fetchone()["n"] == 6
+    attempts = db.execute(
+        "SELECT count(*) AS n FROM task_attempts WHERE task_id IN"
+        " (SELECT id FROM tasks WHERE job_id = %s)",
+        (job["id"],),
+    ).fetchone()["n"]
+    assert attempts == 6
     stored = _s3().list_objects_v2(Bucket=BUCKET, Prefix="hosts/")["KeyCount"]
     assert stored >= 1, "the upload is in the bucket"
     for host in ("coord-a", "coord-b"):
