@@ -78,6 +78,7 @@ class Rig:
 
     network: hosts.Network
     home: Path
+    logs: Path
     tokens: Tokens = field(default_factory=Tokens)
     running: dict[str, subprocess.Popen] = field(default_factory=dict)
     starts: Iterator[int] = field(default_factory=itertools.count)
@@ -98,7 +99,8 @@ class Rig:
             "CHUNKWISE_TEMP_DIR": str(own / "tmp"),
             "CHUNKWISE_ARCHIVE_DIR": str(own / "archive"),
             "PROMETHEUS_MULTIPROC_DIR": str(own / "prometheus"),
-            # gunicorn's control socket: else both would bind $HOME/.gunicorn/gunicorn.ctl.
+            # Where gunicorn puts its control socket when the directory exists: else every
+            # coordinator would bind the one $HOME/.gunicorn/gunicorn.ctl.
             "XDG_RUNTIME_DIR": str(own / "run"),
             "CHUNKWISE_ARCHIVE_URL": f"s3://{BUCKET}/hosts",
             "CHUNKWISE_BIND": f"{ADDRESSES[host]}:{PORT}",
@@ -111,16 +113,15 @@ class Rig:
         }
 
     def run(self, name: str, host: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-        """Start argv on `host`, logging to home/logs/<name>.log."""
-        process = self.network.spawn(
-            host, argv, log=self.home / "logs" / f"{name}.log", env=env, cwd=REPO
-        )
+        """Start argv on `host`, logging to logs/<name>.log."""
+        process = self.network.spawn(host, argv, log=self.logs / f"{name}.log", env=env, cwd=REPO)
         self.running[name] = process
         return process
 
     def start_coordinator(self, host: str) -> None:
         """Start gunicorn on `host` and wait until /readyz answers 200."""
-        (self.home / host / "prometheus").mkdir(parents=True, exist_ok=True)
+        for own in ("prometheus", "run"):
+            (self.home / host / own).mkdir(mode=0o700, parents=True, exist_ok=True)
         argv = [str(BIN / "gunicorn"), "-c", str(REPO / "gunicorn.conf.py")]
         self.run(host, host, argv, self.coordinator_env(host))
         url = f"{self.coordinator(host).url}/readyz"
@@ -168,19 +169,20 @@ def _connects() -> bool:
 
 
 @pytest.fixture(scope="module")
-def rig():
+def rig(tmp_path_factory):
     """Seven hosts, PostgreSQL migrated and seeded on `db`, moto with the bucket on `s3`."""
     reason = hosts.unavailable()
     if reason:
         pytest.skip(f"cannot make network namespaces here: {reason}")
-    # Not under pytest's 0700 basetemp: PostgreSQL's own user must reach its data directory.
+    # Not under pytest's 0700 basetemp, which PostgreSQL's own user cannot enter; the logs go
+    # there, to outlive a failed run.
     home = Path(tempfile.mkdtemp(prefix="chunkwise-hosts-"))
     home.chmod(0o755)
     try:
         with hosts.Network() as network:
             for name, address in ADDRESSES.items():
                 network.add_host(name, address)
-            rig = Rig(network, home)
+            rig = Rig(network, home, tmp_path_factory.mktemp("many-hosts-logs"))
             postgres = embedded_pg.foreground(home / "pg", ADDRESSES["db"], 5432, hosts.SUBNET)
             rig.run("postgres", "db", postgres, dict(os.environ))
             moto = [str(BIN / "moto_server"), "-H", ADDRESSES["s3"], "-p", "5000"]
