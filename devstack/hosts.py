@@ -1,6 +1,7 @@
 """Separate hosts on this machine: network namespaces joined by a bridge, for the e2e tests.
 
-A `lan` namespace holds a bridge; every host is a namespace of its own whose one interface,
+A `lan` namespace holds a bridge; every host is a network namespace (and, for the processes
+run on it, a UTS namespace with the host's name) whose one interface,
 eth0, is a veth plugged into that bridge, on the private SUBNET. The root namespace gets no
 interface, address nor route, so no packet can leave the namespaces made here; deleting them
 takes every veth with them. Names carry this process's pid: a run that died without cleaning
@@ -104,9 +105,11 @@ class Network:
     ) -> subprocess.Popen:
         """Run argv on `host` in a session of its own, its output appended to `log`."""
         log.parent.mkdir(parents=True, exist_ok=True)
+        # A UTS namespace too: the host's name (in coordinator ids and logs) is `host`.
+        named = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host, *argv]
         with log.open("ab") as out:
             process = subprocess.Popen(
-                [IP, "netns", "exec", self.namespace(host), *argv],
+                [IP, "netns", "exec", self.namespace(host), *named],
                 cwd=cwd,
                 env=env,
                 stdout=out,

@@ -281,6 +281,8 @@ def test_a_csv_uploaded_to_one_host_is_computed_exactly_through_another(on_clien
     assert stored >= 1, "the upload is in the bucket"
     for host in ("coord-a", "coord-b"):
         assert not any((rig.home / host / "archive").rglob("*")), f"{host} kept nothing on disk"
+    registered = db.execute("SELECT DISTINCT host FROM coordinators ORDER BY host").fetchall()
+    assert [r["host"] for r in registered] == ["coord-a", "coord-b"]
     assert invariants.violations(db) == {}
 
 
