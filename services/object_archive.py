@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 import boto3
+from boto3.exceptions import S3UploadFailedError
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
@@ -64,7 +65,8 @@ class ObjectArchive:
                 self._touch(key)
             else:
                 self.client.upload_file(str(upload.path), self.bucket, key, Config=TRANSFER)
-        except (BotoCoreError, ClientError) as exc:
+        # upload_file wraps a refusal (a full bucket, say) in S3UploadFailedError.
+        except (BotoCoreError, ClientError, S3UploadFailedError) as exc:
             raise self._unavailable("written", exc) from exc
         return upload
 
@@ -185,6 +187,8 @@ class ObjectReader(io.RawIOBase):
 
 def describe(exc: Exception) -> str:
     """A short, safe name for a storage error: the S3 error code or botocore's class."""
+    if isinstance(exc, S3UploadFailedError) and isinstance(exc.__context__, ClientError):
+        exc = exc.__context__  # boto3 raises it while handling the store's own answer
     if isinstance(exc, ClientError):
         return _code(exc) or "ClientError"
     return type(exc).__name__

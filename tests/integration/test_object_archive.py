@@ -14,7 +14,7 @@ import boto3
 import moto.settings
 import pytest
 import requests
-from botocore.exceptions import ResponseStreamingError
+from botocore.exceptions import ClientError, ConnectionClosedError, ResponseStreamingError
 from botocore.response import StreamingBody
 from moto.server import ThreadedMotoServer
 
@@ -295,3 +295,53 @@ def test_an_object_read_that_breaks_mid_stream_fails_the_attempt_as_input_unavai
     assert (row["status"], row["error_code"]) == ("pending", "input_unavailable")
     assert row["error_details"]["setting"] == "CHUNKWISE_ARCHIVE_URL"
     assert row["error_details"]["reason"] == "EIO"
+
+
+def fail_calls(rt, operation: str, error: Exception, after: int = 0) -> list[str]:
+    """Make the archive's S3 client raise `error` on `operation` after `after` calls pass."""
+    calls: list[str] = []
+
+    def refuse(**_):
+        calls.append(operation)
+        if len(calls) > after:
+            raise error
+
+    rt.archive.client.meta.events.register(f"before-call.s3.{operation}", refuse)
+    return calls
+
+
+def test_a_full_bucket_refuses_the_upload_naming_the_setting_and_admits_nothing(
+    client, headers, rt, s3, db
+):
+    full = ClientError(
+        {"Error": {"Code": "XMinioStorageFull", "Message": "drive threshold reached"}},
+        "PutObject",
+    )
+    fail_calls(rt, "PutObject", full)
+
+    answer = upload(client, headers["user"], DATA, chunks=2)
+
+    assert answer.status_code == 503, answer.get_json()
+    error = answer.get_json()["error"]
+    assert error["code"] == "storage_unavailable"
+    assert error["details"] == {"setting": "CHUNKWISE_ARCHIVE_URL", "reason": "XMinioStorageFull"}
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+    assert s3.list_objects_v2(Bucket=BUCKET).get("KeyCount") == 0
+
+
+def test_a_store_failing_mid_upload_leaves_no_object_and_admits_nothing(
+    client, headers, rt, s3, db
+):
+    # Three parts of 16 MiB: the second one's call breaks, after the first was stored.
+    data = b"id,value\n" + b"".join(b"%d,%d\n" % (i, i % 97) for i in range(3_500_000))
+    broken = ConnectionClosedError(endpoint_url="http://store")
+    calls = fail_calls(rt, "UploadPart", broken, after=1)
+
+    answer = upload(client, headers["user"], data, chunks=2)
+
+    assert answer.status_code == 503, answer.get_json()
+    assert answer.get_json()["error"]["code"] == "storage_unavailable"
+    assert len(calls) >= 2  # the upload was under way when the store broke
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+    assert s3.list_objects_v2(Bucket=BUCKET).get("KeyCount") == 0
+    assert not s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads")  # the parts are gone too
