@@ -131,10 +131,12 @@ class LocalStack:
 
     def prepare(self) -> None:
         """Apply migrations and seed the tokens (the compose migrate and seed services)."""
-        # The stack's own directory (data, logs, archive, keys): its user's alone, even when an
-        # older run left it readable by others.
-        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.run_dir.chmod(0o700)
+        # The stack's own directory (data, logs, archive, keys): nobody else may list it, even
+        # when an older run left it readable. Others may pass through it (0711): under root
+        # the embedded server runs as its own user, with its data in run_dir/pg. Everything
+        # in it is private on its own (0700 directories, 0600 files).
+        self.run_dir.mkdir(mode=0o711, parents=True, exist_ok=True)
+        self.run_dir.chmod(0o711)
         self.logs.mkdir(mode=0o700, parents=True, exist_ok=True)
         # seed-local imports the app, whose counters open their files here at import.
         (self.run_dir / "prometheus").mkdir(mode=0o700, parents=True, exist_ok=True)
