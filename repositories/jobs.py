@@ -255,6 +255,7 @@ def admit_job(
             "task_parameters": [Jsonb(t.parameters) for t in tasks],
             "task_max_attempts": [t.max_attempts for t in tasks],
         },
+        prepare=True,
     ).fetchone()
     return row["fits"], from_row(Job, row) if row["id"] is not None else None
 
@@ -455,7 +456,7 @@ def get(
 def get_many(conn: Connection, job_ids: Collection[UUID]) -> dict[UUID, Job]:
     """These jobs by id (unlocked)."""
     rows = conn.execute(
-        "SELECT * FROM jobs WHERE id = ANY(%(ids)b)", {"ids": list(job_ids)}
+        "SELECT * FROM jobs WHERE id = ANY(%(ids)b)", {"ids": list(job_ids)}, prepare=True
     ).fetchall()
     return {r["id"]: from_row(Job, r) for r in rows}
 
@@ -479,6 +480,7 @@ def count_completed(conn: Connection, job_id: UUID, completed: int) -> Job:
         RETURNING *
         """,
         {"id": job_id, "n": completed},
+        prepare=True,
     ).fetchone()
     return from_row(Job, row)
 

@@ -362,6 +362,7 @@ def renew_many(
                 Jsonb(r.checkpoint) if r.checkpoint is not None else None for r in renewals
             ],
         },
+        prepare=True,
     ).fetchall()
     return {r["id"]: r["lease_expires_at"] for r in rows}
 
@@ -403,7 +404,7 @@ def get(conn: Connection, task_id: UUID) -> Task | None:
 def get_many(conn: Connection, task_ids: Sequence[UUID]) -> dict[UUID, Task]:
     """The tasks that exist among these ids, by id."""
     rows = conn.execute(
-        "SELECT * FROM tasks WHERE id = ANY(%(ids)b)", {"ids": list(task_ids)}
+        "SELECT * FROM tasks WHERE id = ANY(%(ids)b)", {"ids": list(task_ids)}, prepare=True
     ).fetchall()
     return {r["id"]: from_row(Task, r) for r in rows}
 
@@ -462,6 +463,7 @@ def complete_many(
             "shas": [o.result_sha256 for o in outcomes],
             "metrics": [Jsonb(o.metrics) for o in outcomes],
         },
+        prepare=True,
     ).fetchall()
     return [from_row(Task, r) for r in rows]
 
