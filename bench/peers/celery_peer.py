@@ -99,9 +99,19 @@ class CeleryPeer:
             return
         try:
             with self.app.connection_for_write() as connection:
-                connection.default_channel.queue_delete(self.queue)
+                delete_queue(connection.default_channel, self.queue)
         except Exception as exc:  # the bench's result stands; say what was left behind
             print(f"{self.row.system}: could not delete queue {self.queue}: {exc}")
+
+
+def delete_queue(channel, queue: str) -> None:
+    """Delete a queue Celery declared and the exchange of the same name it declared with it
+    (on Redis, the binding sets kombu keeps for that exchange)."""
+    channel.queue_delete(queue)
+    channel.exchange_delete(queue)
+    client = getattr(channel, "client", None)  # kombu's Redis channel
+    if client is not None:
+        client.delete(f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
 
 
 def redis_durability(url: str) -> str:
