@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo run stack test unit integration e2e lint audit format lock migrate report reliability bench bench-queue up down clean
+.PHONY: demo run stack test unit integration e2e lint audit format lock migrate report reliability bench bench-queue bench-peers up down clean
 
 $(STAMP): setup.cfg pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,13 @@ bench: $(STAMP)
 
 bench-queue: $(STAMP)
 	$(BIN)/python -m bench.queue
+
+# Chunkwise beside pgbench -N, Celery on RabbitMQ (127.0.0.1:5672) and on Redis
+# (127.0.0.1:6379) and Procrastinate, in turns; PEERS_ARGS passes flags (--tasks, --turns,
+# --clients, --timeout, --rabbitmq-url, --redis-url).
+bench-peers: $(STAMP)
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev,embedded,peers]'
+	$(BIN)/python -m bench.peers $(PEERS_ARGS)
 
 # The secrets compose.yaml requires (seed tokens, MinIO's root credentials, the coordinators'
 # shared session key, the scrape token): random ones appended to .env (mode 0600) for each it
