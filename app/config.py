@@ -13,6 +13,10 @@ from services.credentials import PLACEHOLDER_MARKS
 from services.runtime import MAX_RETRY_DELAY_SECONDS, Limits
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The migrations: app/sql in an installed distribution (setup.cfg maps sql/ there), the
+# repository's sql/ in a checkout.
+PACKAGED_MIGRATIONS = Path(__file__).resolve().parent / "sql"
+MIGRATIONS_DIR = PACKAGED_MIGRATIONS if PACKAGED_MIGRATIONS.is_dir() else REPO_ROOT / "sql"
 # A session-signing key shorter than this could be guessed offline from one signed cookie.
 MIN_SECRET_KEY_LENGTH = 32
 # The scrape token is compared, not looked up: it needs as much secret as an API token.
@@ -44,7 +48,7 @@ class Settings:
     auth_cache_seconds: float = 30.0
     temp_dir: Path = REPO_ROOT / ".run" / "tmp"
     archive_dir: Path = REPO_ROOT / ".run" / "archive"
-    migrations_dir: Path = REPO_ROOT / "sql"
+    migrations_dir: Path = MIGRATIONS_DIR
     log_level: str = "INFO"
     # Long polls one process lets wait at a time: a quarter of its threads unless set.
     max_waiting_requests: int = DEFAULT_WEB_THREADS // 4
