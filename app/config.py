@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
+
 from services.credentials import PLACEHOLDER_MARKS
 from services.runtime import MAX_RETRY_DELAY_SECONDS, Limits
 
@@ -30,8 +32,19 @@ MAX_RATE_PER_SECOND = 1_000_000
 DEFAULT_WEB_THREADS = 32
 
 
-class ConfigError(ValueError):
-    """One or more environment variables have values Chunkwise cannot use."""
+class ConfigError(ValueError, click.ClickException):
+    """One or more environment variables have values Chunkwise cannot use.
+
+    A ClickException too, so `flask --app app ...` says what is wrong in a line per problem
+    (exit 1) rather than with a traceback.
+    """
+
+    def __init__(self, problems: list[str]):
+        if len(problems) == 1:
+            message = f"invalid configuration: {problems[0]}"
+        else:
+            message = "invalid configuration:\n  " + "\n  ".join(problems)
+        click.ClickException.__init__(self, message)
 
 
 @dataclass(frozen=True)
@@ -232,7 +245,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if settings is not None:
         problems.extend(_cross_checks(settings))
     if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+        raise ConfigError(problems)
     return settings
 
 
