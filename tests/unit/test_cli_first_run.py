@@ -179,3 +179,28 @@ def test_flask_commands_without_database_url_fail_on_one_line_naming_it(tmp_path
     assert "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1
     assert "DATABASE_URL is required" in done.stderr
+
+
+def test_gunicorn_without_database_url_fails_on_one_line_naming_it(tmp_path):
+    environ = {
+        k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "CHUNKWISE_"))
+    }
+    environ |= {"PYTHONPATH": str(REPO_ROOT), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+
+    done = subprocess.run(
+        [sys.executable, "-m", "gunicorn", "-c", str(REPO_ROOT / "gunicorn.conf.py")],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    # gunicorn's own "Starting gunicorn" log line comes first.
+    assert done.stderr.splitlines()[-1] == (
+        "chunkwise: invalid configuration: DATABASE_URL is required "
+        "(postgresql://user@host:port/dbname)"
+    )
