@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -16,14 +17,32 @@ from app import create_app, migrations
 from app.config import REPO_ROOT
 from app.runtime import close
 
+# What a build reads; copied, because pip builds in place and would leave build/ behind.
+SOURCES = (
+    "setup.cfg",
+    "pyproject.toml",
+    "README.md",
+    "app",
+    "services",
+    "repositories",
+    "worker_cli",
+    "sql",
+)
+
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """The chunkwise wheel built from this checkout, as `pip wheel --no-deps .` builds it."""
-    out = tmp_path_factory.mktemp("wheel")
+    source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
+    for name in SOURCES:
+        if (REPO_ROOT / name).is_dir():
+            ignore = shutil.ignore_patterns("__pycache__")
+            shutil.copytree(REPO_ROOT / name, source / name, ignore=ignore)
+        else:
+            shutil.copy(REPO_ROOT / name, source / name)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), "."],
-        cwd=REPO_ROOT,
+        cwd=source,
         check=True,
         capture_output=True,
     )
