@@ -7,6 +7,7 @@ this one LocalStack class.
 from __future__ import annotations
 
 import errno
+import ipaddress
 import json
 import os
 import secrets
@@ -64,6 +65,15 @@ def run_address(bind: str | None) -> tuple[str, int]:
                 f"CHUNKWISE_BIND, e.g. CHUNKWISE_BIND={host}:{int(port) + 1} make run"
             ) from None
     return host, int(port)
+
+
+def connect_host(host: str) -> str:
+    """Where to reach a server bound to host: loopback for a wildcard, which is no address."""
+    try:
+        wildcard = ipaddress.ip_address(host).is_unspecified
+    except ValueError:  # a name, such as localhost
+        return host
+    return ("::1" if ":" in host else "127.0.0.1") if wildcard else host
 
 
 @dataclass
@@ -128,8 +138,7 @@ class LocalStack:
     @property
     def url(self) -> str:
         """The coordinator's base URL."""
-        # A wildcard address listens on loopback too; it is no address to connect to.
-        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
+        host = connect_host(self.host)
         return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
     @property
