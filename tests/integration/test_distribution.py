@@ -83,6 +83,16 @@ def test_an_installed_server_applies_its_migrations_from_the_package(
     env = {**os.environ, "PYTHONPATH": str(target), "DATABASE_URL": empty_database_url}
     env.pop("CHUNKWISE_MIGRATIONS_DIR", None)
 
+    where = subprocess.run(
+        [sys.executable, "-c", "from app import migrations; print(migrations.MIGRATIONS_DIR)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert where.stdout.strip() == str(target / "app" / "sql")
+
     done = subprocess.run(
         [sys.executable, "-m", "app.migrations", "apply"],
         cwd=tmp_path,
