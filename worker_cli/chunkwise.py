@@ -798,17 +798,18 @@ def add_schedule(command: Command) -> None:
 
 def add_schedule_actions(command: Command) -> None:
     """chunkwise run-schedule|pause-schedule|resume-schedule|unschedule NAME [--owner USER]."""
-    for name, action, help_text in (
-        ("run-schedule", run_schedule, "submit a schedule's job now"),
-        ("pause-schedule", pause_schedule, "pause a schedule: no runs until resumed"),
-        ("resume-schedule", resume_schedule, "resume a schedule from now"),
-        ("unschedule", delete_schedule, "delete a schedule (its jobs stay)"),
-    ):
+
+    def schedule_command(name: str, action: Callable, help_text: str) -> argparse.ArgumentParser:
         sub = command(name, action, help_text)
         sub.add_argument("name", metavar="NAME")
         sub.add_argument("--owner", metavar="USER", help="operators: another user's schedule")
-        if action is run_schedule:
-            add_wait(sub, "follow the job until it finishes")
+        return sub
+
+    sub = schedule_command("run-schedule", run_schedule, "submit a schedule's job now")
+    add_wait(sub, "follow the job until it finishes")
+    schedule_command("pause-schedule", pause_schedule, "pause a schedule: no runs until resumed")
+    schedule_command("resume-schedule", resume_schedule, "resume a schedule from now")
+    schedule_command("unschedule", delete_schedule, "delete a schedule (its jobs stay)")
 
 
 def add_operator_views(command: Command) -> None:
