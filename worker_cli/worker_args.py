@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from worker_cli.version import installed_version
 from worker_cli.worker_config import Fault, WorkerConfig, default_worker_id
 
 
@@ -13,6 +14,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="chunkwise-worker", description="Claim and run Chunkwise chunks."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     parser.add_argument(
         "--coordinator",
         default=os.environ.get("CHUNKWISE_URL"),
