@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: docs docs-serve demo run stack test unit integration e2e lint audit format lock migrate report reliability bench bench-queue up down clean
+.PHONY: docs docs-serve screenshots demo run stack test unit integration e2e lint audit format lock migrate report reliability bench bench-queue up down clean
 
 $(STAMP): setup.cfg pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ docs: $(STAMP)
 
 docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# The dashboard's screenshots in the docs, taken by its browser tests on the real stack.
+screenshots: $(STAMP)
+	UI_SCREENSHOTS_DIR=$(CURDIR)/docs/images/ui $(BIN)/pytest tests/e2e/test_dashboard.py
 
 migrate: $(STAMP)
 	$(BIN)/python -m app.migrations apply
