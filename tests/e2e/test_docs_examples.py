@@ -2,7 +2,8 @@
 prints what the page says it prints, so the docs cannot drift from the code.
 
 A fenced ```bash block right after a `<!-- runnable -->` line is run with bash -euo pipefail
-(CHUNKWISE_URL and CHUNKWISE_TOKEN set to the stack's, the venv's commands on PATH); a page's
+(CHUNKWISE_URL and CHUNKWISE_TOKEN set to the stack's, the venv's commands on PATH, a
+csv_stats worker running, and `render` a workload the coordinator serves); a page's
 blocks run in order in one scratch directory, so a file one block writes is there for the
 next. A ```text block right after a `<!-- output -->` line names lines the block before it
 must print, each on a line of its own (surrounding blanks ignored).
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from devstack.observe import FAST
 from devstack.stack import BIN, REPO
 
 MARKED = re.compile(
@@ -51,8 +53,12 @@ PAGES = sorted(
 )
 
 
-def test_the_pages_with_runnable_examples_include_the_readme_and_first_csv_job():
-    assert {"README.md", "docs/getting-started/first-csv-job.md"} <= set(PAGES)
+def test_the_pages_with_runnable_examples_include_the_readme_and_the_first_jobs():
+    assert {
+        "README.md",
+        "docs/getting-started/first-csv-job.md",
+        "docs/guides/jobs.md",
+    } <= set(PAGES)
 
 
 def test_a_marked_block_is_found_with_the_lines_it_must_print_and_unmarked_ones_are_not():
@@ -62,6 +68,12 @@ def test_a_marked_block_is_found_with_the_lines_it_must_print_and_unmarked_ones_
     )
     (example,) = examples(text)
     assert (example.language, example.code, example.expected) == ("bash", "echo hi\n", ["hi"])
+
+
+@pytest.fixture
+def stack_env() -> dict:
+    """The e2e timings, and the manifest workload the docs' examples submit jobs of."""
+    return {**FAST, "CHUNKWISE_ALLOWED_WORKLOADS": "render"}
 
 
 @pytest.mark.slow
