@@ -42,8 +42,8 @@ def openapi_document() -> dict:
                     "DATABASE_URL", "postgresql://docs@127.0.0.1:1/docs"
                 ),
                 "CHUNKWISE_LOG_LEVEL": "CRITICAL",
-                "CHUNKWISE_TEMP_DIR": f"{scratch}/tmp",
-                "CHUNKWISE_ARCHIVE_DIR": f"{scratch}/archive",
+                "CHUNKWISE_TEMP_DIR": str(Path(scratch, "spool")),
+                "CHUNKWISE_ARCHIVE_DIR": str(Path(scratch, "archive")),
             }
         )
         try:
