@@ -29,11 +29,14 @@ HTTP_METHODS = ("get", "put", "post", "delete", "patch")
 def openapi_document() -> dict:
     """The OpenAPI document app/openapi.py serves, built from an app that needs no database.
 
-    The app's pool connects in the background, so an unreachable DATABASE_URL only delays
-    nothing: the document is read from the routes and schemas alone.
+    The app's pool connects in the background and is closed at once, so no database need
+    answer: the document comes from the routes and schemas alone.
     """
     from app import create_app, openapi, runtime
 
+    # Building the app configures logging for a coordinator; the caller's is put back after.
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
     logging.disable(logging.CRITICAL)  # the pool's complaints about that URL
     with tempfile.TemporaryDirectory() as scratch:
         app = create_app(
@@ -41,7 +44,6 @@ def openapi_document() -> dict:
                 "DATABASE_URL": os.environ.get(
                     "DATABASE_URL", "postgresql://docs@127.0.0.1:1/docs"
                 ),
-                "CHUNKWISE_LOG_LEVEL": "CRITICAL",
                 "CHUNKWISE_TEMP_DIR": str(Path(scratch, "spool")),
                 "CHUNKWISE_ARCHIVE_DIR": str(Path(scratch, "archive")),
             }
@@ -51,6 +53,8 @@ def openapi_document() -> dict:
         finally:
             runtime.close(app.extensions["chunkwise.runtime"])
             logging.disable(logging.NOTSET)
+            root.handlers[:] = handlers
+            root.setLevel(level)
 
 
 def routes_page(spec: dict) -> str:
