@@ -68,3 +68,11 @@ def test_a_broken_link_fails_the_build(tmp_path):
     result = build(copy, tmp_path / "site")
     assert result.returncode != 0
     assert "no-such-page.md" in result.stdout + result.stderr
+
+
+def test_the_docs_show_the_committed_reports_timeline_as_it_is():
+    # make report writes reports/timeline.png; the docs can only show files under docs/.
+    copy = (REPO / "docs" / "images" / "timeline.png").read_bytes()
+    assert copy == (REPO / "reports" / "timeline.png").read_bytes(), (
+        "cp reports/timeline.png docs/images/timeline.png"
+    )
