@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from services.process import peak_rss_bytes
+from worker_cli.process import peak_rss_bytes
 from worker_cli.client import (
     MAX_BATCH,
     CoordinatorClient,

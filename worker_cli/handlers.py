@@ -9,7 +9,6 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from services import csvstats
 from worker_cli.client import CoordinatorUnavailable, RequestRejected, StorageFailed
 
 ENTRY_POINT_GROUP = "chunkwise.handlers"
@@ -234,12 +233,45 @@ class TaskContext:
         if reason is not None:
             raise ChunkStopped(reason)
 
+    @property
+    def stopped(self) -> bool:
+        """Whether the worker told this chunk to stop."""
+        return self._stop_reason is not None
+
+    # -- what a task function asks of its attempt (worker_cli.Worker) ----------------------
+
+    @property
+    def task_id(self) -> str:
+        """The task's id."""
+        return self.task.task_id
+
+    @property
+    def attempt(self) -> int:
+        """Which attempt at the task this is, from 1."""
+        return self.task.attempt
+
+    @property
+    def trace_id(self) -> str:
+        """The attempt's trace id, as the coordinator's logs and the job's events carry it."""
+        return self.task.trace_id
+
+    def restore_checkpoint(self) -> dict | None:
+        """The checkpoint to resume from: this attempt's last saved, else an earlier one's."""
+        with self._lock:
+            if self._checkpoint is not None:
+                return self._checkpoint
+        return self.task.checkpoint
+
 
 Handler = Callable[[ClaimedTask, TaskContext], dict]
 
 
 def summarise_csv(task: ClaimedTask, context: TaskContext) -> dict:
     """Summarise one CSV chunk's column, resuming from the claim's checkpoint if it has one."""
+    # Imported here, when a csv_stats chunk runs: the SDK's users import this module, and in
+    # their projects `services` may be a package of their own (or absent, with chunkwise-client).
+    from services import csvstats
+
     params = task.parameters
     resume = _resume_point(task.checkpoint)
     summary = csvstats.summarise(
@@ -263,7 +295,9 @@ def summarise_csv(task: ClaimedTask, context: TaskContext) -> dict:
     return {"summary": summary.to_dict(), "metrics": {"records": summary.records}}
 
 
-def _resume_point(checkpoint: dict | None) -> csvstats.Checkpoint | None:
+def _resume_point(checkpoint: dict | None):
+    from services import csvstats  # as in summarise_csv
+
     if not checkpoint:
         return None
     try:
