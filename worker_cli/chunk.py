@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from worker_cli.process import peak_rss_bytes
 from worker_cli.client import (
     MAX_BATCH,
     CoordinatorClient,
@@ -32,6 +31,7 @@ from worker_cli.handlers import (
     UnknownWorkload,
 )
 from worker_cli.logs import log_scope
+from worker_cli.process import peak_rss_bytes
 from worker_cli.results import ResultBatcher
 from worker_cli.schedule import Backoff, HeartbeatSchedule
 from worker_cli.worker_config import WorkerConfig
