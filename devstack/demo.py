@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from devstack import sdk_demo
 from devstack.sample_csv import generate_csv
 from devstack.stack import (
     REPO,
@@ -26,6 +27,7 @@ def start_stack(run_dir: Path) -> LocalStack:
     """Database, migrations, tokens, gunicorn and two workers."""
     url = database_url(run_dir)
     stack = LocalStack(database_url=url, run_dir=run_dir, tokens=kept_tokens(run_dir / "secrets"))
+    stack.env.update(sdk_demo.STACK_ENV)
     say(f"database:  {url}")
     say(f"logs:      {stack.logs}/  (JSON lines, one file per process)")
     say(f"archive:   {run_dir / 'archive'}")
@@ -107,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         stack = start_stack(RUN_DIR)
         if args.command == "demo":
             say_dashboard(stack)
-            return run_sample(stack, args.records, args.chunks)
+            status = run_sample(stack, args.records, args.chunks)
+            return sdk_demo.run(stack) or status
         say(f"\nready: CHUNKWISE_URL={stack.url}")
         say(f"  dashboard:      {stack.url}/ui/  (sign in with the user token)")
         say(f"  user token:     {stack.tokens.user}")

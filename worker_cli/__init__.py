@@ -2,6 +2,7 @@
 
 from worker_cli.async_jobs import AsyncClient
 from worker_cli.client import CoordinatorError
+from worker_cli.handlers import RetryLater
 from worker_cli.jobs import Client, JobFailed, WaitTimedOut
 from worker_cli.settings import InvalidSetting, MissingSetting
 from worker_cli.tasks import Worker
@@ -13,6 +14,7 @@ __all__ = [
     "InvalidSetting",
     "JobFailed",
     "MissingSetting",
+    "RetryLater",
     "WaitTimedOut",
     "Worker",
 ]
