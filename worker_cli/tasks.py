@@ -139,4 +139,6 @@ def load_app(spec: str) -> Worker:
             f"--app {spec!r}: {module_name}.{attribute} is a {type(found).__name__}, "
             "not a worker_cli.Worker"
         )
+    if not found.workloads:
+        raise AppNotFound(f"--app {spec!r}: {module_name}.{attribute} has no task registered")
     return found

@@ -208,6 +208,7 @@ from worker_cli import Worker
 
 worker = Worker(capacity=3)
 not_a_worker = 5
+idle = Worker()
 
 
 @worker.task("square")
@@ -249,6 +250,7 @@ def test_chunkwise_worker_flags_win_over_the_app_s_options(app_dir, coordinator)
         ("broken_app:worker", "cannot import broken_app: ModuleNotFoundError"),
         ("sdk_app:nothing", "module sdk_app has no attribute 'nothing'"),
         ("sdk_app:not_a_worker", "sdk_app.not_a_worker is a int, not a worker_cli.Worker"),
+        ("sdk_app:idle", "sdk_app.idle has no task registered"),
         (":worker", "give MODULE:ATTR"),
     ],
 )
