@@ -209,6 +209,8 @@ from worker_cli import Worker
 worker = Worker(capacity=3)
 not_a_worker = 5
 idle = Worker()
+pinned = Worker("http://pinned.test", "cw_pinned")
+pinned.task("square")(lambda args, ctx: None)
 
 
 @worker.task("square")
@@ -241,6 +243,16 @@ def test_chunkwise_worker_flags_win_over_the_app_s_options(app_dir, coordinator)
     assert main(["--app", "sdk_app", "--burst", "--capacity", "5"]) == 0
 
     assert fake.claims[0]["capacity"] == 5
+
+
+def test_an_app_worker_s_own_url_and_token_win_over_the_environment(app_dir, coordinator):
+    fake = coordinator()
+
+    assert main(["--app", "sdk_app:pinned", "--burst"]) == 0
+    assert fake.opened_with == ("http://pinned.test", "cw_pinned")
+
+    assert main(["--app", "sdk_app:pinned", "--burst", "--coordinator", URL]) == 0
+    assert fake.opened_with == (URL, "cw_pinned")  # and the flag over the Worker's
 
 
 @pytest.mark.parametrize(
