@@ -85,7 +85,6 @@ class ClaimedTask:
     deadline: str | None = None
     # The lease's secret: every call about this attempt carries it, and it is never logged.
     lease_token: str = field(default="", repr=False)
-    args: object = None
 
     @classmethod
     def from_payload(cls, payload: dict) -> ClaimedTask:
@@ -106,7 +105,6 @@ class ClaimedTask:
             checkpoint=payload.get("checkpoint"),
             deadline=payload.get("deadline"),
             lease_token=payload.get("lease_token", ""),
-            args=payload.get("args"),
         )
 
     def log_fields(self) -> dict:
@@ -241,11 +239,6 @@ class TaskContext:
         return self._stop_reason is not None
 
     # -- what a task function asks of its attempt (worker_cli.Worker) ----------------------
-
-    @property
-    def args(self) -> object:
-        """The task's JSON arguments (None for a task with an input_uri)."""
-        return self.task.args
 
     @property
     def task_id(self) -> str:
