@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -85,6 +86,11 @@ class ClaimedTask:
     deadline: str | None = None
     # The lease's secret: every call about this attempt carries it, and it is never logged.
     lease_token: str = field(default="", repr=False)
+    # The task's JSON args as the exact text input_sha256 digests (None: its input is at
+    # input_uri); TaskContext.args parses them once they are checked.
+    args: str | None = field(default=None, repr=False)
+    # The most JSON bytes the coordinator stores as a result value (None: it did not say).
+    max_result_bytes: int | None = None
 
     @classmethod
     def from_payload(cls, payload: dict) -> ClaimedTask:
@@ -105,6 +111,8 @@ class ClaimedTask:
             checkpoint=payload.get("checkpoint"),
             deadline=payload.get("deadline"),
             lease_token=payload.get("lease_token", ""),
+            args=payload.get("args"),
+            max_result_bytes=payload.get("max_result_bytes"),
         )
 
     def log_fields(self) -> dict:
@@ -133,8 +141,29 @@ class TaskContext:
         self._blocks: Iterator[bytes] | None = None
         self._stream: Iterable[bytes] | None = None
         self._verified = False
+        self._args: object = None
 
     # -- input ------------------------------------------------------------------------------
+
+    @property
+    def args(self) -> object:
+        """The task's JSON args, parsed once their bytes match input_sha256 (None without).
+
+        InputUnavailable when they do not: the args changed on the way, and another attempt
+        may get them whole.
+        """
+        if self.task.args is None or self._args is not None:
+            return self._args
+        data = self.task.args.encode()
+        actual = hashlib.sha256(data).hexdigest()
+        expected = (self.task.input_sha256 or "").lower()
+        if actual != expected:
+            raise InputUnavailable(
+                "args digest mismatch",
+                details={"expected_sha256": expected, "actual_sha256": actual, "bytes": len(data)},
+            )
+        self._args = json.loads(data)
+        return self._args
 
     def read_input(self) -> Iterator[bytes]:
         """Stream the input; at its end raise InputUnavailable if the SHA-256 does not match."""
