@@ -539,7 +539,7 @@ def complete_with_values(stack: LocalStack) -> None:
                 "attempt": t["attempt"],
                 "lease_token": t["lease_token"],
                 **(
-                    {"value": t["args"]["i"]}
+                    {"value": json.loads(t["args"])["i"]}
                     if t.get("args") is not None
                     else {"result_uri": "bench://out", "result_sha256": "0" * 64}
                 ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import textwrap
 import threading
@@ -47,7 +48,10 @@ def coordinator(monkeypatch):
 
 
 def with_args(task_id, args, **fields):
-    return {**task_payload(task_id, workload="square", **fields), "args": args}
+    """A claimed task of the workload square, its args as the claim response carries them."""
+    text = json.dumps(args, sort_keys=True, separators=(",", ":"))
+    payload = task_payload(task_id, workload="square", data=text.encode(), **fields)
+    return {**payload, "args": text}
 
 
 def test_a_task_function_gets_its_args_and_context_and_its_result_is_submitted(coordinator):
@@ -69,6 +73,20 @@ def test_a_task_function_gets_its_args_and_context_and_its_result_is_submitted(c
     assert all(r["result"]["result_uri"] == "s3://bucket/r" for r in fake.results)
     assert fake.claims[0]["workloads"] == ["square"]
     assert fake.opened_with == (URL, "cw_worker") and fake.closed
+
+
+def test_a_task_function_s_bare_return_value_is_sent_as_a_value_to_store(coordinator):
+    fake = coordinator([with_args("t1", {"x": 3}), with_args("t2", {"x": None})])
+    worker = Worker()
+
+    @worker.task("square")
+    def square(args, ctx):
+        return None if args["x"] is None else args["x"] ** 2
+
+    worker.run(burst=True)
+
+    values = {r["task_id"]: r["result"]["value"] for r in fake.results}
+    assert values == {"t1": 9, "t2": None}
 
 
 def test_an_async_task_function_runs_to_completion(coordinator):
