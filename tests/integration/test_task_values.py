@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 
 import pytest
 
@@ -398,3 +399,43 @@ def test_a_result_stored_elsewhere_is_listed_without_a_value(
     ]
 
     assert "value" not in result and result["result_uri"].startswith("s3://out/")
+
+
+def test_a_job_of_args_claimed_and_answered_with_values_reads_back_in_chunk_order(
+    submit, claim, client, headers
+):
+    indexes = random.Random(39).sample(range(100), 20)
+    body = {"workload": "echo", "tasks": [{"chunk_index": i, "args": {"x": i}} for i in indexes]}
+    job = submit(body)
+    leased = claim(capacity=20)
+    random.Random(7).shuffle(leased)
+    items = [
+        {
+            "task_id": t["task_id"],
+            "attempt": t["attempt"],
+            "lease_token": t["lease_token"],
+            "value": json.loads(t["args"])["x"] ** 2,
+        }
+        for t in leased
+    ]
+    for first in (0, 10):
+        batch = {"worker_id": WORKER, "results": items[first : first + 10]}
+        answer = client.post("/api/v1/tasks/results", json=batch, headers=headers["worker"])
+        assert [r["outcome"] for r in answer.get_json()["results"]] == ["accepted"] * 10
+
+    read, after = [], -1
+    while after is not None:
+        page = client.get(
+            f"/api/v1/jobs/{job['id']}/results",
+            query_string={"after": after, "limit": 7},
+            headers=headers["user"],
+        ).get_json()
+        read += page["results"]
+        after = page["next_after"]
+    state = client.get(f"/api/v1/jobs/{job['id']}", headers=headers["user"]).get_json()
+
+    assert state["status"] == "succeeded"
+    assert [r["chunk_index"] for r in read] == sorted(indexes)
+    assert [r["value"] for r in read] == [i * i for i in sorted(indexes)]
+    for r in read:
+        assert r["result_sha256"] == hashlib.sha256(canonical(r["value"])).hexdigest()
