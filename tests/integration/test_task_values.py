@@ -439,3 +439,16 @@ def test_a_job_of_args_claimed_and_answered_with_values_reads_back_in_chunk_orde
     assert [r["value"] for r in read] == [i * i for i in sorted(indexes)]
     for r in read:
         assert r["result_sha256"] == hashlib.sha256(canonical(r["value"])).hexdigest()
+
+
+def test_a_schedule_of_args_tasks_submits_them_with_their_args(client, headers, claim):
+    body = {"cron": "*/5 * * * *", "job": args_job([{"x": 5}])}
+    put = client.put("/api/v1/schedules/squares", json=body, headers=headers["user"])
+
+    run = client.post("/api/v1/schedules/squares/run", headers=headers["user"])
+
+    assert put.status_code == 201, put.get_json()
+    assert run.status_code == 201, run.get_json()
+    assert put.get_json()["job"]["tasks"][0]["args"] == {"x": 5}
+    [claimed] = claim()
+    assert claimed["args"] == '{"x":5}'
