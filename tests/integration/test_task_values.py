@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 
 import pytest
 
@@ -398,3 +399,56 @@ def test_a_result_stored_elsewhere_is_listed_without_a_value(
     ]
 
     assert "value" not in result and result["result_uri"].startswith("s3://out/")
+
+
+def test_a_job_of_args_claimed_and_answered_with_values_reads_back_in_chunk_order(
+    submit, claim, client, headers
+):
+    indexes = random.Random(39).sample(range(100), 20)
+    body = {"workload": "echo", "tasks": [{"chunk_index": i, "args": {"x": i}} for i in indexes]}
+    job = submit(body)
+    leased = claim(capacity=20)
+    random.Random(7).shuffle(leased)
+    items = [
+        {
+            "task_id": t["task_id"],
+            "attempt": t["attempt"],
+            "lease_token": t["lease_token"],
+            "value": json.loads(t["args"])["x"] ** 2,
+        }
+        for t in leased
+    ]
+    for first in (0, 10):
+        batch = {"worker_id": WORKER, "results": items[first : first + 10]}
+        answer = client.post("/api/v1/tasks/results", json=batch, headers=headers["worker"])
+        assert [r["outcome"] for r in answer.get_json()["results"]] == ["accepted"] * 10
+
+    read, after = [], -1
+    while after is not None:
+        page = client.get(
+            f"/api/v1/jobs/{job['id']}/results",
+            query_string={"after": after, "limit": 7},
+            headers=headers["user"],
+        ).get_json()
+        read += page["results"]
+        after = page["next_after"]
+    state = client.get(f"/api/v1/jobs/{job['id']}", headers=headers["user"]).get_json()
+
+    assert state["status"] == "succeeded"
+    assert [r["chunk_index"] for r in read] == sorted(indexes)
+    assert [r["value"] for r in read] == [i * i for i in sorted(indexes)]
+    for r in read:
+        assert r["result_sha256"] == hashlib.sha256(canonical(r["value"])).hexdigest()
+
+
+def test_a_schedule_of_args_tasks_submits_them_with_their_args(client, headers, claim):
+    body = {"cron": "*/5 * * * *", "job": args_job([{"x": 5}])}
+    put = client.put("/api/v1/schedules/squares", json=body, headers=headers["user"])
+
+    run = client.post("/api/v1/schedules/squares/run", headers=headers["user"])
+
+    assert put.status_code == 201, put.get_json()
+    assert run.status_code == 201, run.get_json()
+    assert put.get_json()["job"]["tasks"][0]["args"] == {"x": 5}
+    [claimed] = claim()
+    assert claimed["args"] == '{"x":5}'
