@@ -89,6 +89,7 @@ _INTS = {
     "CHUNKWISE_MAX_LEASES_TOTAL": ("max_leases_total", 1),
     "CHUNKWISE_MAX_QUEUED_CHUNKS": ("max_queued_chunks", 1),
     "CHUNKWISE_MAX_UPLOAD_BYTES": ("max_upload_bytes", 1),
+    "CHUNKWISE_MAX_RESULT_BYTES": ("max_result_bytes", 1),
     "CHUNKWISE_MANIFEST_MAX_LEASES_PER_WORKER": ("manifest_max_leases_per_worker", 1),
     "CHUNKWISE_MANIFEST_MAX_LEASES_TOTAL": ("manifest_max_leases_total", 1),
     "CHUNKWISE_MANIFEST_MAX_QUEUED_TASKS": ("manifest_max_queued_tasks", 1),
@@ -363,6 +364,7 @@ def shared_settings(s: Settings) -> dict[str, str]:
         "CHUNKWISE_MANIFEST_MAX_LEASES_TOTAL": str(limits.manifest_max_leases_total),
         "CHUNKWISE_MANIFEST_MAX_QUEUED_TASKS": str(limits.manifest_max_queued_tasks),
         "CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB": str(limits.manifest_max_tasks_per_job),
+        "CHUNKWISE_MAX_RESULT_BYTES": str(limits.max_result_bytes),
         "CHUNKWISE_ALLOWED_WORKLOADS": ",".join(sorted(limits.allowed_workloads)),
         "CHUNKWISE_WORKLOAD_RATE_LIMITS": ",".join(
             f"{name}={rate!r}/s" for name, rate in sorted(limits.rate_limits)

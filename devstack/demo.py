@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from devstack import sdk_demo
 from devstack.sample_csv import generate_csv
 from devstack.stack import (
     REPO,
@@ -32,6 +33,7 @@ def start_stack(run_dir: Path, address: tuple[str, int] | None = None) -> LocalS
     stack = LocalStack(
         database_url=url, run_dir=run_dir, tokens=kept_tokens(run_dir / "secrets"), **where
     )
+    stack.env.update(sdk_demo.STACK_ENV)
     say(f"database:  {url}")
     say(f"logs:      {stack.logs}/  (JSON lines, one file per process)")
     say(f"archive:   {run_dir / 'archive'}")
@@ -142,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         stack = start_stack(RUN_DIR, address)
         if args.command == "demo":
             say_dashboard(stack)
-            return run_sample(stack, args.records, args.chunks)
+            status = run_sample(stack, args.records, args.chunks)
+            return sdk_demo.run(stack) or status
         say_ready(stack)
         signal.pause()
         return 0

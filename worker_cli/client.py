@@ -489,6 +489,20 @@ class CoordinatorClient:
         path = f"/api/v1/jobs/{_segment(job_id)}/results"
         return {"results": self._every_page(path, "results", trace_id)}
 
+    def result_page(
+        self,
+        job_id: str,
+        *,
+        after: int | None = None,
+        limit: int = CHUNK_PAGE,
+        trace_id: str | None = None,
+    ) -> dict:
+        """Up to `limit` of a job's results in chunk order, from the first past chunk index
+        `after`: {results, next_after}, next_after null after the last."""
+        params = {"limit": limit, **({"after": after} if after is not None else {})}
+        path = f"/api/v1/jobs/{_segment(job_id)}/results"
+        return self._request("GET", path, params=params, trace_id=trace_id)
+
     def list_chunks(self, job_id: str, *, trace_id: str | None = None) -> dict:
         """Every chunk of a job with its attempts, a page at a time: {chunks}."""
         path = f"/api/v1/jobs/{_segment(job_id)}/chunks"

@@ -1,4 +1,4 @@
-"""Facts about the running process (standard library only, so the worker imports it too)."""
+"""Facts about the running process (standard library only; the coordinator reports them too)."""
 
 from __future__ import annotations
 
