@@ -206,7 +206,7 @@ def plan_job(
             [
                 # The args' digest only when given, so a replay of a request from before
                 # sql/0030 still matches.
-                (i, t.input_uri, t.input_sha256, t.parameters, *([a.sha256] if a else []))
+                (i, t.input_uri, t.input_sha256, t.parameters) + (() if a is None else (a.sha256,))
                 for i, t, a in zip(indexes, spec.tasks, args, strict=True)
             ],
             # Only when given, so a replay of a request from before sql/0020 (sql/0021)

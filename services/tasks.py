@@ -359,7 +359,7 @@ def _checked(
     except ChunkwiseError as exc:
         return exc
     metrics = result.metrics or {}
-    c, text = completion, value and value.text
+    c, text = completion, None if value is None else value.text
     return task_rows.Outcome(c.task_id, c.attempt, c.lease_token, uri, sha, metrics, text)
 
 

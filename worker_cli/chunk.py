@@ -320,6 +320,10 @@ class ChunkRunner:
     def _result_rejected(self, chunk: RunningChunk, exc: RequestRejected) -> None:
         # Left alone the chunk would wait out its lease before anyone retried it; saying so
         # frees it now, and the coordinator's attempt budget still bounds the retries.
+        if exc.code == "result_too_large":
+            # A coordinator that did not say its limit in the claim: no retry makes it fit.
+            self._fail(chunk, exc.code, exc.message, retryable=False, details=exc.details)
+            return
         self._fail(
             chunk,
             "worker_error",

@@ -452,3 +452,18 @@ def test_a_schedule_of_args_tasks_submits_them_with_their_args(client, headers, 
     assert put.get_json()["job"]["tasks"][0]["args"] == {"x": 5}
     [claimed] = claim()
     assert claimed["args"] == '{"x":5}'
+
+
+@settings(CHUNKWISE_USER_MAX_STORED_BYTES="2048")
+def test_args_count_toward_a_users_stored_bytes(client, headers, db):
+    big = [{"blob": "x" * 1200}]
+    assert (
+        client.post("/api/v1/jobs", json=args_job(big), headers=headers["user"]).status_code == 201
+    )
+    before = job_count(db)
+
+    refused = client.post("/api/v1/jobs", json=args_job(big), headers=headers["user"])
+
+    assert refused.status_code == 429
+    assert refused.get_json()["error"]["code"] == "user_quota_exceeded"
+    assert job_count(db) == before

@@ -10,6 +10,7 @@ import pytest
 
 from tests.unit.fakes import FakeClient, FakeClock, make_worker, read_all, task_payload
 from tests.unit.fakes import wait_until_idle as idle
+from worker_cli.client import RequestRejected
 from worker_cli.handlers import ClaimedTask, InputUnavailable, TaskContext
 from worker_cli.return_values import ResultRefused, result_body
 
@@ -116,6 +117,22 @@ def test_a_value_over_the_claims_max_result_bytes_is_a_result_too_large_failure(
     assert results == []
     assert (failure["error_code"], failure["retryable"]) == ("result_too_large", False)
     assert failure["details"] == {"size": 2002, "limit": 1024}
+
+
+def test_a_value_the_coordinator_finds_too_large_is_a_result_too_large_failure_not_retried():
+    clock = FakeClock()
+    client = FakeClient(clock, claims=[[args_payload(max_result_bytes=None)]])
+    details = {"limit": 10, "size": 12, "fields": {"value": ["too large"]}}
+    client.result_replies = [
+        RequestRejected("value: too large", status=422, code="result_too_large", details=details)
+    ]
+    worker = make_worker(client, clock, returning("x" * 10), capacity=1)
+    worker.run_once()
+    assert idle(worker)
+
+    [failure] = client.failures
+    assert (failure["error_code"], failure["retryable"]) == ("result_too_large", False)
+    assert failure["details"]["limit"] == 10
 
 
 def test_the_size_counted_is_utf8_bytes_of_compact_json():
