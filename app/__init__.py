@@ -19,7 +19,17 @@ from app import (
     ui_session,
     uploads,
 )
-from app.blueprints import chunks, events, health, jobs, queue, schedules, tasks, ui
+from app.blueprints import (
+    chunks,
+    events,
+    health,
+    jobs,
+    queue,
+    schedules,
+    task_values,
+    tasks,
+    ui,
+)
 from app.config import load_settings
 from app.migrations import migration_ids
 
@@ -52,6 +62,7 @@ def create_app(
         jobs.bp,
         chunks.bp,
         tasks.bp,
+        task_values.bp,
         events.bp,
         queue.bp,
         schedules.bp,

@@ -9,10 +9,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
+
 from services.credentials import PLACEHOLDER_MARKS
 from services.runtime import MAX_RETRY_DELAY_SECONDS, Limits
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The migrations: app/sql in an installed distribution (setup.cfg maps sql/ there), the
+# repository's sql/ in a checkout.
+PACKAGED_MIGRATIONS = Path(__file__).resolve().parent / "sql"
+MIGRATIONS_DIR = PACKAGED_MIGRATIONS if PACKAGED_MIGRATIONS.is_dir() else REPO_ROOT / "sql"
 # A session-signing key shorter than this could be guessed offline from one signed cookie.
 MIN_SECRET_KEY_LENGTH = 32
 # The scrape token is compared, not looked up: it needs as much secret as an API token.
@@ -26,8 +32,19 @@ MAX_RATE_PER_SECOND = 1_000_000
 DEFAULT_WEB_THREADS = 32
 
 
-class ConfigError(ValueError):
-    """One or more environment variables have values Chunkwise cannot use."""
+class ConfigError(ValueError, click.ClickException):
+    """One or more environment variables have values Chunkwise cannot use.
+
+    A ClickException too, so `flask --app app ...` says what is wrong in a line per problem
+    (exit 1) rather than with a traceback.
+    """
+
+    def __init__(self, problems: list[str]):
+        if len(problems) == 1:
+            message = f"invalid configuration: {problems[0]}"
+        else:
+            message = "invalid configuration:\n  " + "\n  ".join(problems)
+        click.ClickException.__init__(self, message)
 
 
 @dataclass(frozen=True)
@@ -44,7 +61,7 @@ class Settings:
     auth_cache_seconds: float = 30.0
     temp_dir: Path = REPO_ROOT / ".run" / "tmp"
     archive_dir: Path = REPO_ROOT / ".run" / "archive"
-    migrations_dir: Path = REPO_ROOT / "sql"
+    migrations_dir: Path = MIGRATIONS_DIR
     log_level: str = "INFO"
     # Long polls one process lets wait at a time: a quarter of its threads unless set.
     max_waiting_requests: int = DEFAULT_WEB_THREADS // 4
@@ -72,6 +89,7 @@ _INTS = {
     "CHUNKWISE_MAX_LEASES_TOTAL": ("max_leases_total", 1),
     "CHUNKWISE_MAX_QUEUED_CHUNKS": ("max_queued_chunks", 1),
     "CHUNKWISE_MAX_UPLOAD_BYTES": ("max_upload_bytes", 1),
+    "CHUNKWISE_MAX_RESULT_BYTES": ("max_result_bytes", 1),
     "CHUNKWISE_MANIFEST_MAX_LEASES_PER_WORKER": ("manifest_max_leases_per_worker", 1),
     "CHUNKWISE_MANIFEST_MAX_LEASES_TOTAL": ("manifest_max_leases_total", 1),
     "CHUNKWISE_MANIFEST_MAX_QUEUED_TASKS": ("manifest_max_queued_tasks", 1),
@@ -228,7 +246,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if settings is not None:
         problems.extend(_cross_checks(settings))
     if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+        raise ConfigError(problems)
     return settings
 
 
@@ -346,6 +364,7 @@ def shared_settings(s: Settings) -> dict[str, str]:
         "CHUNKWISE_MANIFEST_MAX_LEASES_TOTAL": str(limits.manifest_max_leases_total),
         "CHUNKWISE_MANIFEST_MAX_QUEUED_TASKS": str(limits.manifest_max_queued_tasks),
         "CHUNKWISE_MANIFEST_MAX_TASKS_PER_JOB": str(limits.manifest_max_tasks_per_job),
+        "CHUNKWISE_MAX_RESULT_BYTES": str(limits.max_result_bytes),
         "CHUNKWISE_ALLOWED_WORKLOADS": ",".join(sorted(limits.allowed_workloads)),
         "CHUNKWISE_WORKLOAD_RATE_LIMITS": ",".join(
             f"{name}={rate!r}/s" for name, rate in sorted(limits.rate_limits)

@@ -14,8 +14,8 @@ from flask import Flask
 
 from services import maintenance, metrics, schedules
 from services.errors import Unavailable
-from services.process import peak_rss_bytes
 from services.runtime import Runtime
+from worker_cli.process import peak_rss_bytes
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Apply, roll back and list the yoyo migrations in sql/: an explicit step, never run on start."""
+"""Apply, roll back and list the yoyo migrations: an explicit step, never run on start."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ from pathlib import Path
 
 from yoyo import get_backend, read_migrations
 
-from app.config import REPO_ROOT, to_yoyo_url
-
-MIGRATIONS_DIR = REPO_ROOT / "sql"
+from app.config import MIGRATIONS_DIR, to_yoyo_url
 
 
 def migration_ids(directory: Path = MIGRATIONS_DIR) -> list[str]:
@@ -46,9 +44,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     url = os.environ.get("DATABASE_URL")
     if not url:
-        print("DATABASE_URL is required", file=sys.stderr)
+        print("DATABASE_URL is required (postgresql://user@host:port/dbname)", file=sys.stderr)
         return 2
-    (apply if args.action == "apply" else rollback_latest)(url)
+    directory = Path(os.environ.get("CHUNKWISE_MIGRATIONS_DIR") or MIGRATIONS_DIR)
+    # Exiting 0 with nothing applied would leave a server with no schema that thinks it has one.
+    if not migration_ids(directory):
+        print(
+            f"no migrations found in {directory}: set CHUNKWISE_MIGRATIONS_DIR to the directory "
+            "holding NNNN.name.sql",
+            file=sys.stderr,
+        )
+        return 2
+    (apply if args.action == "apply" else rollback_latest)(url, directory)
     return 0
 
 

@@ -42,7 +42,8 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     ),
     "jobs.list_jobs": (schemas.JobListQuerySchema, schemas.JobListSchema, ()),
     "jobs.get_job": (schemas.JobWaitQuerySchema, schemas.JobSchema, (304, 404)),
-    "jobs.list_results": (schemas.ChunkPageQuerySchema, schemas.ResultListSchema, (404,)),
+    "jobs.list_results": (schemas.ResultPageQuerySchema, schemas.ResultListSchema, (404,)),
+    "task_values.stored_result": (None, None, (404,)),
     "jobs.cancel_job": (None, schemas.JobSchema, (404, 409)),
     "jobs.cancel_jobs": (schemas.JobCancelSchema, schemas.JobCancelResultSchema, ()),
     "jobs.retry_job": (None, schemas.JobSchema, (404, 409, 429)),
@@ -222,6 +223,9 @@ def _response(endpoint: str, status: int, response_schema) -> dict:
         description = "the original job of an idempotent retry"
     if endpoint == "tasks.read_input":
         content = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+    elif endpoint == "task_values.stored_result":
+        # The stored canonical JSON bytes: result_sha256 is their digest.
+        content = {"application/json": {"schema": {}}}
     elif endpoint == "openapi.document":
         content = {MEDIA_TYPE: {"schema": {"type": "object"}}}
     else:

@@ -112,7 +112,7 @@ def require_storage(settings: Settings, store: archive.Archive | None = None) ->
     """Raise ConfigError unless the temp directory and the archive can be used (creating them)."""
     problems = storage_problems(settings, store or archive_for(settings))
     if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+        raise ConfigError(problems)
 
 
 def storage_problems(settings: Settings, store: archive.Archive) -> list[str]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 from marshmallow import (
     Schema,
     ValidationError,
     fields,
+    missing,
     post_dump,
     validate,
     validates,
@@ -18,6 +20,7 @@ from app.input_rules import COLUMN_RANGES, Bool, Int, RequestSchema
 from services.csvjobs import WORKLOAD as CSV_WORKLOAD
 from services.jobs import EVENT_TYPES
 from services.runtime import MAX_RETRY_DELAY_SECONDS
+from services.task_values import JsonValue
 
 
 def whole_text(pattern: str, error: str) -> dict:
@@ -33,6 +36,9 @@ def whole_text(pattern: str, error: str) -> dict:
 # A schedule further off, ahead or behind, is more likely a mistake (a year typed wrong)
 # than a plan.
 MAX_SCHEDULE_DISTANCE = timedelta(days=366)
+
+# The most results one page of GET /api/v1/jobs/{id}/results holds.
+MAX_RESULT_PAGE = 10_000
 
 # A day: longer than that, a task is better split, or checkpointed and retried.
 MAX_TIMEOUT_SECONDS = 86400
@@ -120,20 +126,65 @@ LABELS = fields.Dict(
 # --- requests -----------------------------------------------------------------------------
 
 
+# What the OpenAPI document says of a field holding JSON: OpenAPI 3.0 has no "any" type.
+JSON_OBJECT_OR_ARRAY = {"oneOf": [{"type": "object"}, {"type": "array", "items": {}}]}
+ANY_JSON = {
+    "anyOf": [
+        *JSON_OBJECT_OR_ARRAY["oneOf"],
+        {"type": "string"},
+        {"type": "number"},
+        {"type": "boolean"},
+    ],
+    "nullable": True,
+}
+
+
+def _object_or_array(value: object) -> None:
+    if not isinstance(value, dict | list):
+        raise ValidationError("must be a JSON object or array")
+
+
 class TaskSpecSchema(Schema):
-    """One task of a manifest job (nested: JobCreateSchema has refused unstorable text)."""
+    """One task of a manifest job (nested: JobCreateSchema has refused unstorable text): its
+    input named by input_uri and input_sha256, or given as its JSON args."""
 
     chunk_index = Int(minimum=0, load_default=None)
-    input_uri = fields.Str(required=True, validate=validate.Length(min=1, max=2000))
-    input_sha256 = fields.Str(required=True, **HEX64)
+    input_uri = fields.Str(load_default=None, validate=validate.Length(min=1, max=2000))
+    input_sha256 = fields.Str(load_default=None, **HEX64)
+    args = fields.Raw(
+        validate=_object_or_array,
+        metadata={
+            **JSON_OBJECT_OR_ARRAY,
+            "description": "the task's JSON arguments (an object or array), instead of "
+            "input_uri and input_sha256: the coordinator stores them and derives both",
+        },
+    )
     parameters = fields.Dict(load_default=dict)
+
+    @validates_schema
+    def _one_input(self, data: dict, **kwargs) -> None:
+        named = [n for n in ("input_uri", "input_sha256") if data.get(n) is not None]
+        if "args" in data and named:
+            raise ValidationError("give args, or input_uri and input_sha256, not both", "args")
+        if "args" not in data and len(named) < 2:
+            raise ValidationError(
+                {
+                    n: ["required (or give the task's args instead)"]
+                    for n in ("input_uri", "input_sha256")
+                    if n not in named
+                }
+            )
 
 
 class JobCreateSchema(RequestSchema):
     """A manifest job: tasks for the caller's own workers."""
 
     workload = fields.Str(required=True, validate=validate.Length(min=1, max=100))
-    input_uri = fields.Str(required=True, validate=validate.Length(min=1, max=2000))
+    input_uri = fields.Str(
+        load_default=None,
+        validate=validate.Length(min=1, max=2000),
+        metadata={"description": "required unless every task gives its args"},
+    )
     parameters = fields.Dict(load_default=dict)
     priority = Int(minimum=0, maximum=255, column="smallint", load_default=0)
     max_attempts = Int(minimum=1, maximum=20, load_default=None)
@@ -159,6 +210,12 @@ class JobCreateSchema(RequestSchema):
             "the last does, and the job fails (dependency_failed) if one fails or is cancelled"
         },
     )
+
+    @validates_schema
+    def _job_input(self, data: dict, **kwargs) -> None:
+        tasks = data.get("tasks") or []
+        if data.get("input_uri") is None and not all("args" in t for t in tasks):
+            raise ValidationError("required unless every task gives its args", "input_uri")
 
 
 class SchedulePutSchema(RequestSchema):
@@ -275,6 +332,12 @@ class ChunkPageQuerySchema(RequestSchema):
     limit = Int(minimum=1, maximum=1000, load_default=1000)
 
 
+class ResultPageQuerySchema(ChunkPageQuerySchema):
+    """Query parameters of a page of a job's results, in chunk order."""
+
+    limit = Int(minimum=1, maximum=MAX_RESULT_PAGE, load_default=1000)
+
+
 class EventQuerySchema(RequestSchema):
     """Query parameters of the event feed."""
 
@@ -361,13 +424,37 @@ class HeartbeatBatchSchema(RequestSchema):
             raise ValidationError("a batch may renew each task once")
 
 
+class Json(fields.Raw):
+    """Any JSON value, loaded as a JsonValue so that null stays apart from absent."""
+
+    def deserialize(self, value, attr=None, data=None, **kwargs):
+        if value is None:
+            return JsonValue(None)
+        loaded = super().deserialize(value, attr, data, **kwargs)
+        return loaded if loaded is missing else JsonValue(loaded)
+
+
 class ResultFieldsSchema(Schema):
-    """What a completed task reports: a manifest, or for csv_stats the chunk summary."""
+    """What a completed task reports: a manifest, a value for the coordinator to store, or
+    for csv_stats the chunk summary."""
 
     result_uri = fields.Str(load_default=None, validate=validate.Length(min=1, max=2000))
     result_sha256 = fields.Str(load_default=None, **HEX64)
     summary = fields.Dict(load_default=None)
+    value = Json(
+        metadata={
+            **ANY_JSON,
+            "description": "the result itself, any JSON: the coordinator stores it (up to "
+            "max_result_bytes of canonical JSON) and derives result_uri and result_sha256",
+        },
+    )
     metrics = fields.Dict(load_default=dict)
+
+    @validates_schema
+    def _value_or_manifest(self, data: dict, **kwargs) -> None:
+        given = [n for n in ("result_uri", "result_sha256", "summary") if data.get(n) is not None]
+        if "value" in data and given:
+            raise ValidationError(f"give value or {', '.join(given)}, not both", "value")
 
     @validates("metrics")
     def _peak_rss_is_a_byte_count(self, value: dict, **kwargs) -> None:
@@ -694,7 +781,7 @@ class ChunkListSchema(ResponseSchema):
 
 
 class ResultManifestSchema(Schema):
-    """A completed task's result manifest."""
+    """A completed task's result manifest, and its value when the coordinator stores it."""
 
     task_id = fields.UUID(attribute="id")
     chunk_index = fields.Int()
@@ -703,13 +790,30 @@ class ResultManifestSchema(Schema):
     result_sha256 = fields.Str()
     metrics = fields.Dict(allow_none=True)
     completed_at = fields.DateTime()
+    value = fields.Method(
+        "_value",
+        metadata={
+            **ANY_JSON,
+            "description": "the stored result value (any JSON, null included); absent when "
+            "the task's result is stored elsewhere, at result_uri",
+        },
+    )
+
+    def _value(self, result):
+        return missing if result.value is None else json.loads(result.value)
 
 
 class ResultListSchema(ResponseSchema):
-    """A page of completed result manifests in chunk order, and where the next page starts."""
+    """A page of completed results in chunk order, and where the next page starts."""
 
     results = fields.List(fields.Nested(ResultManifestSchema))
-    next_after = fields.Int()
+    next_after = fields.Int(
+        allow_none=True,
+        metadata={
+            "description": "the chunk_index to ask for the next page after; null when this "
+            "page is the last"
+        },
+    )
 
 
 class ClaimedTaskSchema(Schema):
@@ -738,7 +842,19 @@ class ClaimedTaskSchema(Schema):
         allow_none=True,
         metadata={"description": "when the job's timeout_seconds ends this attempt"},
     )
+    args = fields.Str(
+        attribute="task.args",
+        allow_none=True,
+        metadata={
+            "description": "the task's args as their canonical JSON text: input_sha256 is the "
+            "SHA-256 of its UTF-8 bytes (parse it after checking); null for a task whose "
+            "input is at input_uri"
+        },
+    )
     heartbeat_seconds = fields.Int()  # filled in by ClaimResponseSchema
+    max_result_bytes = fields.Int(
+        metadata={"description": "the most canonical JSON a result's value may be"}
+    )  # filled in by ClaimResponseSchema
 
     def _parameters(self, claimed):
         params = dict(claimed.task.parameters)
@@ -755,11 +871,13 @@ class ClaimResponseSchema(ResponseSchema):
 
     tasks = fields.List(fields.Nested(ClaimedTaskSchema))
     heartbeat_seconds = fields.Int()
+    max_result_bytes = fields.Int()
 
     @post_dump
     def _heartbeat_per_task(self, data: dict, **kwargs) -> dict:
         for task in data["tasks"]:
             task["heartbeat_seconds"] = data["heartbeat_seconds"]
+            task["max_result_bytes"] = data["max_result_bytes"]
         return data
 
 

@@ -43,6 +43,7 @@ from devstack.sample_csv import HEADER, generate_csv
 from devstack.stack import BIN, REPO, LocalStack, database_url, free_port, stop_on_sigterm
 from repositories.jobs import delete_finished
 from repositories.queue import fold_tallies
+from worker_cli import Client
 
 WORKLOAD = "noop"
 CLAIM_CAPACITY = 100
@@ -150,6 +151,7 @@ def measure(
                 turns.append({"pgbench_tps": tps, "tasks_per_s": tasks})
             report["throughput"].append({"threads": threads, "turns": turns})
     report.update(job_view_beside_its_size(stack))
+    report.update(sdk_submit_beside_manifest(stack))
     report["rss"] = upload_rss(stack)
     return report
 
@@ -472,6 +474,91 @@ def complete(stack: LocalStack, worker: str, tasks: list[dict]) -> None:
         f"{stack.url}/api/v1/tasks/results",
         json={"worker_id": worker, "results": items},
         timeout=30,
+    )
+
+
+def sdk_submit_beside_manifest(stack: LocalStack, turns: int = 5) -> dict:
+    """client.submit of TASKS_PER_JOB tasks of args beside today's manifest of input_uri tasks
+    in one POST, taking turns (each going first in every other turn); then every task
+    completed, the SDK job's with its stored value, and client.results reading them back."""
+    client = Client(stack.url, stack.tokens.user)
+    session = stack.api()
+    manifest = {
+        "workload": WORKLOAD,
+        "input_uri": "bench://in",
+        "tasks": [
+            {"input_uri": f"bench://in/{i}", "input_sha256": "0" * 64} for i in range(TASKS_PER_JOB)
+        ],
+    }
+    args = [{"i": i} for i in range(TASKS_PER_JOB)]
+
+    def submit_manifest() -> str:
+        response = session.post(f"{stack.url}/api/v1/jobs", json=manifest, timeout=120)
+        response.raise_for_status()
+        return response.json()["id"]
+
+    sides = {"manifest": submit_manifest, "sdk": lambda: client.submit(WORKLOAD, args)["id"]}
+    report: dict = {"tasks": TASKS_PER_JOB, "manifest_ms": [], "sdk_ms": [], "results_ms": []}
+    for turn in range(turns):
+        jobs = {}
+        for name in sorted(sides, reverse=turn % 2 == 1):
+            started = time.perf_counter()
+            jobs[name] = sides[name]()
+            report[f"{name}_ms"].append((time.perf_counter() - started) * 1000)
+        complete_with_values(stack)
+        started = time.perf_counter()
+        values = client.results(jobs["sdk"])
+        report["results_ms"].append((time.perf_counter() - started) * 1000)
+        assert values == list(range(TASKS_PER_JOB)), "the values read back are not the args"
+    client.close()
+    return {"sdk_submit": report}
+
+
+def complete_with_values(stack: LocalStack) -> None:
+    """Claim every queued task and complete it: a task with args stores its args["i"]."""
+    session = stack.api(stack.tokens.worker)
+    while True:
+        claimed = session.post(
+            f"{stack.url}/api/v1/tasks/claim",
+            json={"worker_id": "bench-sdk", "workloads": [WORKLOAD], "capacity": CLAIM_CAPACITY},
+            timeout=30,
+        )
+        if claimed.status_code == 204:
+            return
+        items = [
+            {
+                "task_id": t["task_id"],
+                "attempt": t["attempt"],
+                "lease_token": t["lease_token"],
+                **(
+                    {"value": json.loads(t["args"])["i"]}
+                    if t.get("args") is not None
+                    else {"result_uri": "bench://out", "result_sha256": "0" * 64}
+                ),
+            }
+            for t in claimed.json()["tasks"]
+        ]
+        session.post(
+            f"{stack.url}/api/v1/tasks/results",
+            json={"worker_id": "bench-sdk", "results": items},
+            timeout=30,
+        ).raise_for_status()
+
+
+def print_sdk_submit(r: dict) -> None:
+    """client.submit beside the manifest submit, every turn, and the values read back."""
+    sdk = r["sdk_submit"]
+    ratios = [s / m for s, m in zip(sdk["sdk_ms"], sdk["manifest_ms"], strict=True)]
+    print(
+        f"submitting {sdk['tasks']:,} tasks in one call, {len(ratios)} turns: client.submit "
+        f"(args) {' / '.join(f'{x:.0f}' for x in sdk['sdk_ms'])} ms, the manifest (input_uri) "
+        f"{' / '.join(f'{x:.0f}' for x in sdk['manifest_ms'])} ms; ratio median "
+        f"{statistics.median(ratios):.2f}x (range {min(ratios):.2f}-{max(ratios):.2f}x)"
+    )
+    print(
+        f"  their values read back (client.results): "
+        f"{' / '.join(f'{x:.0f}' for x in sdk['results_ms'])} ms, median "
+        f"{statistics.median(sdk['results_ms']):.0f} ms"
     )
 
 
@@ -805,6 +892,7 @@ def print_report(r: dict) -> None:
         f"{rss['upload_bytes'] / 2**20:.0f} MiB upload {rss['peak_bytes'] / 2**20:.0f} MiB "
         f"(+{grown:.0f} MiB)"
     )
+    print_sdk_submit(r)
     print(json.dumps(r))
 
 

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
 from pathlib import Path
 
+from devstack import sdk_demo
 from devstack.sample_csv import generate_csv
 from devstack.stack import (
     REPO,
+    BindRefused,
     LocalStack,
     database_url,
     follow_job,
     kept_tokens,
+    run_address,
     stop_on_sigterm,
 )
 from services import csvstats
@@ -22,10 +26,14 @@ from services import csvstats
 RUN_DIR = REPO / ".run"
 
 
-def start_stack(run_dir: Path) -> LocalStack:
-    """Database, migrations, tokens, gunicorn and two workers."""
+def start_stack(run_dir: Path, address: tuple[str, int] | None = None) -> LocalStack:
+    """Database, migrations, tokens, gunicorn (on address, else a free port) and two workers."""
     url = database_url(run_dir)
-    stack = LocalStack(database_url=url, run_dir=run_dir, tokens=kept_tokens(run_dir / "secrets"))
+    where = {"host": address[0], "port": address[1]} if address else {}
+    stack = LocalStack(
+        database_url=url, run_dir=run_dir, tokens=kept_tokens(run_dir / "secrets"), **where
+    )
+    stack.env.update(sdk_demo.STACK_ENV)
     say(f"database:  {url}")
     say(f"logs:      {stack.logs}/  (JSON lines, one file per process)")
     say(f"archive:   {run_dir / 'archive'}")
@@ -88,6 +96,27 @@ def show_progress(job: dict, elapsed: float) -> None:
     sys.stdout.flush()
 
 
+def export_block(stack: LocalStack) -> str:
+    """The shell lines that point chunkwise and chunkwise-worker at this stack."""
+    return (
+        f"export CHUNKWISE_URL={stack.url} \\\n"
+        f"       CHUNKWISE_TOKEN={stack.tokens.user} \\\n"
+        f"       CHUNKWISE_WORKER_TOKEN={stack.tokens.worker}"
+    )
+
+
+def say_ready(stack: LocalStack) -> None:
+    """make run's greeting: the export block, the dashboard and the other tokens."""
+    say("\nready. In another shell:\n")
+    say(export_block(stack))
+    say("\n  then, e.g.:     chunkwise submit data.csv --column value --wait")
+    say(f"  dashboard:      {stack.url}/ui/  (sign in with CHUNKWISE_TOKEN)")
+    say(f"  operator token: {stack.tokens.operator}  (adds the queue and workers pages)")
+    say(f"  metrics token:  {stack.tokens.metrics}  (GET /metrics, as a bearer token)")
+    say(f"  (kept in {RUN_DIR / 'secrets' / 'tokens.json'}: the next make run reuses them)")
+    say("Ctrl-C stops everything.")
+
+
 def say(line: str) -> None:
     """Print a line of the demo's log."""
     print(line, flush=True)
@@ -100,22 +129,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--chunks", type=int, default=8)
     args = parser.parse_args(argv)
+    # make run listens where the docs say (or CHUNKWISE_BIND); the demo, on any free port.
+    address = None
+    if args.command == "run":
+        try:
+            address = run_address(os.environ.get("CHUNKWISE_BIND"))
+        except BindRefused as exc:
+            print(f"make run: {exc}", file=sys.stderr)
+            return 1
     # Ctrl-C and SIGTERM both end in the finally below, which stops every process we started.
     stop_on_sigterm()
     stack = None
     try:
-        stack = start_stack(RUN_DIR)
+        stack = start_stack(RUN_DIR, address)
         if args.command == "demo":
             say_dashboard(stack)
-            return run_sample(stack, args.records, args.chunks)
-        say(f"\nready: CHUNKWISE_URL={stack.url}")
-        say(f"  dashboard:      {stack.url}/ui/  (sign in with the user token)")
-        say(f"  user token:     {stack.tokens.user}")
-        say(f"  operator token: {stack.tokens.operator}")
-        say(f"  worker token:   {stack.tokens.worker}")
-        say(f"  metrics token:  {stack.tokens.metrics}  (GET /metrics, as a bearer token)")
-        say(f"  (kept in {RUN_DIR / 'secrets' / 'tokens.json'}: the next make run reuses them)")
-        say("Ctrl-C stops everything.")
+            status = run_sample(stack, args.records, args.chunks)
+            return sdk_demo.run(stack) or status
+        say_ready(stack)
         signal.pause()
         return 0
     except KeyboardInterrupt:

@@ -6,6 +6,8 @@ this one LocalStack class.
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import json
 import os
 import secrets
@@ -28,11 +30,50 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
+# make run's address unless CHUNKWISE_BIND names another: the port the docs and examples use.
+RUN_BIND = "127.0.0.1:8000"
+
+
 def free_port() -> int:
     """A TCP port on loopback nobody listens on right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class BindRefused(Exception):
+    """make run cannot listen where it was asked to; the message says why and what to do."""
+
+
+def run_address(bind: str | None) -> tuple[str, int]:
+    """make run's (host, port): CHUNKWISE_BIND's HOST:PORT, else RUN_BIND, checked free now."""
+    text = bind or RUN_BIND
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BindRefused(f"CHUNKWISE_BIND={text!r} is not HOST:PORT, e.g. {RUN_BIND}")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        # As gunicorn binds: a port a stopped run left in TIME_WAIT is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, int(port)))
+        except OSError as exc:
+            taken = exc.errno == errno.EADDRINUSE
+            why = "is taken (another make run?)" if taken else f"cannot be bound ({exc.strerror})"
+            raise BindRefused(
+                f"{host}:{port} {why}: pick another address with "
+                f"CHUNKWISE_BIND, e.g. CHUNKWISE_BIND={host}:{int(port) + 1} make run"
+            ) from None
+    return host, int(port)
+
+
+def connect_host(host: str) -> str:
+    """Where to reach a server bound to host: loopback for a wildcard, which is no address."""
+    try:
+        wildcard = ipaddress.ip_address(host).is_unspecified
+    except ValueError:  # a name, such as localhost
+        return host
+    return ("::1" if ":" in host else "127.0.0.1") if wildcard else host
 
 
 @dataclass
@@ -91,12 +132,14 @@ class LocalStack:
     env: dict[str, str] = field(default_factory=dict)
     tokens: Tokens = field(default_factory=Tokens)
     port: int = field(default_factory=free_port)
+    host: str = "127.0.0.1"
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
         """The coordinator's base URL."""
-        return f"http://127.0.0.1:{self.port}"
+        host = connect_host(self.host)
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
     @property
     def logs(self) -> Path:
@@ -110,7 +153,9 @@ class LocalStack:
             "DATABASE_URL": self.database_url,
             "CHUNKWISE_TEMP_DIR": str(self.run_dir / "tmp"),
             "CHUNKWISE_ARCHIVE_DIR": str(self.run_dir / "archive"),
-            "CHUNKWISE_BIND": f"127.0.0.1:{self.port}",
+            "CHUNKWISE_BIND": f"[{self.host}]:{self.port}"
+            if ":" in self.host
+            else f"{self.host}:{self.port}",
             "CHUNKWISE_URL": self.url,
             "CHUNKWISE_SEED_USER_TOKEN": self.tokens.user,
             "CHUNKWISE_SEED_OPERATOR_TOKEN": self.tokens.operator,

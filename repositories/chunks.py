@@ -11,6 +11,11 @@ from psycopg import Connection
 from repositories import from_row
 from repositories.tasks import BLOCKED
 
+# How much of a task's args and result value a page of chunks shows, and of a traceback (a
+# worker sends up to 4000 characters of one).
+PREVIEW_CHARS = 200
+TRACEBACK_CHARS = 4000
+
 
 @dataclass(frozen=True)
 class TaskSummary:
@@ -40,6 +45,11 @@ class TaskSummary:
     deadline: datetime | None
     record_start: int | None
     record_end: int | None
+    # The first PREVIEW_CHARS (and one more, to tell a cut one) of its args and of its stored
+    # result value (sql/0030), and TRACEBACK_CHARS of its last failed attempt's traceback.
+    args_preview: str | None = None
+    value_preview: str | None = None
+    traceback_preview: str | None = None
 
     @property
     def blocked(self) -> bool:
@@ -61,12 +71,23 @@ def page_for_job(
                CASE WHEN workload = %(csv)s THEN (parameters ->> 'record_start')::bigint
                END AS record_start,
                CASE WHEN workload = %(csv)s THEN (parameters ->> 'record_end')::bigint
-               END AS record_end
+               END AS record_end,
+               left(args, %(preview)s) AS args_preview,
+               (SELECT left(r.value, %(preview)s) FROM task_results r
+                WHERE r.task_id = tasks.id) AS value_preview,
+               left(error_details ->> 'traceback', %(traceback)s) AS traceback_preview
         FROM tasks
         WHERE job_id = %(job)s AND chunk_index > %(after)s
         ORDER BY chunk_index
         LIMIT %(limit)s
         """,
-        {"job": job_id, "after": after_index, "limit": limit, "csv": csv_workload},
+        {
+            "job": job_id,
+            "after": after_index,
+            "limit": limit,
+            "csv": csv_workload,
+            "preview": PREVIEW_CHARS + 1,
+            "traceback": TRACEBACK_CHARS,
+        },
     ).fetchall()
     return [from_row(TaskSummary, r) for r in rows]

@@ -121,7 +121,9 @@ class ChunkCounts:
 _SIZE = sql.SQL("""
     SELECT octet_length(%(parameters)s::jsonb::text) + octet_length(%(labels)s::jsonb::text)
            + (SELECT coalesce(sum(octet_length(p::text)), 0)
-              FROM unnest(%(task_parameters)b::jsonb[]) AS p) AS bytes
+              FROM unnest(%(task_parameters)b::jsonb[]) AS p)
+           + (SELECT coalesce(sum(octet_length(a)), 0)
+              FROM unnest(%(task_args)b::text[]) AS a) AS bytes
 """)
 # The workload's virtual time (sql/0028): its head's number at this priority, or, with none
 # queued there, the last number any owner took.
@@ -179,18 +181,19 @@ WITH size AS ({size}), share AS (
 ), tasks AS (
   INSERT INTO tasks (id, job_id, chunk_index, workload, priority, input_uri,
                      input_sha256, parameters, max_attempts, not_before,
-                     timeout_seconds, fair_tag)
+                     timeout_seconds, fair_tag, args)
   SELECT t.id, job.id, t.chunk_index, %(workload)s, %(priority)s, t.input_uri,
          t.input_sha256, t.parameters, t.max_attempts,
          CASE WHEN %(blocked)s THEN %(forever)s
               WHEN job.not_before > now() THEN job.not_before END,
          job.timeout_seconds,
-         taken.first_tag + row_number() OVER (ORDER BY t.chunk_index)
+         taken.first_tag + row_number() OVER (ORDER BY t.chunk_index),
+         t.args
   FROM job, taken,
        unnest(%(task_ids)b::uuid[], %(indexes)b::int[], %(uris)b::text[],
               %(shas)b::text[], %(task_parameters)b::jsonb[],
-              %(task_max_attempts)b::int[])
-       AS t(id, chunk_index, input_uri, input_sha256, parameters, max_attempts)
+              %(task_max_attempts)b::int[], %(task_args)b::text[])
+       AS t(id, chunk_index, input_uri, input_sha256, parameters, max_attempts, args)
 ), announced AS (
   INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
   SELECT job.id, job.owner_id, 'job.created',
@@ -254,6 +257,7 @@ def admit_job(
             "shas": [t.input_sha256 for t in tasks],
             "task_parameters": [Jsonb(t.parameters) for t in tasks],
             "task_max_attempts": [t.max_attempts for t in tasks],
+            "task_args": [t.args for t in tasks],
         },
         prepare=True,
     ).fetchone()
@@ -269,8 +273,8 @@ class OwnerUsage:
 
 
 def recount_owner(conn: Connection, workload: str, owner_id: int) -> OwnerUsage:
-    """Count an owner's unfinished tasks in a workload and the bytes of parameters and labels
-    its unfinished jobs there store, and start its bounds again from there.
+    """Count an owner's unfinished tasks in a workload and the bytes of parameters, args and
+    labels its unfinished jobs there store, and start its bounds again from there.
 
     Two statements, as tasks.recount_unfinished: the count is taken once the row is locked,
     and the caller's transaction keeps the lock, so no admission of the owner's in the
@@ -294,7 +298,8 @@ def recount_owner(conn: Connection, workload: str, owner_id: int) -> OwnerUsage:
               AND workload = %(workload)s
         ), counted AS (
             SELECT count(*) FILTER (WHERE t.status IN ('pending', 'leased')) AS unfinished,
-                   coalesce(sum(octet_length(t.parameters::text)), 0) AS bytes
+                   coalesce(sum(octet_length(t.parameters::text)
+                                + coalesce(octet_length(t.args), 0)), 0) AS bytes
             FROM mine JOIN tasks t ON t.job_id = mine.id
         )
         UPDATE user_bounds SET unfinished = counted.unfinished,
@@ -316,6 +321,7 @@ def stored_bytes(conn: Connection, job: NewJob, tasks: Sequence[NewTask]) -> int
             "parameters": Jsonb(job.parameters),
             "labels": Jsonb(job.labels),
             "task_parameters": [Jsonb(t.parameters) for t in tasks],
+            "task_args": [t.args for t in tasks],
         },
     ).fetchone()["bytes"]
 
@@ -338,7 +344,8 @@ def raise_owner_bounds(
             FROM jobs j
             CROSS JOIN LATERAL (
                 SELECT count(*) FILTER (WHERE status IN ('failed', 'cancelled')) AS n,
-                       coalesce(sum(octet_length(parameters::text)), 0) AS bytes
+                       coalesce(sum(octet_length(parameters::text)
+                                    + coalesce(octet_length(args), 0)), 0) AS bytes
                 FROM tasks WHERE job_id = j.id) AS t
             WHERE j.id = ANY(%(jobs)s)
             GROUP BY j.owner_id

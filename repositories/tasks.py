@@ -55,6 +55,9 @@ class Task:
     # A job's timeout_seconds, and the time the current attempt must end by (sql/0021).
     timeout_seconds: int | None = None
     deadline: datetime | None = None
+    # The task's JSON arguments as the canonical text input_sha256 digests (sql/0030); None
+    # for a task whose input is at input_uri.
+    args: str | None = None
 
     @property
     def blocked(self) -> bool:
@@ -73,6 +76,7 @@ class NewTask:
     input_sha256: str
     parameters: dict
     max_attempts: int
+    args: str | None = None  # canonical JSON text (sql/0030)
 
 
 @dataclass(frozen=True)
@@ -419,6 +423,8 @@ class Outcome:
     result_uri: str
     result_sha256: str
     metrics: dict
+    # The canonical JSON of a value the coordinator stores (repositories.task_values).
+    value: str | None = None
 
 
 def complete_many(

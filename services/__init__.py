@@ -1,0 +1,1 @@
+"""Business rules and their transactions, one module per noun; nothing here imports Flask."""

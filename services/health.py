@@ -113,14 +113,22 @@ def missing_migrations(rt: Runtime, expected: Sequence[str]) -> list[str]:
 
 
 def require_ready(rt: Runtime, expected: Sequence[str]) -> None:
-    """Raise Unavailable naming the storage problems, the missing migrations or the shared
-    settings that differ from an earlier coordinator's, if any."""
+    """Raise Unavailable naming the storage problems, the missing migrations (or that it knows
+    none) or the shared settings that differ from an earlier coordinator's, if any."""
     problems = storage_problems(rt.temp_dir, rt.archive, rt.limits.max_upload_bytes)
     if problems:
         raise Unavailable(
             "storage cannot take uploads: " + "; ".join(str(p) for p in problems),
             code="storage_not_ready",
             details={"storage": [{"setting": p.setting, "problem": p.problem} for p in problems]},
+        )
+    if not expected:
+        # An install without its sql/ would otherwise call an empty database current.
+        raise Unavailable(
+            "this coordinator knows no migrations: CHUNKWISE_MIGRATIONS_DIR holds no "
+            "NNNN.name.sql, so it cannot tell whether the schema is there",
+            code="no_migrations",
+            details={"missing_migrations": []},
         )
     missing = missing_migrations(rt, expected)
     if missing:

@@ -19,12 +19,14 @@ from psycopg import Connection
 from repositories import events as event_rows
 from repositories import jobs as job_rows
 from repositories import locks
+from repositories import task_values as value_rows
 from repositories import tasks as task_rows
 from repositories import users as user_rows
 from repositories.events import EventPage
 from repositories.jobs import ChunkCounts, Job, JobSummary, NewJob, OwnerUsage
-from repositories.tasks import NewTask, Task
-from services import dependencies, settlement
+from repositories.task_values import CompletedResult
+from repositories.tasks import NewTask
+from services import dependencies, settlement, task_values
 from services.auth import Principal
 from services.deadlocks import rerun_deadlocks
 from services.errors import (
@@ -36,6 +38,7 @@ from services.errors import (
     WaitRefused,
 )
 from services.runtime import Runtime
+from services.task_values import CanonicalJson
 from services.wakeups import RETRY_WAIT_SECONDS
 from services.workloads import Caps
 
@@ -57,12 +60,13 @@ EVENT_TYPES = (
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One task of a manifest job."""
+    """One task of a manifest job: its input at input_uri, or its JSON args."""
 
-    input_uri: str
-    input_sha256: str
+    input_uri: str | None
+    input_sha256: str | None
     parameters: dict
     chunk_index: int | None = None
+    args: dict | list | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,7 @@ class JobSpec:
     """A manifest job as the caller describes it."""
 
     workload: str
-    input_uri: str
+    input_uri: str | None
     parameters: dict
     tasks: Sequence[TaskSpec]
     priority: int = 0
@@ -175,13 +179,17 @@ def plan_job(
         raise InvalidInput.field("tasks", "chunk_index values must be unique")
     dependencies.check_ids(spec.depends_on)
     labels = validate_labels(spec.labels)
+    args = [
+        None if t.args is None else task_values.task_args(t.args, f"tasks.{n}.args")
+        for n, t in enumerate(spec.tasks)
+    ]
     job_id = uuid.uuid4()
     max_attempts = spec.max_attempts or rt.limits.max_attempts
     new_job = NewJob(
         id=job_id,
         owner_id=principal.user_id,
         workload=spec.workload,
-        input_uri=spec.input_uri,
+        input_uri=spec.input_uri or task_values.inline_input_uri(job_id),
         input_sha256=None,
         parameters=spec.parameters,
         labels=labels,
@@ -196,8 +204,10 @@ def plan_job(
             max_attempts,
             labels,
             [
-                (i, t.input_uri, t.input_sha256, t.parameters)
-                for i, t in zip(indexes, spec.tasks, strict=True)
+                # The args' digest only when given, so a replay of a request from before
+                # sql/0030 still matches.
+                (i, t.input_uri, t.input_sha256, t.parameters) + (() if a is None else (a.sha256,))
+                for i, t, a in zip(indexes, spec.tasks, args, strict=True)
             ],
             # Only when given, so a replay of a request from before sql/0020 (sql/0021)
             # still matches.
@@ -212,18 +222,29 @@ def plan_job(
         depends_on=list(spec.depends_on) or None,
     )
     new_tasks = [
-        NewTask(
-            id=task_id(job_id, index),
-            chunk_index=index,
-            input_uri=t.input_uri,
-            input_sha256=t.input_sha256,
-            parameters=t.parameters,
-            max_attempts=max_attempts,
-        )
-        for index, t in zip(indexes, spec.tasks, strict=True)
+        _new_task(task_id(job_id, index), index, t, a, max_attempts)
+        for index, t, a in zip(indexes, spec.tasks, args, strict=True)
     ]
     check_size(rt, spec.workload, len(new_tasks))
     return new_job, new_tasks
+
+
+def _new_task(
+    new_id: UUID, index: int, spec: TaskSpec, args: CanonicalJson | None, max_attempts: int
+) -> NewTask:
+    if args is None:
+        uri, sha = spec.input_uri, spec.input_sha256
+    else:
+        uri, sha = task_values.inline_input_uri(new_id), args.sha256
+    return NewTask(
+        id=new_id,
+        chunk_index=index,
+        input_uri=uri,
+        input_sha256=sha,
+        parameters=spec.parameters,
+        max_attempts=max_attempts,
+        args=None if args is None else args.text,
+    )
 
 
 def task_id(job_id: UUID, chunk_index: int) -> UUID:
@@ -482,14 +503,29 @@ def list_jobs(
 
 def list_completed_results(
     rt: Runtime, principal: Principal, job_id: UUID, *, after_index: int = -1, limit: int = 1000
-) -> list[Task]:
+) -> list[CompletedResult]:
     """Up to `limit` completed tasks of a job in chunk order, from the first past
-    `after_index`, for the stitcher."""
+    `after_index`, each with its stored value if it has one, for the stitcher."""
     with rt.pool.connection() as conn:
         visible_job(conn, principal, job_id)
-        return task_rows.page_for_job(
-            conn, job_id, after_index=after_index, limit=limit, status="completed"
-        )
+        return value_rows.page_for_job(conn, job_id, after_index=after_index, limit=limit)
+
+
+def stored_result(rt: Runtime, principal: Principal, task_id: UUID) -> str:
+    """A task's stored result value as its canonical JSON text, to its job's owner only."""
+    with rt.pool.connection() as conn:
+        task = task_rows.get(conn, task_id)
+        try:
+            if task is None:
+                raise NotFound(f"task {task_id} does not exist")
+            visible_job(conn, principal, task.job_id)
+        except NotFound:
+            # Said alike whether or not the task exists, and without its job's id.
+            raise NotFound(f"task {task_id} does not exist") from None
+        text = value_rows.get(conn, task_id)
+    if text is None:
+        raise NotFound(f"task {task_id} has no stored result", code="no_stored_result")
+    return text
 
 
 @rerun_deadlocks

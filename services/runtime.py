@@ -50,8 +50,10 @@ class Limits:
     # A worker row unseen this long and holding no lease is deleted, with its /metrics series.
     worker_retention_seconds: int = 86_400
     max_upload_bytes: int = 50 * 1024 * 1024
+    # The most canonical JSON a task's stored result value may be (sql/0030).
+    max_result_bytes: int = 1024 * 1024
     # Fair share: one user's unfinished tasks may fill this percent of a workload's queue cap,
-    # its unfinished jobs there store this many bytes of parameters and labels, and it may
+    # its unfinished jobs there store this many bytes of parameters, args and labels, and it may
     # keep this many schedules.
     user_max_queued_percent: int = 25
     user_max_stored_bytes: int = 64 * 1024 * 1024

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import hmac
+import io
 import logging
 import math
 import random
@@ -11,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import BinaryIO
 from uuid import UUID
@@ -24,11 +25,12 @@ from repositories import events as event_rows
 from repositories import jobs as job_rows
 from repositories import locks
 from repositories import rate_limits as rate_rows
+from repositories import task_values as value_rows
 from repositories import tasks as task_rows
 from repositories import workers as worker_rows
 from repositories.jobs import Job
 from repositories.tasks import ClaimedTask, ExpiredLease, Renewal, Task
-from services import logcontext, settlement
+from services import logcontext, settlement, task_values
 from services.deadlocks import rerun_deadlocks
 from services.errors import (
     ChunkwiseError,
@@ -327,6 +329,13 @@ def complete_tasks(
             for o, c in zip(outcomes, completions, strict=True)
             if o.task is not None and not o.replayed
         ]
+        stored = [
+            value_rows.StoredValue(o.task_id, check.value)
+            for o, check in zip(outcomes, checked, strict=True)
+            if o.task is not None and not o.replayed and check.value is not None
+        ]
+        if stored:
+            value_rows.store(conn, stored)
         merging = _record_completions(conn, rt, worker_id, accepted, jobs) if accepted else []
     for job_id, rules in merging:
         rules.merge(rt, job_id)
@@ -340,13 +349,18 @@ def _checked(
     task = tasks.get(completion.task_id)
     if task is None:
         return NotFound(f"task {completion.task_id} does not exist")
+    result, value = completion.result, None
     try:
-        uri, sha = rt.workloads.of(task.workload).check_result(task, completion.result)
+        if result.value is not None:
+            value = task_values.result_value(result.value, rt.limits.max_result_bytes)
+            where = task_values.result_uri(task.id)
+            result = replace(result, result_uri=where, result_sha256=value.sha256)
+        uri, sha = rt.workloads.of(task.workload).check_result(task, result)
     except ChunkwiseError as exc:
         return exc
-    metrics = completion.result.metrics or {}
-    c = completion
-    return task_rows.Outcome(c.task_id, c.attempt, c.lease_token, uri, sha, metrics)
+    metrics = result.metrics or {}
+    c, text = completion, None if value is None else value.text
+    return task_rows.Outcome(c.task_id, c.attempt, c.lease_token, uri, sha, metrics, text)
 
 
 def _record_completions(
@@ -514,17 +528,23 @@ def serve_input(
         job = job_rows.get(conn, task.job_id)
     if job is None:  # deleted with its tasks by retention since the task was read
         raise NotFound(f"task {task_id} does not exist")
-    where = rt.workloads.of(task.workload).task_input(job, task)
+    # A task's args are its input: the very bytes its input_sha256 was taken over.
+    args = None if task.args is None else task.args.encode()
+    where = None if args is not None else rt.workloads.of(task.workload).task_input(job, task)
+    total = len(args) if args is not None else where.length
     first, last = byte_range or (0, None)
-    if byte_range is not None and first >= where.length:
+    if byte_range is not None and first >= total:
         raise RangeNotSatisfiable(
-            f"the input is {where.length} bytes; the range starts at byte {first}",
-            details={"length": where.length},
+            f"the input is {total} bytes; the range starts at byte {first}",
+            details={"length": total},
         )
-    length = (where.length if last is None else min(last + 1, where.length)) - first
-    reader = rt.archive.open_range(where.sha256, where.offset + first, length)
+    length = (total if last is None else min(last + 1, total)) - first
+    if args is not None:
+        reader: BinaryIO = io.BytesIO(args[first : first + length])
+    else:
+        reader = rt.archive.open_range(where.sha256, where.offset + first, length)
     blocks = InputBlocks(rt, reader, first, length, (task_id, call))
-    return InputStream(first, length, where.length, blocks)
+    return InputStream(first, length, total, blocks)
 
 
 class InputBlocks:

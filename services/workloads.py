@@ -12,6 +12,7 @@ from psycopg import Connection
 from repositories.jobs import Job
 from repositories.tasks import Task
 from services.errors import InvalidInput, NotFound
+from services.task_values import JsonValue
 
 if TYPE_CHECKING:
     from services.runtime import Runtime
@@ -31,7 +32,7 @@ class Caps:
     max_tasks_per_job: int
     # Tasks its claims may start a second, from a bucket of one second's starts (at least one).
     max_starts_per_second: float | None = None
-    # One user's share: its unfinished tasks, and the bytes of parameters and labels its
+    # One user's share: its unfinished tasks, and the bytes of parameters, args and labels its
     # unfinished jobs store (sql/0028).
     max_queued_tasks_per_user: int | None = None
     max_stored_bytes_per_user: int | None = None
@@ -43,7 +44,7 @@ class Caps:
 
     @property
     def user_bytes_limit(self) -> int:
-        """How many bytes of parameters and labels one user's unfinished jobs may store."""
+        """How many bytes of parameters, args and labels one user's unfinished jobs may store."""
         return self.max_stored_bytes_per_user or UNLIMITED_BYTES
 
     @property
@@ -70,6 +71,8 @@ class TaskResult:
     result_sha256: str | None = None
     metrics: dict | None = None
     summary: dict | None = None
+    # A value for the coordinator to store (sql/0030), instead of a manifest.
+    value: JsonValue | None = None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from services.process import peak_rss_bytes
 from worker_cli.client import (
     MAX_BATCH,
     CoordinatorClient,
@@ -32,7 +31,9 @@ from worker_cli.handlers import (
     UnknownWorkload,
 )
 from worker_cli.logs import log_scope
+from worker_cli.process import peak_rss_bytes
 from worker_cli.results import ResultBatcher
+from worker_cli.return_values import ResultRefused, result_body
 from worker_cli.schedule import Backoff, HeartbeatSchedule
 from worker_cli.worker_config import WorkerConfig
 
@@ -217,8 +218,11 @@ class ChunkRunner:
             "trace_id": task.trace_id,
         }
 
-    def open_input(self, task: ClaimedTask) -> ResumingInput:
-        """Stream the task's input from the coordinator, reopening it after a blip."""
+    def open_input(self, task: ClaimedTask) -> Iterable[bytes]:
+        """Stream the task's input from the coordinator, reopening it after a blip; a task's
+        args are its input, and came with the claim."""
+        if task.args is not None:
+            return [task.args.encode()]
         return ResumingInput(
             lambda start: self.client.stream_input(
                 task.input_uri, start=start, **self._fence(task)
@@ -241,8 +245,9 @@ class ChunkRunner:
             handler = self.handlers.get(task.workload)
             if handler is None:
                 raise UnknownWorkload(f"this worker has no handler for {task.workload!r}")
-            body = handler(task, context)
+            returned = handler(task, context)
             context.finish_input()
+            body = result_body(returned, task.max_result_bytes)
         except (ChunkStopped, LeaseLost, InputUnavailable) as exc:
             self._cut_short(chunk, exc)
             return
@@ -259,7 +264,13 @@ class ChunkRunner:
                 retry_after_seconds=exc.seconds,
             )
             return
-        except Exception as exc:
+        except ResultRefused as exc:
+            self._fail(chunk, exc.code, exc.message, retryable=False, details=exc.details)
+            return
+        except BaseException as exc:
+            # Any exception, and a KeyboardInterrupt or SystemExit raised in the handler too:
+            # in a chunk's thread it can stop nothing but this chunk, which must not then wait
+            # out its lease unreported. A real Ctrl-C reaches the main thread, as a signal.
             self._fail(
                 chunk,
                 "worker_error",
@@ -309,6 +320,10 @@ class ChunkRunner:
     def _result_rejected(self, chunk: RunningChunk, exc: RequestRejected) -> None:
         # Left alone the chunk would wait out its lease before anyone retried it; saying so
         # frees it now, and the coordinator's attempt budget still bounds the retries.
+        if exc.code == "result_too_large":
+            # A coordinator that did not say its limit in the claim: no retry makes it fit.
+            self._fail(chunk, exc.code, exc.message, retryable=False, details=exc.details)
+            return
         self._fail(
             chunk,
             "worker_error",

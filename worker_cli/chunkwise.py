@@ -20,9 +20,11 @@ from worker_cli.client import (
     CoordinatorClient,
     CoordinatorError,
     CoordinatorUnavailable,
+    SubmittedJob,
     new_trace_id,
     settings_problem,
 )
+from worker_cli.version import installed_version
 
 EXIT_OK = 0
 EXIT_JOB_UNSUCCESSFUL = 1
@@ -182,7 +184,7 @@ def file_sha256(path: str) -> str:
 def submit(cli: Invocation, args: argparse.Namespace) -> int:
     """Upload a CSV as a job and print its id; with --wait, follow it to the end."""
     labels = dict(args.label or [])
-    key = args.idempotency_key or default_idempotency_key(
+    key = chosen_key(args) or default_idempotency_key(
         file_sha256(args.file),
         column=args.column,
         delimiter=args.delimiter,
@@ -207,7 +209,9 @@ def submit(cli: Invocation, args: argparse.Namespace) -> int:
                 trace_id=trace_id,
             )
 
-    return print_or_follow(cli, cli.call(upload), args, show_detail=False)
+    job = cli.call(upload)
+    say_if_found(cli, job)
+    return print_or_follow(cli, job, args, show_detail=False)
 
 
 def enqueue(cli: Invocation, args: argparse.Namespace) -> int:
@@ -216,9 +220,25 @@ def enqueue(cli: Invocation, args: argparse.Namespace) -> int:
     if args.after:
         job["depends_on"] = [*job.get("depends_on", []), *args.after]
     # As submit's: named by what is asked, so re-running the command finds its job.
-    key = args.idempotency_key or key_naming(job)
+    key = chosen_key(args) or key_naming(job)
     submitted = cli.call(cli.client.submit_job, job, idempotency_key=key)
+    say_if_found(cli, submitted)
     return print_or_follow(cli, submitted, args, show_detail=True)
+
+
+def chosen_key(args: argparse.Namespace) -> str | None:
+    """The key --idempotency-key gives, a fresh one for --new, or None for the derived one."""
+    # One key for all of this command's attempts: a retry after a lost answer finds its job.
+    return f"cli-new-{uuid.uuid4()}" if args.new else args.idempotency_key
+
+
+def say_if_found(cli: Invocation, job: dict) -> None:
+    """Tell stderr when the coordinator returned an earlier job under the same key."""
+    if isinstance(job, SubmittedJob) and not job.created:
+        cli.warn(
+            f"chunkwise: job {job['id']} was submitted before under the same idempotency key "
+            f"(it is {job['status']}): showing it; --new submits again"
+        )
 
 
 def print_or_follow(
@@ -572,10 +592,48 @@ def describe_error(exc: CoordinatorError, url: str, trace_id: str) -> str:
 # -- parsing and main -----------------------------------------------------------------------
 
 
+# One function per subcommand (or per family that shares its options), each given `command`:
+# (name, action, help) -> the new subcommand's parser, which takes the shared options too.
+Command = Callable[[str, Callable, str], argparse.ArgumentParser]
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    # The shared options are accepted before or after the subcommand; SUPPRESS keeps a
-    # subcommand's unset copy from overwriting a value given before it.
+    shared = shared_options()
+    parser = argparse.ArgumentParser(
+        prog="chunkwise", parents=[shared], description="Submit and inspect Chunkwise jobs."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, action: Callable, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[shared], help=help_text, description=help_text)
+        sub.set_defaults(action=action)
+        return sub
+
+    for add_commands in (
+        add_submit,
+        add_enqueue,
+        add_status,
+        add_jobs,
+        add_cancel_jobs,
+        add_chunks,
+        add_chunk,
+        add_job_actions,
+        add_events,
+        add_schedule,
+        add_schedule_actions,
+        add_operator_views,
+        add_workloads,
+        add_workload_pauses,
+    ):
+        add_commands(command)
+    return parser
+
+
+def shared_options() -> argparse.ArgumentParser:
+    """--url, --token and --json, accepted before or after the subcommand."""
+    # SUPPRESS keeps a subcommand's unset copy from overwriting a value given before it.
     shared = argparse.ArgumentParser(add_help=False)
     shared.add_argument(
         "--url", default=argparse.SUPPRESS, help="coordinator base URL (default: $CHUNKWISE_URL)"
@@ -589,16 +647,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="print the server's JSON on stdout",
     )
-    parser = argparse.ArgumentParser(
-        prog="chunkwise", parents=[shared], description="Submit and inspect Chunkwise jobs."
+    return shared
+
+
+def add_wait(sub: argparse.ArgumentParser, help_text: str) -> None:
+    """--wait, and the hidden --interval that bounds each wait."""
+    sub.add_argument("--wait", action="store_true", help=help_text)
+    sub.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+
+
+def add_key_choice(sub: argparse.ArgumentParser, derived_from: str) -> None:
+    """--idempotency-key, or --new for a fresh one."""
+    keys = sub.add_mutually_exclusive_group()
+    keys.add_argument("--idempotency-key", help=f"default: derived from {derived_from}")
+    keys.add_argument(
+        "--new",
+        action="store_true",
+        help="submit again under a fresh key, even if the same job was submitted before",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, action: Callable, help_text: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, parents=[shared], help=help_text, description=help_text)
-        sub.set_defaults(action=action)
-        return sub
 
+def add_submit(command: Command) -> None:
+    """chunkwise submit FILE --column NAME."""
     sub = command("submit", submit, "upload a CSV and summarise one numeric column")
     sub.add_argument("file", metavar="FILE")
     sub.add_argument("--column", required=True)
@@ -608,15 +678,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--not-before", type=aware_time, metavar="TIME", help="schedule it: ISO 8601, e.g. ...Z"
     )
-    sub.add_argument(
-        "--idempotency-key", help="default: derived from the file's SHA-256 and the parameters"
-    )
+    add_key_choice(sub, "the file's SHA-256 and the parameters")
     sub.add_argument(
         "--label", type=label_pair, action="append", metavar="KEY=VALUE", help="repeatable"
     )
-    sub.add_argument("--wait", action="store_true", help="follow the job and print its result")
-    sub.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    add_wait(sub, "follow the job and print its result")
 
+
+def add_enqueue(command: Command) -> None:
+    """chunkwise enqueue FILE: a manifest job."""
     sub = command("enqueue", enqueue, "submit a manifest job for your own workers")
     sub.add_argument(
         "job", type=json_file, metavar="FILE", help="the manifest job (JSON; - for stdin)"
@@ -628,40 +698,43 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="JOB",
         help="run it once this job has succeeded (repeatable; added to its depends_on)",
     )
-    sub.add_argument(
-        "--idempotency-key", help="default: derived from the job's JSON, as submit's is"
-    )
-    sub.add_argument("--wait", action="store_true", help="follow the job until it finishes")
-    sub.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    add_key_choice(sub, "the job's JSON, as submit's is")
+    add_wait(sub, "follow the job until it finishes")
 
+
+def add_status(command: Command) -> None:
+    """chunkwise status JOB."""
     sub = command("status", status, "show a job")
     sub.add_argument("job", type=uuid_text, metavar="JOB")
     sub.add_argument("--watch", action="store_true", help="follow the job until it finishes")
     sub.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
 
-    def filtered_command(
-        name: str, action: Callable, help_text: str, statuses: tuple[str, ...]
-    ) -> argparse.ArgumentParser:
-        sub = command(name, action, help_text)
-        sub.add_argument("--workload", metavar="NAME")
-        sub.add_argument("--label", type=label_filter, metavar="KEY=VALUE")
-        sub.add_argument("--owner", metavar="USER", help="one user's jobs (operators see anyone's)")
-        sub.add_argument(
-            "--depends-on", type=uuid_text, metavar="JOB", help="the jobs waiting for JOB"
-        )
-        sub.add_argument("--status", choices=statuses)
-        return sub
 
-    sub = filtered_command("jobs", list_jobs, "list your jobs, newest first", JOB_STATUSES)
+def add_job_filters(sub: argparse.ArgumentParser, statuses: tuple[str, ...]) -> None:
+    """The JOB_FILTERS options, as jobs and cancel-jobs take them."""
+    sub.add_argument("--workload", metavar="NAME")
+    sub.add_argument("--label", type=label_filter, metavar="KEY=VALUE")
+    sub.add_argument("--owner", metavar="USER", help="one user's jobs (operators see anyone's)")
+    sub.add_argument("--depends-on", type=uuid_text, metavar="JOB", help="the jobs waiting for JOB")
+    sub.add_argument("--status", choices=statuses)
+
+
+def add_jobs(command: Command) -> None:
+    """chunkwise jobs [filters]."""
+    sub = command("jobs", list_jobs, "list your jobs, newest first")
+    add_job_filters(sub, JOB_STATUSES)
     sub.add_argument("--limit", type=int)
     sub.add_argument("--cursor", help="the next page, as printed after a full page")
 
-    sub = filtered_command(
+
+def add_cancel_jobs(command: Command) -> None:
+    """chunkwise cancel-jobs FILTER..."""
+    sub = command(
         "cancel-jobs",
         cancel_jobs,
         "cancel every unfinished job that matches (give at least one filter)",
-        UNFINISHED_STATUSES,
     )
+    add_job_filters(sub, UNFINISHED_STATUSES)
     sub.add_argument(
         "--limit", type=int, metavar="N", help="jobs per request, 1-1000 (default: the server's)"
     )
@@ -669,13 +742,22 @@ def build_parser() -> argparse.ArgumentParser:
     # say so, with this command's usage.
     sub.set_defaults(usage_error=sub.error)
 
+
+def add_chunks(command: Command) -> None:
+    """chunkwise chunks JOB."""
     sub = command("chunks", list_chunks, "list a job's chunks")
     sub.add_argument("job", type=uuid_text, metavar="JOB")
 
+
+def add_chunk(command: Command) -> None:
+    """chunkwise chunk JOB CHUNK."""
     sub = command("chunk", show_chunk, "show one chunk and its attempts")
     sub.add_argument("job", type=uuid_text, metavar="JOB")
     sub.add_argument("chunk", metavar="CHUNK", help="chunk id, or its index")
 
+
+def add_job_actions(command: Command) -> None:
+    """chunkwise cancel|retry|result JOB."""
     for name, action, help_text in (
         ("cancel", cancel, "cancel a job"),
         ("retry", retry, "re-queue a recoverable failed job"),
@@ -683,6 +765,9 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         command(name, action, help_text).add_argument("job", type=uuid_text, metavar="JOB")
 
+
+def add_events(command: Command) -> None:
+    """chunkwise events [--follow]."""
     sub = command("events", events, "print job and chunk events")
     sub.add_argument("--after", type=int, default=0, help="print events after this id")
     sub.add_argument("--limit", type=int, help="events per request, 1-1000")
@@ -695,6 +780,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--timeout", type=float, help="with --follow: stop after this many seconds")
     sub.add_argument("--interval", type=float, default=1.0, help="seconds between empty polls")
 
+
+def add_schedule(command: Command) -> None:
+    """chunkwise schedule NAME --cron ... --job FILE, and schedules to list them."""
     sub = command("schedule", put_schedule, "submit a manifest job on a cron schedule")
     sub.add_argument("name", metavar="NAME")
     sub.add_argument("--cron", required=True, help='five fields, e.g. "0 3 * * *", or @daily')
@@ -707,6 +795,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--paused", action="store_true", help="keep it, but run nothing")
     command("schedules", list_schedules, "list your schedules (operators: everyone's)")
 
+
+def add_schedule_actions(command: Command) -> None:
+    """chunkwise run-schedule|pause-schedule|resume-schedule|unschedule NAME [--owner USER]."""
+
     def schedule_command(name: str, action: Callable, help_text: str) -> argparse.ArgumentParser:
         sub = command(name, action, help_text)
         sub.add_argument("name", metavar="NAME")
@@ -714,21 +806,30 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     sub = schedule_command("run-schedule", run_schedule, "submit a schedule's job now")
-    sub.add_argument("--wait", action="store_true", help="follow the job until it finishes")
-    sub.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    add_wait(sub, "follow the job until it finishes")
     schedule_command("pause-schedule", pause_schedule, "pause a schedule: no runs until resumed")
     schedule_command("resume-schedule", resume_schedule, "resume a schedule from now")
     schedule_command("unschedule", delete_schedule, "delete a schedule (its jobs stay)")
 
+
+def add_operator_views(command: Command) -> None:
+    """chunkwise queue and chunkwise workers."""
     command("queue", queue, "operators: the queue at a glance")
     command("workers", workers, "operators: every worker the coordinator has seen")
+
+
+def add_workloads(command: Command) -> None:
+    """chunkwise workloads."""
     command("workloads", list_workloads, "operators: every workload served, its caps and pause")
+
+
+def add_workload_pauses(command: Command) -> None:
+    """chunkwise pause-workload|resume-workload NAME."""
     for name, action, help_text in (
         ("pause-workload", pause_workload, "operators: stop claims leasing a workload's tasks"),
         ("resume-workload", resume_workload, "operators: let claims lease a workload's tasks"),
     ):
         command(name, action, help_text).add_argument("workload", metavar="NAME")
-    return parser
 
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -760,9 +861,16 @@ def run(
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     url = getattr(args, "url", None) or environ.get("CHUNKWISE_URL")
     token = getattr(args, "token", None) or environ.get("CHUNKWISE_TOKEN")
-    if not url or not token:
-        missing = "--url or CHUNKWISE_URL" if not url else "--token or CHUNKWISE_TOKEN"
-        print(f"chunkwise: give {missing}", file=err)
+    missing = [
+        option
+        for option, value in (
+            ("--url or CHUNKWISE_URL", url),
+            ("--token or CHUNKWISE_TOKEN", token),
+        )
+        if not value
+    ]
+    if missing:
+        print(f"chunkwise: give {' and '.join(missing)}", file=err)
         return EXIT_USAGE
     if problem := settings_problem(url, token):
         print(f"chunkwise: {problem}", file=err)

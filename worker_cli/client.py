@@ -410,6 +410,7 @@ class CoordinatorClient:
             headers=headers,
             trace_id=trace_id,
             timeout=UPLOAD_TIMEOUT,
+            submits=True,
         )
 
     def submit_job(self, job: dict, *, idempotency_key: str, trace_id: str | None = None) -> dict:
@@ -420,6 +421,7 @@ class CoordinatorClient:
             json=job,
             headers={"Idempotency-Key": idempotency_key},
             trace_id=trace_id,
+            submits=True,
         )
 
     def get_job(self, job_id: str, *, trace_id: str | None = None) -> dict:
@@ -486,6 +488,20 @@ class CoordinatorClient:
         """A job's completed result manifests in chunk order, a page at a time: {results}."""
         path = f"/api/v1/jobs/{_segment(job_id)}/results"
         return {"results": self._every_page(path, "results", trace_id)}
+
+    def result_page(
+        self,
+        job_id: str,
+        *,
+        after: int | None = None,
+        limit: int = CHUNK_PAGE,
+        trace_id: str | None = None,
+    ) -> dict:
+        """Up to `limit` of a job's results in chunk order, from the first past chunk index
+        `after`: {results, next_after}, next_after null after the last."""
+        params = {"limit": limit, **({"after": after} if after is not None else {})}
+        path = f"/api/v1/jobs/{_segment(job_id)}/results"
+        return self._request("GET", path, params=params, trace_id=trace_id)
 
     def list_chunks(self, job_id: str, *, trace_id: str | None = None) -> dict:
         """Every chunk of a job with its attempts, a page at a time: {chunks}."""
@@ -681,8 +697,10 @@ class CoordinatorClient:
         timeout: float | None = None,
         data: MultipartUpload | FileBody | None = None,
         headers: dict[str, str] | None = None,
+        submits: bool = False,
     ):
-        """Send one call; return the JSON body (None for 204), or the response when streaming."""
+        """Send one call; return the JSON body (None for 204), or the response when streaming;
+        submits=True: the body as a SubmittedJob."""
         url = self._url(path)
         try:
             response = self.session.request(
@@ -706,7 +724,8 @@ class CoordinatorClient:
             return None
         if stream:
             return response
-        return _json_body(method, path, response)
+        body = _json_body(method, path, response)
+        return SubmittedJob(body, created=response.status_code == 201) if submits else body
 
     def _url(self, path: str) -> str:
         url = urljoin(self.base_url, path.lstrip("/")) if not _is_absolute(path) else path
@@ -733,6 +752,18 @@ def _is_absolute(path: str) -> bool:
 def _origin(url: str) -> tuple[str, str]:
     parts = urlsplit(url)
     return parts.scheme, parts.netloc
+
+
+class SubmittedJob(dict):
+    """A job as POST /api/v1/jobs answered it, and whether this call created it.
+
+    A dict, as every other answer is (callers index and print it alike); `created` is False
+    when the coordinator returned an earlier job under the same Idempotency-Key (200, not 201).
+    """
+
+    def __init__(self, job: dict, *, created: bool):
+        super().__init__(job)
+        self.created = created
 
 
 def _json_body(method: str, path: str, response: requests.Response) -> dict:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from services import csvstats
 from worker_cli.client import CoordinatorUnavailable, RequestRejected, StorageFailed
 
 ENTRY_POINT_GROUP = "chunkwise.handlers"
@@ -86,6 +86,11 @@ class ClaimedTask:
     deadline: str | None = None
     # The lease's secret: every call about this attempt carries it, and it is never logged.
     lease_token: str = field(default="", repr=False)
+    # The task's JSON args as the exact text input_sha256 digests (None: its input is at
+    # input_uri); TaskContext.args parses them once they are checked.
+    args: str | None = field(default=None, repr=False)
+    # The most JSON bytes the coordinator stores as a result value (None: it did not say).
+    max_result_bytes: int | None = None
 
     @classmethod
     def from_payload(cls, payload: dict) -> ClaimedTask:
@@ -106,6 +111,8 @@ class ClaimedTask:
             checkpoint=payload.get("checkpoint"),
             deadline=payload.get("deadline"),
             lease_token=payload.get("lease_token", ""),
+            args=payload.get("args"),
+            max_result_bytes=payload.get("max_result_bytes"),
         )
 
     def log_fields(self) -> dict:
@@ -134,8 +141,29 @@ class TaskContext:
         self._blocks: Iterator[bytes] | None = None
         self._stream: Iterable[bytes] | None = None
         self._verified = False
+        self._args: object = None
 
     # -- input ------------------------------------------------------------------------------
+
+    @property
+    def args(self) -> object:
+        """The task's JSON args, parsed once their bytes match input_sha256 (None without).
+
+        InputUnavailable when they do not: the args changed on the way, and another attempt
+        may get them whole.
+        """
+        if self.task.args is None or self._args is not None:
+            return self._args
+        data = self.task.args.encode()
+        actual = hashlib.sha256(data).hexdigest()
+        expected = (self.task.input_sha256 or "").lower()
+        if actual != expected:
+            raise InputUnavailable(
+                "args digest mismatch",
+                details={"expected_sha256": expected, "actual_sha256": actual, "bytes": len(data)},
+            )
+        self._args = json.loads(data)
+        return self._args
 
     def read_input(self) -> Iterator[bytes]:
         """Stream the input; at its end raise InputUnavailable if the SHA-256 does not match."""
@@ -234,12 +262,45 @@ class TaskContext:
         if reason is not None:
             raise ChunkStopped(reason)
 
+    @property
+    def stopped(self) -> bool:
+        """Whether the worker told this chunk to stop."""
+        return self._stop_reason is not None
+
+    # -- what a task function asks of its attempt (worker_cli.Worker) ----------------------
+
+    @property
+    def task_id(self) -> str:
+        """The task's id."""
+        return self.task.task_id
+
+    @property
+    def attempt(self) -> int:
+        """Which attempt at the task this is, from 1."""
+        return self.task.attempt
+
+    @property
+    def trace_id(self) -> str:
+        """The attempt's trace id, as the coordinator's logs and the job's events carry it."""
+        return self.task.trace_id
+
+    def restore_checkpoint(self) -> dict | None:
+        """The checkpoint to resume from: this attempt's last saved, else an earlier one's."""
+        with self._lock:
+            if self._checkpoint is not None:
+                return self._checkpoint
+        return self.task.checkpoint
+
 
 Handler = Callable[[ClaimedTask, TaskContext], dict]
 
 
 def summarise_csv(task: ClaimedTask, context: TaskContext) -> dict:
     """Summarise one CSV chunk's column, resuming from the claim's checkpoint if it has one."""
+    # Imported here, when a csv_stats chunk runs: the SDK's users import this module, and in
+    # their projects `services` may be a package of their own (or absent, with chunkwise-client).
+    from services import csvstats
+
     params = task.parameters
     resume = _resume_point(task.checkpoint)
     summary = csvstats.summarise(
@@ -263,7 +324,9 @@ def summarise_csv(task: ClaimedTask, context: TaskContext) -> dict:
     return {"summary": summary.to_dict(), "metrics": {"records": summary.records}}
 
 
-def _resume_point(checkpoint: dict | None) -> csvstats.Checkpoint | None:
+def _resume_point(checkpoint: dict | None):
+    from services import csvstats  # as in summarise_csv
+
     if not checkpoint:
         return None
     try:

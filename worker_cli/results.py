@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
 
 from worker_cli.client import MAX_BATCH, CoordinatorClient, rejection_of
+
+# The stored values one call carries at most, in JSON bytes: well within the coordinator's
+# 4 MiB body, where each value may be 1 MiB. A larger value still goes, alone.
+MAX_BATCH_VALUE_BYTES = 2 * 1024 * 1024
 
 
 @dataclass
@@ -14,6 +19,7 @@ class _Pending:
 
     body: dict
     trace_id: str | None
+    value_bytes: int = 0
     finished: bool = False
     outcome: dict | None = None
     error: Exception | None = None
@@ -41,7 +47,8 @@ class ResultBatcher:
     ) -> dict:
         """Commit one result; return its outcome, or raise what the single endpoint would."""
         lease = {"task_id": task_id, "attempt": attempt, "lease_token": lease_token}
-        item = _Pending({**lease, **result}, trace_id)
+        size = len(json.dumps(result["value"]).encode()) if "value" in result else 0
+        item = _Pending({**lease, **result}, trace_id, size)
         with self._cond:
             self._pending.append(item)
         while True:
@@ -53,7 +60,8 @@ class ResultBatcher:
                 # Oldest first, as many as the coordinator takes; this thread sends again if
                 # its own result is left for the next call.
                 self._sending = True
-                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+                taken = _batch_size(self._pending)
+                batch, self._pending = self._pending[:taken], self._pending[taken:]
             try:
                 self._send(batch)
             finally:
@@ -80,6 +88,17 @@ class ResultBatcher:
         with self._cond:
             for item, (outcome, error) in settled:
                 item.outcome, item.error, item.finished = outcome, error, True
+
+
+def _batch_size(pending: list[_Pending]) -> int:
+    """How many of the oldest pending results one call carries: up to MAX_BATCH, and values of
+    up to MAX_BATCH_VALUE_BYTES between them, but always the first."""
+    total = 0
+    for taken, item in enumerate(pending[:MAX_BATCH]):
+        total += item.value_bytes
+        if taken and total > MAX_BATCH_VALUE_BYTES:
+            return taken
+    return min(len(pending), MAX_BATCH)
 
 
 def _answer(outcome: dict) -> tuple[dict | None, Exception | None]:

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from worker_cli.chunk import (
     HEARTBEAT_RETRY_SECONDS,
@@ -38,9 +38,10 @@ logger = logging.getLogger(__name__)
 CRASH_EXIT_STATUS = 17
 # Longest single wait of the loop and heartbeat threads, so a stop or a new lease is noticed soon.
 TICK_SECONDS = 0.5
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-class Worker:
+class LeaseLoop:
     """Claims chunks into free slots, runs each in its own thread, keeps their leases alive."""
 
     def __init__(
@@ -403,39 +404,80 @@ def _flush_logs() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the chunkwise-worker command; return its exit status."""
     args = parse_args(argv)
-    token = os.environ.get("CHUNKWISE_WORKER_TOKEN")
+    app = None
+    if args.app:
+        from worker_cli.tasks import AppNotFound, load_app  # tasks builds on this module
+
+        try:
+            app = load_app(args.app)
+        except AppNotFound as exc:
+            print(f"chunkwise-worker: {exc}", file=sys.stderr)
+            return 2
+    token = (app and app.token) or os.environ.get("CHUNKWISE_WORKER_TOKEN")
     if not token:
         print("chunkwise-worker: CHUNKWISE_WORKER_TOKEN is not set", file=sys.stderr)
         return 2
-    if not args.coordinator:
+    url = args.coordinator or (app and app.url) or os.environ.get("CHUNKWISE_URL")
+    if not url:
         print("chunkwise-worker: give --coordinator URL or set CHUNKWISE_URL", file=sys.stderr)
         return 2
-    if problem := settings_problem(args.coordinator, token):
+    if problem := settings_problem(url, token):
         print(f"chunkwise-worker: {problem}", file=sys.stderr)
         return 2
     try:
-        config = config_from_args(args)
-        handlers = load_handlers(config.workloads)
+        config = config_from_args(args, app.settings() if app else None)
+        handlers = app.handlers_for(config.workloads) if app else load_handlers(config.workloads)
     except (ValueError, UnknownWorkload) as exc:
         print(f"chunkwise-worker: {exc}", file=sys.stderr)
         return 2
-
     configure_logging(worker_id=config.worker_id, level=args.log_level.upper())
-    client = CoordinatorClient(args.coordinator, token)
-    worker = Worker(client, config, handlers=handlers)
-    signal.signal(signal.SIGTERM, worker.handle_signal)
-    signal.signal(signal.SIGINT, worker.handle_signal)
+    return serve(url, token, config, handlers)
+
+
+def serve(
+    url: str,
+    token: str,
+    config: WorkerConfig,
+    handlers: dict[str, Handler],
+    *,
+    on_start: Callable[[LeaseLoop], None] | None = None,
+) -> int:
+    """Run the lease loop against the coordinator until it ends; return the exit status.
+
+    From the main thread, SIGTERM asks for a warm stop (a second one, or SIGINT, a cold one)
+    until the loop ends, when the signals' previous handlers come back.
+    """
+    client = CoordinatorClient(url, token)
+    loop = LeaseLoop(client, config, handlers=handlers)
+    if on_start is not None:
+        on_start(loop)
     logger.info(
         "worker started",
         extra={
             "event": "started",
             "worker_id": config.worker_id,
-            "coordinator": args.coordinator,
+            "coordinator": url,
             "workloads": list(config.workloads),
             "capacity": config.capacity,
         },
     )
     try:
-        return worker.run()
+        with _stop_signals(loop):
+            return loop.run()
     finally:
         client.close()
+
+
+@contextlib.contextmanager
+def _stop_signals(loop: LeaseLoop) -> Iterator[None]:
+    # Python lets only the main thread set signal handlers; a loop run from another thread is
+    # stopped by its owner (Worker.stop) instead.
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, loop.handle_signal) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

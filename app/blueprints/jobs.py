@@ -29,6 +29,7 @@ JOB_WAIT_QUERY = schemas.JobWaitQuerySchema()
 JOB_CANCEL = schemas.JobCancelSchema()
 JOB_CANCEL_RESULT = schemas.JobCancelResultSchema()
 CHUNK_PAGE_QUERY = schemas.ChunkPageQuerySchema()
+RESULT_PAGE_QUERY = schemas.ResultPageQuerySchema()
 RESULT_LIST = schemas.ResultListSchema()
 
 
@@ -132,8 +133,9 @@ def _etag(view: jobs.JobView) -> dict[str, str]:
 
 @bp.get("/<uuid:job_id>/results")
 def list_results(job_id: UUID):
-    """A page of completed result manifests in chunk order, from the first past `after`."""
-    query = CHUNK_PAGE_QUERY.load(input_rules.single_values(request.args))
+    """A page of completed results in chunk order, from the first past `after`, each with its
+    stored value if it has one."""
+    query = RESULT_PAGE_QUERY.load(input_rules.single_values(request.args))
     results = jobs.list_completed_results(
         get_runtime(),
         current_principal(),
@@ -141,7 +143,8 @@ def list_results(job_id: UUID):
         after_index=query["after"],
         limit=query["limit"],
     )
-    next_after = results[-1].chunk_index if results else query["after"]
+    # A short page is the last one; a full one may have more after it.
+    next_after = results[-1].chunk_index if len(results) == query["limit"] else None
     return RESULT_LIST.dump({"results": results, "next_after": next_after})
 
 

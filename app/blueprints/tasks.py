@@ -42,7 +42,13 @@ def claim():
         return Response(status=204, headers={"Retry-After": str(refused.retry_after)})
     if not claimed:
         return Response(status=204)
-    return CLAIM_RESPONSE.dump({"tasks": claimed, "heartbeat_seconds": rt.limits.heartbeat_seconds})
+    return CLAIM_RESPONSE.dump(
+        {
+            "tasks": claimed,
+            "heartbeat_seconds": rt.limits.heartbeat_seconds,
+            "max_result_bytes": rt.limits.max_result_bytes,
+        }
+    )
 
 
 @bp.get("/<uuid:task_id>/input")

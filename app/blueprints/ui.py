@@ -25,6 +25,7 @@ from app.attempt_timeline import build_timeline
 from app.runtime import get_runtime
 from app.tracing import current_trace_id
 from app.uploads import uploaded
+from repositories.chunks import PREVIEW_CHARS
 from services import chunks, csvjobs, dependencies, jobs, logcontext, metrics, queue, schedules
 from services.errors import (
     ChunkwiseError,
@@ -253,7 +254,15 @@ def job_page(job_id: UUID):
         input_digest=shown["input_digest"],
         related=related,
         more_related=len(related.needed_by) == RELATED_SHOWN,
+        preview_chars=PREVIEW_CHARS,
     )
+
+
+@bp.get("/tasks/<uuid:task_id>/result")
+def task_result(task_id: UUID):
+    """A task's stored result value, whole: the bytes the API serves (and result_sha256 digests)."""
+    text = jobs.stored_result(get_runtime(), g.principal, task_id)
+    return Response(text.encode(), mimetype="application/json")
 
 
 @bp.get("/jobs/<uuid:job_id>/watch")

@@ -1,7 +1,7 @@
 """The dashboard in a real browser (Debian's chromium, driven by Playwright) on the real stack.
 
 Each test signs in through the form, as a person would, against gunicorn and real workers.
-Screenshots go to $UI_SCREENSHOTS_DIR when it is set (reports/ui/ for the README), else to
+Screenshots go to $UI_SCREENSHOTS_DIR when it is set (docs/images/ui/ for the docs), else to
 the test's temporary directory. Chromium missing is a failure, never a skip: CI installs it.
 """
 

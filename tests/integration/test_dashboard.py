@@ -540,6 +540,45 @@ def test_a_manifest_jobs_chunks_show_their_input_and_result_uris_not_records(
     assert "5–9" not in page
 
 
+def test_a_jobs_chunks_show_their_args_stored_result_and_escaped_traceback(
+    sign_in, submit, claim, task_call
+):
+    job = submit({"workload": "echo", "tasks": [{"args": {"x": 1}}, {"args": [HOSTILE]}]})
+    done, failed = sorted(claim(capacity=2), key=lambda t: t["chunk_index"])
+    value = {"rows": "y" * 300}
+    task_call(done["task_id"], "result", {**_lease_of(done), "value": value})
+    trace = f'Traceback (most recent call last):\n  raise ValueError("{HOSTILE}")'
+    failure = {"error_code": "worker_error", "retryable": True, "details": {"traceback": trace}}
+    task_call(failed["task_id"], "failure", {**_lease_of(failed), **failure})
+    browser = sign_in("user")
+
+    page = browser.get(f"/ui/jobs/{job['id']}").text
+
+    args, result = chunk_row(page, 0)[3:5]
+    assert args == '{"x":1}'
+    assert result.startswith('{"rows":"yyy') and result.endswith("…") and len(result) == 200
+    link = f"/ui/tasks/{done['task_id']}/result"
+    assert f'href="{link}"' in page
+    assert HOSTILE not in page and "&lt;script&gt;" in page
+    assert f'raise ValueError("{HOSTILE}")' in shown_text(chunk_row_html(page, 1))
+    whole = browser.get(link)
+    assert whole.status_code == 200 and whole.get_json() == value
+    assert sign_in("other").get(link).status_code == 404
+
+
+def _lease_of(claimed: dict) -> dict:
+    return {
+        "worker_id": WORKER,
+        "attempt": claimed["attempt"],
+        "lease_token": claimed["lease_token"],
+    }
+
+
+def chunk_row_html(html: str, index: int) -> str:
+    """One chunk's row in the job page's chunk table, as markup."""
+    return re.search(rf'<tr data-chunk="{index}".*?</tr>', html, re.S).group()
+
+
 @settings(CHUNKWISE_RETRY_DELAY_SECONDS="60", CHUNKWISE_RETRY_DELAY_MAX_SECONDS="60")
 def test_a_chunk_waiting_out_a_retry_says_when_it_will_run(sign_in, submit, claim, task_call):
     job = submit(manifest(2, max_attempts=3))

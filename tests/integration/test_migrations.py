@@ -25,8 +25,10 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0029.coordinators"
-# The table the latest migration adds.
+LATEST = "0030.task_values"
+# The table and the tasks' column the latest migration adds.
+RESULTS_TABLE, ARGS_COLUMN = "task_results", "args"
+# The table 0029 adds.
 COORDINATORS_TABLE = "coordinators"
 # The table and the tasks' column 0028 adds.
 USER_BOUNDS_TABLE, FAIR_COLUMN = "user_bounds", "fair_tag"
@@ -55,7 +57,9 @@ LATER_TABLES = {
     USER_BOUNDS_TABLE,
     COORDINATORS_TABLE,
 }
-HEAD_TABLES = QUEUE_TABLES | CSV_TABLES | LATER_TABLES
+# What rolling back any migration before the latest leaves at most.
+TABLES_BEFORE_LATEST = QUEUE_TABLES | CSV_TABLES | LATER_TABLES
+HEAD_TABLES = TABLES_BEFORE_LATEST | {RESULTS_TABLE}
 # The columns 0021 adds, by table.
 TIMEOUT_COLUMNS = {"jobs": {"timeout_seconds"}, "tasks": {"timeout_seconds", "deadline"}}
 # The column 0019 adds to tasks, and the claim index it splits in two.
@@ -227,9 +231,11 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
 
     assert all(c in columns(empty_database_url, t) for t, c in LEASE_COLUMNS.items())
     assert FAIR_COLUMN in columns(empty_database_url, "tasks")
+    assert ARGS_COLUMN in columns(empty_database_url, "tasks")
 
     migrations.rollback_latest(empty_database_url)
-    assert public_tables(empty_database_url) == HEAD_TABLES - {COORDINATORS_TABLE}
+    assert public_tables(empty_database_url) == TABLES_BEFORE_LATEST
+    assert ARGS_COLUMN not in columns(empty_database_url, "tasks")
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == HEAD_TABLES
@@ -241,7 +247,7 @@ def test_rolling_back_the_workload_rates_migration_drops_its_table(empty_databas
 
     roll_back_through(empty_database_url, "0025.workload_rates")
 
-    assert public_tables(empty_database_url) == HEAD_TABLES - {
+    assert public_tables(empty_database_url) == TABLES_BEFORE_LATEST - {
         BUCKETS_TABLE,
         SESSIONS_TABLE,
         USER_BOUNDS_TABLE,
@@ -254,7 +260,7 @@ def test_rolling_back_the_fair_share_migration_drops_its_table_and_column(empty_
 
     roll_back_through(empty_database_url, "0028.fair_share")
 
-    assert public_tables(empty_database_url) == HEAD_TABLES - {
+    assert public_tables(empty_database_url) == TABLES_BEFORE_LATEST - {
         USER_BOUNDS_TABLE,
         COORDINATORS_TABLE,
     }
@@ -268,7 +274,7 @@ def test_rolling_back_the_lease_tokens_migration_drops_its_columns(empty_databas
     roll_back_through(empty_database_url, "0026.lease_tokens")
 
     assert not any(c in columns(empty_database_url, t) for t, c in LEASE_COLUMNS.items())
-    assert public_tables(empty_database_url) == HEAD_TABLES - {
+    assert public_tables(empty_database_url) == TABLES_BEFORE_LATEST - {
         SESSIONS_TABLE,
         USER_BOUNDS_TABLE,
         COORDINATORS_TABLE,
@@ -280,7 +286,7 @@ def test_rolling_back_the_workload_pauses_migration_drops_its_table(empty_databa
 
     roll_back_through(empty_database_url, "0024.workload_pauses")
 
-    assert public_tables(empty_database_url) == HEAD_TABLES - {
+    assert public_tables(empty_database_url) == TABLES_BEFORE_LATEST - {
         PAUSES_TABLE,
         BUCKETS_TABLE,
         SESSIONS_TABLE,

@@ -7,7 +7,7 @@ import threading
 import time
 
 from worker_cli.client import LeaseLost, RequestRejected
-from worker_cli.worker import Worker
+from worker_cli.worker import LeaseLoop
 from worker_cli.worker_config import WorkerConfig
 
 WAIT = 5.0  # real seconds a test may wait for a chunk thread before it counts as hung
@@ -181,10 +181,10 @@ def read_all(task, context) -> dict:
     return {"summary": {"length": len(data)}, "metrics": {"records": data.count(b"\n")}}
 
 
-def make_worker(client, clock, handler=read_all, **config) -> Worker:
+def make_worker(client, clock, handler=read_all, **config) -> LeaseLoop:
     config.setdefault("workloads", ("fake",))
     config.setdefault("worker_id", "w1")
-    return Worker(
+    return LeaseLoop(
         client,
         WorkerConfig(**config),
         clock=clock,
@@ -201,7 +201,7 @@ class HardExit(Exception):
         self.status = status
 
 
-def wait_until_idle(worker: Worker, timeout: float = WAIT) -> bool:
+def wait_until_idle(worker: LeaseLoop, timeout: float = WAIT) -> bool:
     """Wait in real time (the chunks run on real threads) until nothing is in flight."""
     deadline = time.monotonic() + timeout
     while worker.in_flight:

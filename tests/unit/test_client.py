@@ -601,3 +601,15 @@ def test_a_job_watch_refused_a_place_to_wait_sleeps_its_retry_after_before_answe
 
     assert client.watch_job("j1", '"v1"', wait_seconds=20) == (None, '"v1"')
     assert slept == [3]
+
+
+@pytest.mark.parametrize(("status", "created"), [(201, True), (200, False)])
+def test_a_submit_says_whether_it_created_the_job_or_found_one_under_its_key(
+    client, coordinator, status, created
+):
+    coordinator.reply(status, {"id": "j1", "status": "failed"})
+
+    job = client.submit_job({"workload": "echo"}, idempotency_key="k")
+
+    assert job == {"id": "j1", "status": "failed"}
+    assert job.created is created

@@ -1,5 +1,5 @@
 """deploy/grafana-dashboard.json is a dashboard Grafana can import, and every series it queries
-is one a coordinator exports or a recording rule the README defines."""
+is one a coordinator exports or a recording rule deploy/chunkwise-rules.yml defines."""
 
 import json
 import re
@@ -36,11 +36,9 @@ def exported_series(monkeypatch) -> set[str]:
 
 
 def recording_rules() -> dict[str, str]:
-    """The README's recording rules for a fleet: record -> expr."""
-    readme = (REPO / "README.md").read_text()
-    metrics = readme[readme.index("\n## Metrics") :]
-    block = re.search(r"```yaml\n(.*?)```", metrics, re.DOTALL).group(1)
-    rules = yaml.safe_load(block)["groups"][0]["rules"]
+    """The recording rules for a fleet (docs/guides/monitoring.md includes them): record -> expr."""
+    document = yaml.safe_load((REPO / "deploy" / "chunkwise-rules.yml").read_text())
+    rules = document["groups"][0]["rules"]
     return {rule["record"]: rule["expr"] for rule in rules}
 
 

@@ -9,7 +9,7 @@ import sys
 def test_peak_rss_grows_with_what_the_process_holds():
     # In a fresh process: this one's high-water mark may already be above anything added now.
     script = (
-        "from services.process import peak_rss_bytes\n"
+        "from worker_cli.process import peak_rss_bytes\n"
         "before = peak_rss_bytes()\n"
         "held = bytearray(64 * 1024 * 1024)\n"
         "held[::4096] = b'x' * len(held[::4096])\n"
@@ -27,7 +27,7 @@ def test_a_child_started_by_a_large_process_reports_its_own_peak():
         [
             sys.executable,
             "-c",
-            "from services.process import peak_rss_bytes; print(peak_rss_bytes())",
+            "from worker_cli.process import peak_rss_bytes; print(peak_rss_bytes())",
         ],
         capture_output=True,
         text=True,

@@ -34,14 +34,14 @@ class GatedClient:
         return answers
 
 
-def submit_in_thread(batcher, task_id, outcomes):
+def submit_in_thread(batcher, task_id, outcomes, result=None):
     def run():
         try:
             outcomes[task_id] = batcher.submit(
                 task_id,
                 attempt=1,
                 lease_token="L",
-                result={"summary": {}},
+                result=result or {"summary": {}},
                 trace_id=f"trace-{task_id}",
             )
         except Exception as exc:
@@ -112,6 +112,35 @@ def test_more_results_than_one_call_may_carry_go_oldest_first_in_several_calls(m
     assert {task_id: outcome["task_id"] for task_id, outcome in outcomes.items()} == {
         f"t{n}": f"t{n}" for n in range(1, 7)
     }
+
+
+def test_stored_values_go_in_calls_of_at_most_max_batch_value_bytes_a_larger_one_alone(
+    monkeypatch,
+):
+    monkeypatch.setattr("worker_cli.results.MAX_BATCH_VALUE_BYTES", 100)
+    client = GatedClient()
+    batcher = ResultBatcher(client, "w1")
+    outcomes: dict = {}
+    first = submit_in_thread(batcher, "t1", outcomes)
+    assert client.first_call.wait(WAIT)
+    sizes = {"t2": 40, "t3": 40, "t4": 40, "t5": 150, "t6": 10}  # JSON: 2 bytes more each
+    others = []
+    for n, (task_id, size) in enumerate(sizes.items(), start=1):
+        value = {"value": "x" * size}
+        others.append(submit_in_thread(batcher, task_id, outcomes, value))
+        while len(batcher._pending) < n:
+            threading.Event().wait(0.001)
+    client.gate.set()
+    for thread in [first, *others]:
+        thread.join(WAIT)
+
+    assert [[r["task_id"] for r in call["results"]] for call in client.calls] == [
+        ["t1"],
+        ["t2", "t3"],
+        ["t4"],
+        ["t5"],
+        ["t6"],
+    ]
 
 
 def test_a_refused_result_raises_for_its_chunk_only():

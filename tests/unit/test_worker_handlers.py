@@ -29,7 +29,7 @@ from worker_cli.handlers import (
     load_handlers,
     summarise_csv,
 )
-from worker_cli.worker import Worker
+from worker_cli.worker import LeaseLoop
 from worker_cli.worker_config import WorkerConfig
 
 
@@ -102,7 +102,7 @@ def test_plugin_manifest_is_submitted_with_the_workers_metrics(plugins):
     clock = FakeClock()
     payload = task_payload("t1", workload="resize", data=b"pixels")
     client = FakeClient(clock, claims=[[payload]], inputs={payload["input_uri"]: b"pixels"})
-    worker = Worker(
+    worker = LeaseLoop(
         client,
         WorkerConfig(worker_id="w1", workloads=("resize",), capacity=1),
         clock=clock,
@@ -198,7 +198,7 @@ def csv_payload(data: bytes, *, checkpoint=None, task_id="t1", attempt=1) -> dic
 def run_csv_chunk(payload: dict, data) -> FakeClient:
     clock = FakeClock()
     client = FakeClient(clock, claims=[[payload]], inputs={payload["input_uri"]: data})
-    worker = Worker(
+    worker = LeaseLoop(
         client, WorkerConfig(worker_id="w1", capacity=1), clock=clock, sleep=clock.sleep
     )
     worker.run_once()

@@ -25,7 +25,7 @@ from worker_cli.chunk import ResumingInput
 from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected, StorageFailed
 from worker_cli.handlers import ChunkStopped, ClaimedTask, InputRejected, RetryLater
 from worker_cli.schedule import Backoff
-from worker_cli.worker import Worker
+from worker_cli.worker import LeaseLoop
 from worker_cli.worker_config import Fault
 
 
@@ -814,7 +814,7 @@ def test_unknown_workload_is_a_worker_error():
 # -- stopping -----------------------------------------------------------------------------
 
 
-def run_in_thread(worker: Worker) -> tuple[threading.Thread, list]:
+def run_in_thread(worker: LeaseLoop) -> tuple[threading.Thread, list]:
     status: list = []
     thread = threading.Thread(target=lambda: status.append(worker.run()), daemon=True)
     thread.start()

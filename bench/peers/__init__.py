@@ -1,0 +1,1 @@
+"""The peer bench (make bench-peers): Chunkwise beside pgbench, Celery and Procrastinate."""

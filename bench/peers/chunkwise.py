@@ -1,0 +1,132 @@
+"""Chunkwise as a peer: the real stack of bench/queue.py, drained by claim-and-batch clients."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from bench.peers.figures import Drain, Row
+from bench.queue import WORKLOAD, children, drain, submit_noop_jobs
+from devstack.stack import LocalStack
+
+# A claim finding nothing long-polls this long: the last clients wait out one after the drain.
+WAIT_SECONDS = 1
+
+
+class ChunkwisePeer:
+    """`clients` threads, each claiming up to `capacity` tasks and posting their results in one
+    call: the protocol a worker speaks, without the worker's own threads."""
+
+    def __init__(self, stack: LocalStack, clients: int, capacity: int):
+        self.row = Row(
+            f"Chunkwise, {clients} clients x capacity {capacity}, batched results",
+            clients,
+            "yes, PostgreSQL",
+        )
+        self.stack = stack
+        self.clients = clients
+        self.capacity = capacity
+
+    def start(self) -> None:
+        """Open the clients' kept-alive sessions (the bench starts the coordinator)."""
+        self.submitter = self.stack.api()
+        self.sessions = [self.stack.api(self.stack.tokens.worker) for _ in range(self.clients)]
+        for session in [self.submitter, *self.sessions]:
+            session.get(f"{self.stack.url}/healthz", timeout=30).raise_for_status()
+
+    def stop(self) -> None:
+        """Nothing to stop: the bench stops the coordinator."""
+
+    def drain(self, turn: int, tasks: int, timeout: float) -> Drain:
+        """Submit one job of `tasks` no-op tasks, then start the clients; return once they have
+        had every result accepted, with the coordinator's CPU per task meanwhile."""
+        accepted = [0]
+        lock = threading.Lock()
+        deadline = time.monotonic() + timeout
+        finished = threading.Event()
+        ended: list[float] = []
+
+        def client(n: int) -> None:
+            session = self.sessions[n]
+            worker = f"peers-{n}"
+            while not finished.is_set() and time.monotonic() < deadline:
+                claimed = session.post(
+                    f"{self.stack.url}/api/v1/tasks/claim",
+                    json={
+                        "worker_id": worker,
+                        "workloads": [WORKLOAD],
+                        "capacity": self.capacity,
+                        "wait_seconds": WAIT_SECONDS,
+                    },
+                    timeout=30,
+                )
+                if claimed.status_code == 204:
+                    continue
+                claimed.raise_for_status()
+                answer = session.post(
+                    f"{self.stack.url}/api/v1/tasks/results",
+                    json={
+                        "worker_id": worker,
+                        "results": [noop_result(t) for t in claimed.json()["tasks"]],
+                    },
+                    timeout=30,
+                )
+                answer.raise_for_status()
+                done = sum(1 for o in answer.json()["results"] if o["outcome"] == "accepted")
+                with lock:
+                    accepted[0] += done
+                    if accepted[0] >= tasks and not finished.is_set():
+                        ended.append(time.time())
+                        finished.set()
+
+        threads = [
+            threading.Thread(target=client, args=(n,), daemon=True) for n in range(self.clients)
+        ]
+        submitting = time.time()
+        submit_noop_jobs(self.stack, tasks, self.submitter)
+        master = self.stack.processes["coordinator"].pid
+        cpu_before = cpu_seconds([master, *children(master)])
+        started = time.time()
+        for thread in threads:
+            thread.start()
+        finished.wait(max(0.0, deadline - time.monotonic()))
+        cpu_after = cpu_seconds([master, *children(master)])
+        for thread in threads:
+            thread.join()
+        if not ended:
+            drain(self.stack)
+            return Drain(self.row.system, turn, tasks, None, submit_seconds=started - submitting)
+        return Drain(
+            self.row.system,
+            turn,
+            tasks,
+            ended[0] - started,
+            submit_seconds=started - submitting,
+            cpu_us_per_task=(cpu_after - cpu_before) / tasks * 1e6,
+        )
+
+
+def noop_result(task: dict) -> dict:
+    """A no-op task's result, carrying its lease."""
+    return {
+        "task_id": task["task_id"],
+        "attempt": task["attempt"],
+        "lease_token": task["lease_token"],
+        "result_uri": "bench://out",
+        "result_sha256": "0" * 64,
+    }
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User plus system CPU seconds the processes have used (a process gone counts 0)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / ticks

@@ -1,0 +1,2 @@
+DROP TABLE task_results;
+ALTER TABLE tasks DROP COLUMN args;
