@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.queue_profile")
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=15.0)
-    parser.add_argument("--out", type=Path, default=Path("bench/results/profile"))
+    parser.add_argument(
+        "--out", type=Path, default=Path(tempfile.gettempdir()) / "chunkwise-profile"
+    )
     args = parser.parse_args(argv)
     stop_on_sigterm()
     args.out.mkdir(parents=True, exist_ok=True)
