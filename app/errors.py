@@ -65,22 +65,27 @@ def _status_of(exc: ChunkwiseError) -> int:
 
 
 def outcome_of(outcome: CompletionOutcome) -> dict:
-    """One result of a batch, with the status and error the single endpoint would answer."""
+    """One result of a batch, with the status and error the single endpoint would answer, as
+    its JSON object: ResultOutcomeSchema's fields in its order, without a dump (a batch answers
+    a hundred; tests/unit/test_batch_answers.py holds it to the schema)."""
     if outcome.error is not None:
         return _rejected(outcome.task_id, outcome.error)
     label = "replayed" if outcome.replayed else "accepted"
-    return {"task_id": outcome.task_id, "outcome": label, "status": 200, "error": None}
+    return {"task_id": str(outcome.task_id), "outcome": label, "status": 200, "error": None}
 
 
 def renewal_of(outcome: RenewalOutcome) -> dict:
-    """One heartbeat of a batch, with the status and error the single endpoint would answer."""
+    """One heartbeat of a batch, with the status and error the single endpoint would answer,
+    as its JSON object: RenewalOutcomeSchema's fields in its order, without a dump."""
     if outcome.error is not None:
-        return {**_rejected(outcome.task_id, outcome.error), "lease_expires_at": None}
+        rejected = _rejected(outcome.task_id, outcome.error)
+        error = rejected.pop("error")
+        return {**rejected, "lease_expires_at": None, "error": error}
     return {
-        "task_id": outcome.task_id,
+        "task_id": str(outcome.task_id),
         "outcome": "renewed",
         "status": 200,
-        "lease_expires_at": outcome.lease_expires_at,
+        "lease_expires_at": outcome.lease_expires_at.isoformat(),
         "error": None,
     }
 
@@ -89,7 +94,8 @@ def _rejected(task_id: UUID, exc: ChunkwiseError) -> dict:
     if isinstance(exc, LeaseLost):
         metrics.FENCED_WRITES.labels(request.endpoint or "", exc.code).inc()
     error = {"code": exc.code, "message": exc.message, "details": exc.details}
-    return {"task_id": task_id, "outcome": "rejected", "status": _status_of(exc), "error": error}
+    status = _status_of(exc)
+    return {"task_id": str(task_id), "outcome": "rejected", "status": status, "error": error}
 
 
 def http_error(exc: HTTPException):

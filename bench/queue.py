@@ -252,6 +252,14 @@ def submit_noop_jobs(
 def noop_throughput(stack: LocalStack, threads: int, seconds: float) -> float:
     """Tasks completed per second by `threads` claim-and-batch-complete loops."""
     submit_noop_jobs(stack, 40_000)
+    started = time.monotonic()
+    rate = noop_loops(stack, threads, seconds) / (time.monotonic() - started)
+    drain(stack)
+    return rate
+
+
+def noop_loops(stack: LocalStack, threads: int, seconds: float) -> int:
+    """Tasks `threads` claim-and-batch-complete loops complete in `seconds`."""
     done = [0] * threads
     stop = time.monotonic() + seconds
 
@@ -267,13 +275,7 @@ def noop_throughput(stack: LocalStack, threads: int, seconds: float) -> float:
             if claimed.status_code == 204:
                 continue
             items = [
-                {
-                    "task_id": t["task_id"],
-                    "attempt": t["attempt"],
-                    "lease_token": t["lease_token"],
-                    "result_uri": "bench://out",
-                    "result_sha256": "0" * 64,
-                }
+                {**lease(t), "result_uri": "bench://out", "result_sha256": "0" * 64}
                 for t in claimed.json()["tasks"]
             ]
             answer = session.post(
@@ -283,15 +285,12 @@ def noop_throughput(stack: LocalStack, threads: int, seconds: float) -> float:
             )
             done[n] += sum(1 for o in answer.json()["results"] if o["outcome"] == "accepted")
 
-    started = time.monotonic()
     workers = [threading.Thread(target=loop, args=(n,)) for n in range(threads)]
     for w in workers:
         w.start()
     for w in workers:
         w.join()
-    rate = sum(done) / (time.monotonic() - started)
-    drain(stack)
-    return rate
+    return sum(done)
 
 
 def drain(stack: LocalStack) -> None:
@@ -430,10 +429,7 @@ def lease_renewal_side_by_side(stack: LocalStack, leases: int = 100, turns: int 
         json={"worker_id": worker, "workloads": [WORKLOAD], "capacity": leases},
         timeout=30,
     ).json()["tasks"]
-    items = [
-        {"task_id": t["task_id"], "attempt": t["attempt"], "lease_token": t["lease_token"]}
-        for t in claimed
-    ]
+    items = [lease(t) for t in claimed]
     single: list[float] = []
     batched: list[float] = []
     for _ in range(turns):
@@ -441,11 +437,7 @@ def lease_renewal_side_by_side(stack: LocalStack, leases: int = 100, turns: int 
         for item in items:
             session.post(
                 f"{stack.url}/api/v1/tasks/{item['task_id']}/heartbeat",
-                json={
-                    "worker_id": worker,
-                    "attempt": item["attempt"],
-                    "lease_token": item["lease_token"],
-                },
+                json={"worker_id": worker, **{k: v for k, v in item.items() if k != "task_id"}},
                 timeout=30,
             ).raise_for_status()
         single.append((time.perf_counter() - started) * 1000)
@@ -466,18 +458,18 @@ def lease_renewal_side_by_side(stack: LocalStack, leases: int = 100, turns: int 
     }
 
 
+def lease(task: dict) -> dict:
+    """A claimed task's lease: its id, attempt and token (code before issue 37 hands out none,
+    and bench/queue_compare.py measures it too)."""
+    held = {"task_id": task["task_id"], "attempt": task["attempt"]}
+    if "lease_token" in task:
+        held["lease_token"] = task["lease_token"]
+    return held
+
+
 def complete(stack: LocalStack, worker: str, tasks: list[dict]) -> None:
     """Report no-op results for claimed tasks."""
-    items = [
-        {
-            "task_id": t["task_id"],
-            "attempt": t["attempt"],
-            "lease_token": t["lease_token"],
-            "result_uri": "bench://out",
-            "result_sha256": "0" * 64,
-        }
-        for t in tasks
-    ]
+    items = [{**lease(t), "result_uri": "bench://out", "result_sha256": "0" * 64} for t in tasks]
     stack.api(stack.tokens.worker).post(
         f"{stack.url}/api/v1/tasks/results",
         json={"worker_id": worker, "results": items},

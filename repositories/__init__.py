@@ -2,6 +2,12 @@
 
 A list goes as a binary parameter (`%(ids)b`): psycopg writes a text array element by
 element in Python, escaping each, which cost 4 ms of a 100-result batch's events alone.
+
+The statements of an admission, a heartbeat batch and a result batch are prepared on each
+connection's first use of them (`prepare=True`): the pool hands its connections out in turn, so
+psycopg's own rule (prepare on a connection's fifth use) seldom fired, and PostgreSQL planned
+them afresh each time, about half of an admission's database CPU. Not the claim: its best plan
+depends on its capacity (docs/performance/profile.md).
 """
 
 from __future__ import annotations

@@ -71,6 +71,7 @@ def finish_completed(conn: Connection, tasks: Sequence[Task]) -> dict[UUID, Atte
         RETURNING a.*
         """,
         {"ids": [t.id for t in tasks], "attempts": [t.attempt for t in tasks]},
+        prepare=True,
     ).fetchall()
     return {r["task_id"]: from_row(Attempt, r) for r in rows}
 

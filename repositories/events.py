@@ -61,6 +61,7 @@ def publish_many(conn: Connection, events: Sequence[dict]) -> None:
             "payloads": [Jsonb(e["payload"]) for e in events],
             "traces": [e["trace_id"] for e in events],
         },
+        prepare=True,
     )
 
 

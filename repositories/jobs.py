@@ -141,6 +141,80 @@ _CLOCK = sql.SQL("""
 _NEXT_TAG = sql.SQL("greatest(clock.now, least(u.last_tag, clock.now + %(user_limit)s))")
 
 
+# Admission in one statement. The owner's row (share) is locked first, then the workload's
+# (room): every writer of both takes them in this order, and FOR UPDATE reads the row's latest
+# version once it is locked. A not_before already past leaves the tasks with the ready ones
+# (sql/0019); tasks are numbered in chunk order, the order a job's own tasks are claimed in;
+# the job.created event carries not_before only for a scheduled job and depends_on only for a
+# dependent one. Composed once, and short enough (under 4 KiB) for psycopg to keep its parsed
+# form rather than parse it again on every admission (tests/unit/test_statements.py).
+_ADMIT = (
+    sql.SQL("""
+WITH size AS ({size}), share AS (
+  SELECT u.last_tag FROM user_bounds u, size
+  WHERE u.workload = %(workload)s AND u.owner_id = %(owner_id)s
+    AND u.unfinished + %(n)s <= %(user_limit)s
+    AND u.stored_bytes + size.bytes <= %(byte_limit)s
+  FOR UPDATE OF u
+), room AS (
+  UPDATE queue_bounds SET unfinished = unfinished + %(n)s
+  WHERE workload = %(workload)s AND unfinished + %(n)s <= %(limit)s
+    AND EXISTS (SELECT FROM share)
+  RETURNING workload
+), clock AS ({clock}), taken AS (
+  UPDATE user_bounds u SET unfinished = u.unfinished + %(n)s,
+    stored_bytes = u.stored_bytes + size.bytes, last_tag = {next_tag} + %(n)s
+  FROM room, clock, size
+  WHERE u.workload = %(workload)s AND u.owner_id = %(owner_id)s
+  RETURNING u.last_tag - %(n)s AS first_tag
+), job AS (
+  INSERT INTO jobs (id, owner_id, workload, input_uri, input_sha256, parameters,
+                    labels, priority, chunks_total, idempotency_key, request_sha256,
+                    trace_id, max_attempts, not_before, timeout_seconds, depends_on)
+  SELECT %(id)s, %(owner_id)s, %(workload)s, %(input_uri)s, %(input_sha256)s,
+         %(parameters)s, %(labels)s, %(priority)s, %(chunks_total)s,
+         %(idempotency_key)s, %(request_sha256)s, %(trace_id)s, %(max_attempts)s,
+         %(not_before)s, %(timeout_seconds)s, %(depends_on)s
+  FROM taken
+  ON CONFLICT ON CONSTRAINT jobs_idempotency_key DO NOTHING
+  RETURNING *
+), tasks AS (
+  INSERT INTO tasks (id, job_id, chunk_index, workload, priority, input_uri,
+                     input_sha256, parameters, max_attempts, not_before,
+                     timeout_seconds, fair_tag, args)
+  SELECT t.id, job.id, t.chunk_index, %(workload)s, %(priority)s, t.input_uri,
+         t.input_sha256, t.parameters, t.max_attempts,
+         CASE WHEN %(blocked)s THEN %(forever)s
+              WHEN job.not_before > now() THEN job.not_before END,
+         job.timeout_seconds,
+         taken.first_tag + row_number() OVER (ORDER BY t.chunk_index),
+         t.args
+  FROM job, taken,
+       unnest(%(task_ids)b::uuid[], %(indexes)b::int[], %(uris)b::text[],
+              %(shas)b::text[], %(task_parameters)b::jsonb[],
+              %(task_max_attempts)b::int[], %(task_args)b::text[])
+       AS t(id, chunk_index, input_uri, input_sha256, parameters, max_attempts, args)
+), announced AS (
+  INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
+  SELECT job.id, job.owner_id, 'job.created',
+         jsonb_strip_nulls(jsonb_build_object('chunks_total', job.chunks_total,
+                                              'workload', job.workload,
+                                              'not_before', job.not_before,
+                                              'depends_on', job.depends_on)),
+         job.trace_id
+  FROM job
+), audited AS (
+  INSERT INTO audit_log (actor, action, target, trace_id)
+  SELECT %(actor)s, 'job.create', job.id::text, job.trace_id FROM job
+)
+SELECT EXISTS (SELECT FROM taken) AS fits, job.*
+FROM (VALUES (1)) AS one LEFT JOIN job ON true
+""")
+    .format(size=_SIZE, clock=_CLOCK, next_tag=_NEXT_TAG)
+    .as_string()
+)
+
+
 def admit_job(
     conn: Connection,
     job: NewJob,
@@ -165,73 +239,7 @@ def admit_job(
     workload's head at the job's priority, so claims interleave owners.
     """
     row = conn.execute(
-        sql.SQL("""
-        WITH size AS ({size}), share AS (
-            -- The owner's row first, then the workload's: every writer of both takes them in
-            -- this order. FOR UPDATE reads the row's latest version once it is locked.
-            SELECT u.last_tag FROM user_bounds u, size
-            WHERE u.workload = %(workload)s AND u.owner_id = %(owner_id)s
-              AND u.unfinished + %(n)s <= %(user_limit)s
-              AND u.stored_bytes + size.bytes <= %(byte_limit)s
-            FOR UPDATE OF u
-        ), room AS (
-            UPDATE queue_bounds SET unfinished = unfinished + %(n)s
-            WHERE workload = %(workload)s AND unfinished + %(n)s <= %(limit)s
-              AND EXISTS (SELECT FROM share)
-            RETURNING workload
-        ), clock AS ({clock}), taken AS (
-            UPDATE user_bounds u SET unfinished = u.unfinished + %(n)s,
-                stored_bytes = u.stored_bytes + size.bytes, last_tag = {next_tag} + %(n)s
-            FROM room, clock, size
-            WHERE u.workload = %(workload)s AND u.owner_id = %(owner_id)s
-            RETURNING u.last_tag - %(n)s AS first_tag
-        ), job AS (
-            INSERT INTO jobs (id, owner_id, workload, input_uri, input_sha256, parameters,
-                              labels, priority, chunks_total, idempotency_key, request_sha256,
-                              trace_id, max_attempts, not_before, timeout_seconds, depends_on)
-            SELECT %(id)s, %(owner_id)s, %(workload)s, %(input_uri)s, %(input_sha256)s,
-                   %(parameters)s, %(labels)s, %(priority)s, %(chunks_total)s,
-                   %(idempotency_key)s, %(request_sha256)s, %(trace_id)s, %(max_attempts)s,
-                   %(not_before)s, %(timeout_seconds)s, %(depends_on)s
-            FROM taken
-            ON CONFLICT ON CONSTRAINT jobs_idempotency_key DO NOTHING
-            RETURNING *
-        ), tasks AS (
-            INSERT INTO tasks (id, job_id, chunk_index, workload, priority, input_uri,
-                               input_sha256, parameters, max_attempts, not_before,
-                               timeout_seconds, fair_tag, args)
-            SELECT t.id, job.id, t.chunk_index, %(workload)s, %(priority)s, t.input_uri,
-                   t.input_sha256, t.parameters, t.max_attempts,
-                   -- A time already past leaves the tasks with the ready ones (sql/0019).
-                   CASE WHEN %(blocked)s THEN %(forever)s
-                        WHEN job.not_before > now() THEN job.not_before END,
-                   -- Numbered in chunk order, the order a job's own tasks are claimed in.
-                   job.timeout_seconds,
-                   taken.first_tag + row_number() OVER (ORDER BY t.chunk_index),
-                   t.args
-            FROM job, taken,
-                 unnest(%(task_ids)b::uuid[], %(indexes)b::int[], %(uris)b::text[],
-                        %(shas)b::text[], %(task_parameters)b::jsonb[],
-                        %(task_max_attempts)b::int[], %(task_args)b::text[])
-                 AS t(id, chunk_index, input_uri, input_sha256, parameters, max_attempts,
-                      args)
-        ), announced AS (
-            INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
-            SELECT job.id, job.owner_id, 'job.created',
-                   -- not_before only for a scheduled job, depends_on for a dependent one
-                   jsonb_strip_nulls(jsonb_build_object('chunks_total', job.chunks_total,
-                                                        'workload', job.workload,
-                                                        'not_before', job.not_before,
-                                                        'depends_on', job.depends_on)),
-                   job.trace_id
-            FROM job
-        ), audited AS (
-            INSERT INTO audit_log (actor, action, target, trace_id)
-            SELECT %(actor)s, 'job.create', job.id::text, job.trace_id FROM job
-        )
-        SELECT EXISTS (SELECT FROM taken) AS fits, job.*
-        FROM (VALUES (1)) AS one LEFT JOIN job ON true
-        """).format(size=_SIZE, clock=_CLOCK, next_tag=_NEXT_TAG),
+        _ADMIT,
         {
             **job.__dict__,
             "parameters": Jsonb(job.parameters),
@@ -251,6 +259,7 @@ def admit_job(
             "task_max_attempts": [t.max_attempts for t in tasks],
             "task_args": [t.args for t in tasks],
         },
+        prepare=True,
     ).fetchone()
     return row["fits"], from_row(Job, row) if row["id"] is not None else None
 
@@ -454,7 +463,7 @@ def get(
 def get_many(conn: Connection, job_ids: Collection[UUID]) -> dict[UUID, Job]:
     """These jobs by id (unlocked)."""
     rows = conn.execute(
-        "SELECT * FROM jobs WHERE id = ANY(%(ids)b)", {"ids": list(job_ids)}
+        "SELECT * FROM jobs WHERE id = ANY(%(ids)b)", {"ids": list(job_ids)}, prepare=True
     ).fetchall()
     return {r["id"]: from_row(Job, r) for r in rows}
 
@@ -478,6 +487,7 @@ def count_completed(conn: Connection, job_id: UUID, completed: int) -> Job:
         RETURNING *
         """,
         {"id": job_id, "n": completed},
+        prepare=True,
     ).fetchone()
     return from_row(Job, row)
 

@@ -128,107 +128,121 @@ def recount_unfinished(conn: Connection, workload: str) -> int:
     return row["unfinished"]
 
 
-_CLAIM = """
-    WITH held AS (
-        SELECT count(*) FILTER (WHERE lease_owner = %(worker)s) AS mine, count(*) AS total
-        FROM tasks
-        WHERE status = 'leased' AND workload = ANY(%(workloads)b)
-          AND (%(per_worker)s::int IS NOT NULL OR %(total)s::int IS NOT NULL)
-    ), room AS (
-        -- LEAST ignores NULLs: an absent cap does not limit the claim.
-        SELECT GREATEST(0, LEAST(%(capacity)s, %(per_worker)s::int - mine,
-                                 %(total)s::int - total)) AS n
-        FROM held
-    ), unpaused AS (
-        -- The workloads no operator has paused (sql/0024), read by this statement's
-        -- snapshot: a pause holds from the first claim that starts after it commits.
-        SELECT w.name FROM unnest(%(workloads)b::text[]) AS w(name)
-        WHERE NOT EXISTS (SELECT FROM workload_pauses p WHERE p.workload = w.name)
-    ), ready AS (
-        -- Each workload's head read in claim order from tasks_ready_idx, then merged:
-        -- one ordered scan of "workload = ANY" would sort every pending row instead.
-        -- Within a priority, fair_tag interleaves the owners (sql/0028).
-        SELECT h.* FROM unpaused AS w
-        CROSS JOIN LATERAL (
-            SELECT t.id, t.priority, t.fair_tag, t.created_at, t.job_id, t.chunk_index
-            FROM tasks t
-            WHERE t.status = 'pending' AND t.workload = w.name AND t.not_before IS NULL
-            ORDER BY t.priority DESC, t.fair_tag, t.created_at, t.job_id, t.chunk_index
-            -- The capacity, not the room, so the planner knows the scan ends early.
-            LIMIT %(capacity)s
-            FOR UPDATE SKIP LOCKED
-        ) AS h
-    ), due AS (
-        -- And the tasks whose waits (a retry's, a schedule's) have ended, the longest
-        -- ended first, from tasks_waiting_idx (sql/0019): no claim reads past the ones
-        -- still waiting.
-        SELECT d.* FROM unpaused AS w
-        CROSS JOIN LATERAL (
-            SELECT t.id, t.priority, t.fair_tag, t.created_at, t.job_id, t.chunk_index
-            FROM tasks t
-            WHERE t.status = 'pending' AND t.workload = w.name AND t.not_before <= now()
-            ORDER BY t.not_before
-            LIMIT %(capacity)s
-            FOR UPDATE SKIP LOCKED
-        ) AS d
-    ), candidates AS (
-        SELECT h.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) AS h
-        ORDER BY h.priority DESC, h.fair_tag, h.created_at, h.job_id, h.chunk_index
-        LIMIT (SELECT n FROM room)
-    ), tokens AS (
-        -- 244 random bits (two version 4 UUIDs), made only for the rows being leased.
-        SELECT id, 'cwl_' || replace(gen_random_uuid()::text || gen_random_uuid()::text,
-                                     '-', '') AS lease_token
-        FROM candidates
-    ), leased AS (
-        UPDATE tasks t SET status = 'leased', attempt = t.attempt + 1,
-            lease_owner = %(worker)s,
-            -- An attempt's lease never outlasts its deadline (LEAST ignores the NULL of
-            -- a task without a timeout).
-            lease_expires_at = LEAST(now() + make_interval(secs => %(lease)s),
-                                     now() + make_interval(secs => t.timeout_seconds)),
-            deadline = now() + make_interval(secs => t.timeout_seconds),
-            heartbeat_at = now(),
-            started_at = COALESCE(t.started_at, now()),
-            not_before = NULL,
-            lease_sha256 = encode(sha256(convert_to(k.lease_token, 'UTF8')), 'hex'),
-            version = t.version + 1
-        FROM tokens k
-        -- By primary key: the planner cannot know how many candidates the room allows.
-        WHERE t.id = ANY(ARRAY(SELECT id FROM tokens)) AND k.id = t.id
-        RETURNING t.*, k.lease_token
-    ), attempts AS (
-        INSERT INTO task_attempts (id, task_id, attempt, worker_id, trace_id, lease_sha256)
-        SELECT gen_random_uuid(), l.id, l.attempt, %(worker)s,
-               replace(gen_random_uuid()::text, '-', ''), l.lease_sha256
-        FROM leased l
-        RETURNING id AS attempt_id, task_id, trace_id AS attempt_trace_id
-    ), started AS (
-        -- SKIP LOCKED: a job a cancel or a merge holds is left alone rather than waited
-        -- for with task locks held; its completions move it on later anyway.
-        UPDATE jobs j SET status = 'running', started_at = COALESCE(j.started_at, now()),
-            revision = j.revision + 1
-        WHERE j.id IN (SELECT id FROM jobs
-                       WHERE id IN (SELECT job_id FROM leased) AND status = 'queued'
-                       FOR UPDATE SKIP LOCKED)
-    ), seen AS (
-        -- The only row a claim may wait for: a batch of this worker's results updates it
-        -- last, after its job, so the two cannot wait for each other.
-        -- A worker id bound to another credential is set to 0, which
-        -- workers_credential_id_check refuses: the whole claim fails (sql/0026).
-        INSERT INTO workers (id, capacity, workloads, credential_id)
-        VALUES (%(worker)s, %(capacity)s, %(named)b, %(credential)s)
-        ON CONFLICT (id) DO UPDATE SET last_seen_at = now(),
-            capacity = GREATEST(workers.capacity, EXCLUDED.capacity),
-            workloads = EXCLUDED.workloads,
-            credential_id = CASE WHEN workers.credential_id IS NULL
-                                   OR workers.credential_id = EXCLUDED.credential_id
-                                 THEN EXCLUDED.credential_id ELSE 0 END
+# The claim statement, part by part; each part is one CTE of it, named as in the statement.
+# held: the leases the caps count, counted only when a cap is set.
+_HELD = """
+SELECT count(*) FILTER (WHERE lease_owner = %(worker)s) AS mine, count(*) AS total
+FROM tasks
+WHERE status = 'leased' AND workload = ANY(%(workloads)b)
+  AND (%(per_worker)s::int IS NOT NULL OR %(total)s::int IS NOT NULL)"""
+# room: how many the caps let this claim lease (LEAST ignores NULLs: an absent cap does not
+# limit the claim).
+_ROOM = """
+SELECT GREATEST(0, LEAST(%(capacity)s, %(per_worker)s::int - mine, %(total)s::int - total)) AS n
+FROM held"""
+# unpaused: the workloads no operator has paused (sql/0024), read by this statement's
+# snapshot: a pause holds from the first claim that starts after it commits.
+_UNPAUSED = """
+SELECT w.name FROM unnest(%(workloads)b::text[]) AS w(name)
+WHERE NOT EXISTS (SELECT FROM workload_pauses p WHERE p.workload = w.name)"""
+# ready: each workload's head read in claim order from tasks_ready_idx, then merged (one
+# ordered scan of "workload = ANY" would sort every pending row instead). Within a priority,
+# fair_tag interleaves the owners (sql/0028). LIMIT is the capacity, not the room, so the
+# planner knows the scan ends early.
+_READY = """
+SELECT h.* FROM unpaused AS w CROSS JOIN LATERAL (
+  SELECT t.id, t.priority, t.fair_tag, t.created_at, t.job_id, t.chunk_index FROM tasks t
+  WHERE t.status = 'pending' AND t.workload = w.name AND t.not_before IS NULL
+  ORDER BY t.priority DESC, t.fair_tag, t.created_at, t.job_id, t.chunk_index
+  LIMIT %(capacity)s FOR UPDATE SKIP LOCKED
+) AS h"""
+# due: and the tasks whose waits (a retry's, a schedule's) have ended, the longest ended
+# first, from tasks_waiting_idx (sql/0019): no claim reads past the ones still waiting.
+_DUE = """
+SELECT d.* FROM unpaused AS w CROSS JOIN LATERAL (
+  SELECT t.id, t.priority, t.fair_tag, t.created_at, t.job_id, t.chunk_index FROM tasks t
+  WHERE t.status = 'pending' AND t.workload = w.name AND t.not_before <= now()
+  ORDER BY t.not_before LIMIT %(capacity)s FOR UPDATE SKIP LOCKED
+) AS d"""
+# candidates: the first of both in claim order that the room allows.
+_CANDIDATES = """
+SELECT h.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) AS h
+ORDER BY h.priority DESC, h.fair_tag, h.created_at, h.job_id, h.chunk_index
+LIMIT (SELECT n FROM room)"""
+# tokens: 244 random bits (two version 4 UUIDs) per lease, made only for the rows leased.
+_TOKENS = """
+SELECT id, 'cwl_' || replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '')
+       AS lease_token
+FROM candidates"""
+# leased: the leases, by primary key (the planner cannot know how many candidates the room
+# allows); an attempt's lease never outlasts its deadline (LEAST ignores the NULL of a task
+# without a timeout); only the token's SHA-256 is kept (sql/0026).
+_LEASED = """
+UPDATE tasks t SET status = 'leased', attempt = t.attempt + 1, lease_owner = %(worker)s,
+  lease_expires_at = LEAST(now() + make_interval(secs => %(lease)s),
+                           now() + make_interval(secs => t.timeout_seconds)),
+  deadline = now() + make_interval(secs => t.timeout_seconds),
+  heartbeat_at = now(), started_at = COALESCE(t.started_at, now()), not_before = NULL,
+  lease_sha256 = encode(sha256(convert_to(k.lease_token, 'UTF8')), 'hex'),
+  version = t.version + 1
+FROM tokens k
+WHERE t.id = ANY(ARRAY(SELECT id FROM tokens)) AND k.id = t.id
+RETURNING t.*, k.lease_token"""
+# attempts: one opened per lease, with its own trace id.
+_ATTEMPTS = """
+INSERT INTO task_attempts (id, task_id, attempt, worker_id, trace_id, lease_sha256)
+SELECT gen_random_uuid(), l.id, l.attempt, %(worker)s,
+       replace(gen_random_uuid()::text, '-', ''), l.lease_sha256
+FROM leased l
+RETURNING id AS attempt_id, task_id, trace_id AS attempt_trace_id"""
+# started: the leased tasks' queued jobs move to running. SKIP LOCKED: a job a cancel or a
+# merge holds is left alone rather than waited for with task locks held; its completions move
+# it on later anyway.
+_STARTED = """
+UPDATE jobs j SET status = 'running', started_at = COALESCE(j.started_at, now()),
+  revision = j.revision + 1
+WHERE j.id IN (SELECT id FROM jobs
+               WHERE id IN (SELECT job_id FROM leased) AND status = 'queued'
+               FOR UPDATE SKIP LOCKED)"""
+# seen: the worker recorded as seen. The only row a claim may wait for: a batch of this
+# worker's results updates it last, after its job, so the two cannot wait for each other. A
+# worker id bound to another credential is set to 0, which workers_credential_id_check
+# refuses: the whole claim fails (sql/0026).
+_SEEN = """
+INSERT INTO workers (id, capacity, workloads, credential_id)
+VALUES (%(worker)s, %(capacity)s, %(named)b, %(credential)s)
+ON CONFLICT (id) DO UPDATE SET last_seen_at = now(),
+  capacity = GREATEST(workers.capacity, EXCLUDED.capacity),
+  workloads = EXCLUDED.workloads,
+  credential_id = CASE WHEN workers.credential_id IS NULL
+                         OR workers.credential_id = EXCLUDED.credential_id
+                       THEN EXCLUDED.credential_id ELSE 0 END"""
+# Composed once, and short enough (under 4 KiB) for psycopg to keep its parsed form rather
+# than parse it again on every claim (tests/unit/test_statements.py).
+_CLAIM = (
+    sql.SQL("""
+WITH held AS ({held}), room AS ({room}), unpaused AS ({unpaused}), ready AS ({ready}),
+due AS ({due}), candidates AS ({candidates}), tokens AS ({tokens}), leased AS ({leased}),
+attempts AS ({attempts}), started AS ({started}), seen AS ({seen})
+SELECT l.*, a.attempt_id, a.attempt_trace_id
+FROM leased l JOIN attempts a ON a.task_id = l.id
+ORDER BY l.priority DESC, l.created_at, l.job_id, l.chunk_index
+""")
+    .format(
+        held=sql.SQL(_HELD),
+        room=sql.SQL(_ROOM),
+        unpaused=sql.SQL(_UNPAUSED),
+        ready=sql.SQL(_READY),
+        due=sql.SQL(_DUE),
+        candidates=sql.SQL(_CANDIDATES),
+        tokens=sql.SQL(_TOKENS),
+        leased=sql.SQL(_LEASED),
+        attempts=sql.SQL(_ATTEMPTS),
+        started=sql.SQL(_STARTED),
+        seen=sql.SQL(_SEEN),
     )
-    SELECT l.*, a.attempt_id, a.attempt_trace_id
-    FROM leased l JOIN attempts a ON a.task_id = l.id
-    ORDER BY l.priority DESC, l.created_at, l.job_id, l.chunk_index
-"""
+    .as_string()
+)
 
 
 def claim(
@@ -352,6 +366,7 @@ def renew_many(
                 Jsonb(r.checkpoint) if r.checkpoint is not None else None for r in renewals
             ],
         },
+        prepare=True,
     ).fetchall()
     return {r["id"]: r["lease_expires_at"] for r in rows}
 
@@ -393,7 +408,7 @@ def get(conn: Connection, task_id: UUID) -> Task | None:
 def get_many(conn: Connection, task_ids: Sequence[UUID]) -> dict[UUID, Task]:
     """The tasks that exist among these ids, by id."""
     rows = conn.execute(
-        "SELECT * FROM tasks WHERE id = ANY(%(ids)b)", {"ids": list(task_ids)}
+        "SELECT * FROM tasks WHERE id = ANY(%(ids)b)", {"ids": list(task_ids)}, prepare=True
     ).fetchall()
     return {r["id"]: from_row(Task, r) for r in rows}
 
@@ -454,6 +469,7 @@ def complete_many(
             "shas": [o.result_sha256 for o in outcomes],
             "metrics": [Jsonb(o.metrics) for o in outcomes],
         },
+        prepare=True,
     ).fetchall()
     return [from_row(Task, r) for r in rows]
 

@@ -28,7 +28,9 @@ class Worker:
 
 def touch(conn: Connection, worker_id: str) -> None:
     """Record that the worker was seen now (its claims record what it can do)."""
-    conn.execute("UPDATE workers SET last_seen_at = now() WHERE id = %(id)s", {"id": worker_id})
+    conn.execute(
+        "UPDATE workers SET last_seen_at = now() WHERE id = %(id)s", {"id": worker_id}, prepare=True
+    )
 
 
 def record_tasks_done(
@@ -42,6 +44,7 @@ def record_tasks_done(
         WHERE id = %(id)s
         """,
         {"id": worker_id, "count": count, "rss": peak_rss_bytes},
+        prepare=True,
     )
 
 
