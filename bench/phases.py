@@ -24,7 +24,8 @@ from werkzeug.formparser import parse_form_data
 from werkzeug.test import EnvironBuilder
 
 from app.uploads import BODY_BLOCK_SIZE, HashingSpool, init_app, spooled_body, uploaded
-from bench.csv_core import SAMPLES, reference_totals
+from bench.csv_core import SAMPLES
+from bench.yardsticks import plain_pass
 from devstack.stack import REPO, LocalStack, database_url, stop_on_sigterm
 from services import csvstats
 from services.csvstats.planning import scan_file
@@ -115,7 +116,7 @@ def upload_steps(path: Path, data: bytes, spool_dir: Path) -> dict[str, Callable
         spool.finish().path.unlink()
 
     return {
-        "reference: one csv.reader pass": lambda: reference_totals(data, COLUMN),
+        "yardstick: plain csv.reader pass": lambda: plain_pass(data, COLUMN),
         "client: multipart body from disk": client_multipart,
         "client: raw body from disk": client_raw,
         "server: multipart parse only (no spool)": multipart_parse_only,
