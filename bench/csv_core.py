@@ -16,6 +16,7 @@ from bench.turns import ratios, spread, take_turns
 from bench.yardsticks import duckdb_totals, plain_pass
 from devstack.sample_csv import generate_csv, generate_export_csv
 from services.csvstats import merge, sequential_totals, split, summarise
+from services.csvstats.columnar import engine, summarise_chunk
 
 COLUMN = "value"
 CHUNKS = 8
@@ -23,13 +24,33 @@ SAMPLES = {"plain": generate_csv, "export": generate_export_csv}
 
 
 def summarise_chunks(data: bytes) -> list:
-    """Split, then summarise every chunk in this process, then merge."""
+    """Split, then summarise every chunk in this process with the stdlib core, then merge."""
     result = split(data, COLUMN, chunks=CHUNKS)
     return merge(
         result.plans,
         [
             summarise(
                 [data[p.byte_start : p.byte_end]],
+                column_index=result.column_index,
+                column=COLUMN,
+                record_start=p.record_start,
+                first_line=p.first_line,
+            )
+            for p in result.plans
+        ],
+    )
+
+
+def engine_chunks(data: bytes) -> list:
+    """Split, then summarise every chunk in this process as the worker does, then merge."""
+    result = split(data, COLUMN, chunks=CHUNKS)
+    return merge(
+        result.plans,
+        [
+            summarise_chunk(
+                [data[p.byte_start : p.byte_end]],
+                records=p.record_end - p.record_start,
+                planned_sha256=p.sha256,
                 column_index=result.column_index,
                 column=COLUMN,
                 record_start=p.record_start,
@@ -60,11 +81,13 @@ def main(argv: list[str] | None = None) -> None:
 def compare(data: bytes, path: Path, turns: int) -> None:
     """Check every side gives the sequential control, then time them in turns."""
     control = sequential_totals(data, COLUMN)
+    engine_name = "polars" if engine() is not None else "no engine: stdlib"
     sides = {
         "plain csv.reader pass": lambda: plain_pass(data, COLUMN),
         "DuckDB read_csv": lambda: duckdb_totals(path, COLUMN),
         f"split, {CHUNKS} chunks": lambda: split(data, COLUMN, chunks=CHUNKS),
-        "split + summarise + merge": lambda: summarise_chunks(data),
+        "split + stdlib summarise + merge": lambda: summarise_chunks(data),
+        f"split + {engine_name} summarise + merge": lambda: engine_chunks(data),
     }
     for name, side in sides.items():
         result = side()

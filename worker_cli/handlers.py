@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from services import csvstats
+from services.csvstats import columnar
 from worker_cli.client import CoordinatorUnavailable, RequestRejected, StorageFailed
 
 ENTRY_POINT_GROUP = "chunkwise.handlers"
@@ -242,8 +243,10 @@ def summarise_csv(task: ClaimedTask, context: TaskContext) -> dict:
     """Summarise one CSV chunk's column, resuming from the claim's checkpoint if it has one."""
     params = task.parameters
     resume = _resume_point(task.checkpoint)
-    summary = csvstats.summarise(
+    summary = columnar.summarise_chunk(
         context.read_input(),
+        records=int(params["record_end"]) - int(params["record_start"]),
+        planned_sha256=task.input_sha256,
         column_index=int(params["column_index"]),
         column=params["column"],
         delimiter=params["delimiter"],
