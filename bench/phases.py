@@ -93,16 +93,15 @@ def upload_steps(path: Path, data: bytes, spool_dir: Path) -> dict[str, Callable
     def multipart_to_spool() -> object:
         with app.request_context(environ(encoded, content_type)):
             upload = uploaded("file")
-            read_back = upload.path.read_bytes()  # what submit_csv_job does with a form
-            upload.path.unlink()
-            return read_back
+            upload.path.unlink()  # submit_csv_job maps the spool: nothing is read back
+            return upload
 
     def raw_to_spool() -> object:
         with app.request_context(environ(data, "text/csv")):
             assert request.mimetype == "text/csv"
-            upload, body = spooled_body()
+            upload = spooled_body()
             upload.path.unlink()
-            return body
+            return upload
 
     def spool_only() -> None:
         with tempfile.NamedTemporaryFile(dir=spool_dir) as f:
@@ -120,7 +119,7 @@ def upload_steps(path: Path, data: bytes, spool_dir: Path) -> dict[str, Callable
         "client: multipart body from disk": client_multipart,
         "client: raw body from disk": client_raw,
         "server: multipart parse only (no spool)": multipart_parse_only,
-        "server: multipart parse + spool + hash + read back": multipart_to_spool,
+        "server: multipart parse + spool + hash": multipart_to_spool,
         "server: raw body read + spool + hash": raw_to_spool,
         "spool: write to disk": spool_only,
         "spool: write + sha256": spool_and_hash,

@@ -18,38 +18,10 @@ from services.csvstats import (
     split,
     summarise,
 )
-from tests.unit.test_csvstats_properties import (
-    PROPERTY_SETTINGS,
-    CsvCase,
-    block_sizes,
-    blocks_of,
-    csv_cases,
-    quote_heavy_cases,
-)
+from tests.unit.test_csvstats_parity import any_case
+from tests.unit.test_csvstats_properties import PROPERTY_SETTINGS, CsvCase, block_sizes, blocks_of
 
 pytest.importorskip("polars")
-
-
-@st.composite
-def export_cases(draw) -> CsvCase:
-    """The benchmark's export shape: a multiline quoted field in about 30% of records."""
-    records = draw(st.integers(1, 300))
-    return CsvCase(generate_export_csv(records, seed=draw(st.integers(0, 10**6))), ",")
-
-
-@st.composite
-def adversarial_quoting(draw) -> CsvCase:
-    """A quote-heavy file with quotes, doubled quotes and line breaks put anywhere."""
-    case = draw(quote_heavy_cases(malformed=False))
-    data = case.data
-    for _ in range(draw(st.integers(1, 4))):
-        at = draw(st.integers(0, len(data)))
-        junk = draw(st.sampled_from([b'"', b'""', b'x"y', b'"\n', b'\n"', b"\r", b"\n\n", b'",']))
-        data = data[:at] + junk + data[at:]
-    return CsvCase(data, case.delimiter)
-
-
-any_case = st.one_of(csv_cases(), quote_heavy_cases(), export_cases(), adversarial_quoting())
 
 
 def both_paths(case: CsvCase, plan, column_index: int, sizes, every: int, trust: bool):
