@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import mmap
 import re
 from array import array
 from bisect import bisect_left
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 from services.csvstats.syntax import QUOTE, line_breaks, quoted_field_walk, walk_to_special_fields
 
 BLOCK_BYTES = 1 << 20
+# The quote check's runs span this many blocks: pages of a memory map it has read are let go.
+_SEGMENT_BLOCKS = 4
 _STEP_BYTES = 1 << 13
 _TERMINATOR = re.compile(rb"\r\n|\r|\n")
 _LONE_CR = re.compile(rb"\r(?!\n)")
@@ -78,6 +81,7 @@ class ParityLayout:
             records += breaks - _breaks_inside_quotes(block, odd)
             lines += breaks
             odd ^= block.count(QUOTE) & 1
+            release(data, pos, end)
             pos = end
         self.starts.append(size)
         self.records_before.append(records)
@@ -124,6 +128,20 @@ class ParityLayout:
             pos += len(piece) + 1
         raise AssertionError("a block's count of terminators was wrong")
 
+    def record_end_in(self, i: int) -> int | None:
+        """An offset just past a record terminator outside quotes near the end of block i."""
+        base, end = self.starts[i], self.starts[i + 1]
+        odd_at_end = self.odd[i + 1] if i + 1 < len(self.odd) else int(self.quotes_open)
+        while end > base:
+            at = max(self.data.rfind(b"\n", base, end), self.data.rfind(b"\r", base, end))
+            if at < 0:
+                return None
+            tail = self.data[at + 1 : self.starts[i + 1]]
+            if not odd_at_end ^ (tail.count(QUOTE) & 1):
+                return at + 1
+            end = at
+        return None
+
     def line_of(self, offset: int) -> int:
         """The physical line on which the byte at offset lies."""
         i = max(0, bisect_left(self.starts, offset + 1) - 1)
@@ -165,8 +183,10 @@ def plan_by_parity(data, delimiter: str, chunks: int) -> ParityPlan | None:
     view = memoryview(data)
     try:
         with ThreadPoolExecutor(max_workers=1) as hashing:
-            digests = hashing.submit(_digests, view, ranges)
-            well_placed = _quotes_well_placed(view, start, delimiter)
+            digests = hashing.submit(_digests, data, view, ranges)
+            well_placed = all(
+                _quotes_well_placed(data, view, a, b, delimiter) for a, b in _segments(layout)
+            )
             result = digests.result()
     finally:
         view.release()
@@ -179,13 +199,41 @@ def _ends_in_terminator(data) -> bool:
     return data[-1:] in (b"\n", b"\r")
 
 
-def _digests(view: memoryview, ranges: list) -> list[str]:
-    return [hashlib.sha256(view[a:b]).hexdigest() for a, b, _ in ranges]
+def release(data, start: int, end: int) -> None:
+    """Let the pages of a memory map's [start, end) go from this process's resident set
+    (they stay in the page cache, and come back if read again)."""
+    if isinstance(data, mmap.mmap) and end > start:
+        start -= start % mmap.PAGESIZE
+        data.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
-def _quotes_well_placed(view: memoryview, start: int, delimiter: str) -> bool:
-    """One regex match over the buffer: every quote opens, closes or is doubled in a field."""
+def _digests(data, view: memoryview, ranges: list) -> list[str]:
+    digests = []
+    for a, b, _ in ranges:
+        sha = hashlib.sha256()
+        for at in range(a, b, BLOCK_BYTES):
+            sha.update(view[at : min(b, at + BLOCK_BYTES)])
+            release(data, at, min(b, at + BLOCK_BYTES))
+        digests.append(sha.hexdigest())
+    return digests
+
+
+def _segments(layout: ParityLayout):
+    """Runs of whole records of about _SEGMENT_BLOCKS blocks, from the header's start on."""
+    start, size = layout.starts[0], layout.starts[-1]
+    for i in range(_SEGMENT_BLOCKS - 1, len(layout.odd) - 1, _SEGMENT_BLOCKS):
+        end = layout.record_end_in(i)
+        if end is not None and end > start:
+            yield start, end
+            start = end
+    yield start, size
+
+
+def _quotes_well_placed(data, view: memoryview, start: int, end: int, delimiter: str) -> bool:
+    """One regex match over whole records: every quote opens, closes or is doubled in a field,
+    and none is left open (so the next run starts outside quotes, as the whole file's would)."""
     separator = delimiter.encode()
     rare = b"\x01" if separator == b"\x00" else b"\x00"
-    spans = walk_to_special_fields(quoted_field_walk(separator, rare), view[start:])
-    return spans is not None and not (spans and spans[-1] == len(view) - start)
+    spans = walk_to_special_fields(quoted_field_walk(separator, rare), view[start:end])
+    release(data, start, end)
+    return spans is not None and not (spans and spans[-1] == end - start)
