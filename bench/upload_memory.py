@@ -1,11 +1,11 @@
 """The coordinator's peak memory during a large upload, on the text/csv and multipart paths.
 
 python -m bench.upload_memory [--mib 49] [--turns 3] (the default upload limit is 50 MiB).
-Starts a coordinator (no workers) over DATABASE_URL or an embedded server, warms it with a
-small upload, then for each turn and path: resets every coordinator process's peak resident set (/proc/PID/clear_refs), uploads
-the export-shaped sample (a multiline quoted field in 30% of records) and reads the peaks
-back. Prints each process's peak over its own resident set just before the upload; the
-target is idle + 32 MiB.
+Starts a coordinator (no workers) over DATABASE_URL or an embedded server and warms it with
+small uploads. Then, for each turn and path, it resets every coordinator process's peak
+resident set (/proc/PID/clear_refs), uploads the export-shaped sample (a multiline quoted
+field in 30% of records) and reads the peaks back. Prints the largest peak over a process's
+own resident set just before the upload; the target is idle + 32 MiB.
 """
 
 from __future__ import annotations
