@@ -368,7 +368,8 @@ def main() -> int:
 def sample_report(sample: Sample) -> dict:
     """One sample's figures: every run in turn, the best of each side, phases and chunks."""
     best = sample.best
-    compute = [c["metrics"]["elapsed_seconds"] for c in best.chunks]
+    # The chunk list leaves metrics out (GET .../chunks/{id} has them): 0 where absent.
+    compute = [_metric(c, "elapsed_seconds", 0.0) for c in best.chunks]
     merge_s = best.job["merge_seconds"] or 0.0
     phases = {
         "upload, hash, split and admit (until POST returned)": best.upload_seconds,
@@ -404,8 +405,8 @@ def sample_report(sample: Sample) -> dict:
             {
                 "index": c["index"],
                 "worker": c["attempts"][-1]["worker_id"],
-                "compute_seconds": c["metrics"]["elapsed_seconds"],
-                "records": c["metrics"].get("records"),
+                "compute_seconds": _metric(c, "elapsed_seconds", 0.0),
+                "records": _metric(c, "records", None),
             }
             for c in best.chunks
         ],
@@ -413,6 +414,10 @@ def sample_report(sample: Sample) -> dict:
         "coordinator_peak_rss_bytes": best.coordinator_peak_rss_bytes,
         "worker_peak_rss_bytes": {w["worker_id"]: w["peak_rss_bytes"] for w in best.workers},
     }
+
+
+def _metric(chunk: dict, name: str, default):
+    return (chunk.get("metrics") or {}).get(name, default)
 
 
 def build_report(samples: list[Sample], recovered: Run, story: dict, versions_: dict) -> dict:

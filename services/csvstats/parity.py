@@ -27,7 +27,7 @@ from services.csvstats.syntax import QUOTE, line_breaks, quoted_field_walk, walk
 BLOCK_BYTES = 1 << 20
 # The quote check's runs span this many blocks: pages of a memory map it has read are let go.
 _SEGMENT_BLOCKS = 4
-_STEP_BYTES = 1 << 13
+_STEP_BYTES = 1 << 16
 _TERMINATOR = re.compile(rb"\r\n|\r|\n")
 _LONE_CR = re.compile(rb"\r(?!\n)")
 _QUOTED = re.compile(rb'"[^"]*"')
