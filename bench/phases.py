@@ -28,6 +28,7 @@ from bench.csv_core import SAMPLES
 from bench.yardsticks import plain_pass
 from devstack.stack import REPO, LocalStack, database_url, stop_on_sigterm
 from services import csvstats
+from services.csvstats import columnar
 from services.csvstats.planning import scan_file
 from worker_cli.client import CoordinatorClient
 from worker_cli.uploads import FileBody, MultipartUpload
@@ -165,8 +166,11 @@ def chunk_steps(stack: LocalStack, path: Path, form: bool) -> dict[str, float]:
                 digest.update(block)
             assert digest.hexdigest() == task["input_sha256"]
             hashed = time.perf_counter()
-            summary = csvstats.summarise(
+            # As the worker's handler does: the compiled engine where it applies, else the core.
+            summary = columnar.summarise_chunk(
                 blocks,
+                records=p["record_end"] - p["record_start"],
+                planned_sha256=task["input_sha256"],
                 column_index=p["column_index"],
                 column=p["column"],
                 delimiter=p["delimiter"],
