@@ -13,7 +13,7 @@ COPY worker_cli worker_cli
 COPY sql sql
 COPY gunicorn.conf.py ./
 # The versions CI tested (requirements.lock), not whatever setup.cfg's open ranges find today.
-RUN pip install -c requirements.lock . && useradd --system --uid 10001 chunkwise \
+RUN pip install -c requirements.lock '.[fast]' && useradd --system --uid 10001 chunkwise \
     && mkdir -p /var/lib/chunkwise/archive /var/lib/chunkwise/tmp /var/lib/chunkwise/prometheus \
     && chown -R chunkwise /var/lib/chunkwise
 

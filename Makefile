@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): setup.cfg pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev,embedded,docs]'
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev,embedded,docs,fast]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -68,7 +68,7 @@ migrate: $(STAMP)
 	$(BIN)/python -m app.migrations apply
 
 report: $(STAMP)
-	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev,embedded,report]'
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev,embedded,fast,report]'
 	$(BIN)/python -m bench.report
 
 # ROUNDS scales every scenario's rounds; the default takes a few minutes on two cores.

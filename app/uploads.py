@@ -124,24 +124,21 @@ class SpoolingRequest(Request):
 BODY_BLOCK_SIZE = 1024 * 1024
 
 
-def spooled_body() -> tuple[Upload, bytes]:
-    """Stream the raw request body to a hashing spool; return the upload and its bytes."""
+def spooled_body() -> Upload:
+    """Stream the raw request body to a hashing spool; return the upload."""
     spool = HashingSpool(current_app.config["CHUNKWISE_TEMP_DIR"])
     g.setdefault("spools", []).append(spool)
-    # One growing buffer whose bytes getvalue() hands over without a copy: a list of blocks
-    # joined at the end held the body twice at its peak.
-    body = io.BytesIO()
+    # Only a block at a time in memory: the split reads the spool through a memory map.
     stream = request.stream
     while block := stream.read(BODY_BLOCK_SIZE):
         spool.write(block)
-        body.write(block)
     # gunicorn ends the stream where the client hung up: a cut body must not pass for a CSV.
     expected = request.content_length
     if expected is not None and spool.size < expected:
         raise BadRequest(
             f"the body ended after {spool.size} of its Content-Length {expected} bytes"
         )
-    return spool.finish(), body.getvalue()
+    return spool.finish()
 
 
 def uploaded(field: str) -> Upload | None:

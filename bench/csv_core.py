@@ -1,165 +1,106 @@
-"""Time split and summarise against a plain csv.reader pass over the same 1M-record file.
+"""Time split and summarise in this process against the two yardsticks, on both samples.
 
-python -m bench.csv_core [--records 1000000] [--sample plain|quoted|both]; each figure is the
-best of 3 runs. "quoted" is the quote-heavy sample of issue 15 (a quarter of text fields
-quoted, some multiline); "plain" is the report's original sample.
+python -m bench.csv_core [--records 1000000] [--turns 5] [--sample plain|export|both]. The
+yardsticks (bench.yardsticks) are a plain csv.reader pass and DuckDB's read_csv; "export" is
+the quote-heavy sample with a multiline quoted field in about 30% of records. Every side is
+timed in alternating turns and every turn is printed, with the median and range of each ratio.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import re
-import time
-from collections.abc import Callable
+import tempfile
+from pathlib import Path
 
-from devstack.sample_csv import generate_csv, generate_quoted_csv
-from services.csvstats import (
-    INT64_MAX,
-    INT64_MIN,
-    Totals,
-    merge,
-    sequential_totals,
-    split,
-    summarise,
-)
+from bench.turns import ratios, spread, take_turns
+from bench.yardsticks import duckdb_totals, plain_pass
+from devstack.sample_csv import generate_csv, generate_export_csv
+from services.csvstats import merge, sequential_totals, split, summarise
+from services.csvstats.columnar import engine, summarise_chunk
 
 COLUMN = "value"
 CHUNKS = 8
-BLOCK_BYTES = 64 * 1024  # what a worker's streamed download hands over at a time
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-SAMPLES = {"plain": generate_csv, "quoted": generate_quoted_csv}
+SAMPLES = {"plain": generate_csv, "export": generate_export_csv}
 
 
-def reference_totals(data: bytes, column: str) -> Totals:
-    """The plain loop the targets are measured against: csv.reader, a checked add per value."""
-    reader = csv.reader(io.StringIO(data.decode("utf-8-sig"), newline=""))
-    index = next(reader).index(column)
-    total, count, minimum, maximum = 0, 0, None, None
-    for row in reader:
-        if not row:
-            continue
-        raw = row[index].strip(" \t")
-        if not raw:
-            continue
-        if not _INTEGER.fullmatch(raw):
-            raise ValueError(f"not an integer: {raw!r}")
-        value = int(raw)
-        if not INT64_MIN <= value <= INT64_MAX:
-            raise ValueError(f"out of int64 range: {raw!r}")
-        total += value
-        if not INT64_MIN <= total <= INT64_MAX:
-            raise OverflowError("int64 sum overflow")
-        count += 1
-        minimum = value if minimum is None or value < minimum else minimum
-        maximum = value if maximum is None or value > maximum else maximum
-    return Totals(count, total, minimum, maximum)
-
-
-def summarise_all(data: bytes) -> Totals:
-    """Split, then summarise every chunk in this process, then merge."""
+def summarise_chunks(data: bytes) -> list:
+    """Split, then summarise every chunk in this process with the stdlib core, then merge."""
     result = split(data, COLUMN, chunks=CHUNKS)
-    summaries = []
-    for plan in result.plans:
-        blocks = (
-            data[at : min(at + BLOCK_BYTES, plan.byte_end)]
-            for at in range(plan.byte_start, plan.byte_end, BLOCK_BYTES)
-        )
-        summaries.append(
+    return merge(
+        result.plans,
+        [
             summarise(
-                blocks,
+                [data[p.byte_start : p.byte_end]],
                 column_index=result.column_index,
-                column=COLUMN,
-                record_start=plan.record_start,
-                first_line=plan.first_line,
-            )
-        )
-    return merge(result.plans, summaries)
-
-
-def fastest(runs: int, actions: dict[str, Callable[[], object]]) -> dict[str, tuple]:
-    """Run each action `runs` times, interleaved so that a busy machine slows all of them
-    alike; return name -> (best wall seconds, best CPU seconds, last result)."""
-    best: dict[str, tuple] = {name: (float("inf"), float("inf"), None) for name in actions}
-    for _ in range(runs):
-        for name, action in actions.items():
-            wall, cpu = time.perf_counter(), time.process_time()
-            result = action()
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            best[name] = (min(best[name][0], wall), min(best[name][1], cpu), result)
-    return best
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Generate the file, time the passes and print seconds and ratios to the reference."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--sample", choices=(*SAMPLES, "both"), default="both")
-    args = parser.parse_args(argv)
-    for name in SAMPLES if args.sample == "both" else (args.sample,):
-        data = SAMPLES[name](args.records)
-        size = len(data) / 1e6
-        print(f"\n{name} sample: {args.records} records, {size:.1f} MB, best of {args.runs}")
-        time_passes(data, args.runs)
-
-
-def time_passes(data: bytes, runs: int) -> None:
-    """Time the passes over one file and print seconds and ratios to the reference."""
-    plans = split(data, COLUMN, chunks=CHUNKS)
-    chunk_bytes = [data[p.byte_start : p.byte_end] for p in plans.plans]
-
-    def summarise_chunks() -> list:
-        return [
-            summarise(
-                [b],
-                column_index=plans.column_index,
                 column=COLUMN,
                 record_start=p.record_start,
                 first_line=p.first_line,
             )
-            for p, b in zip(plans.plans, chunk_bytes, strict=True)
-        ]
+            for p in result.plans
+        ],
+    )
 
-    timed = fastest(
-        runs,
-        {
-            "reference": lambda: reference_totals(data, COLUMN),
-            "split": lambda: split(data, COLUMN, chunks=CHUNKS),
-            "summarise": summarise_chunks,
-        },
+
+def engine_chunks(data: bytes) -> list:
+    """Split, then summarise every chunk in this process as the worker does, then merge."""
+    result = split(data, COLUMN, chunks=CHUNKS)
+    return merge(
+        result.plans,
+        [
+            summarise_chunk(
+                [data[p.byte_start : p.byte_end]],
+                records=p.record_end - p.record_start,
+                planned_sha256=p.sha256,
+                column_index=result.column_index,
+                column=COLUMN,
+                record_start=p.record_start,
+                first_line=p.first_line,
+            )
+            for p in result.plans
+        ],
     )
-    once = fastest(
-        1,
-        {
-            "pipeline": lambda: summarise_all(data),
-            "sequential": lambda: sequential_totals(data, COLUMN),
-        },
-    )
-    expected = timed["reference"][2]
-    merged = merge(plans.plans, timed["summarise"][2])
-    if not merged == once["pipeline"][2] == once["sequential"][2] == expected:
-        raise SystemExit(f"results differ: {merged} {once} {expected}")
-    print(f"result: {expected}")
-    reference_wall, reference_cpu = timed["reference"][:2]
-    rows = [
-        ("reference csv.reader pass", timed["reference"], None),
-        (f"split, {CHUNKS} chunks", timed["split"], 0.25),
-        ("summarise all chunks, one process", timed["summarise"], 1.0),
-        (f"split + summarise ({BLOCK_BYTES // 1024} KiB blocks) + merge", once["pipeline"], None),
-        ("sequential_totals (the checked reference)", once["sequential"], None),
-    ]
-    print(f"{'':52s} {'wall s':>7s} {'ratio':>6s}  {'cpu s':>6s} {'ratio':>6s}")
-    for name, (wall, cpu, _), target in rows:
-        ratio = wall / reference_wall
-        verdict = (
-            ""
-            if target is None
-            else (f"  target <= {target:.2f}x: " + ("ok" if ratio <= target else "MISSED"))
-        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Generate each sample, take the turns and print every turn and the ratios."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--sample", choices=(*SAMPLES, "both"), default="both")
+    args = parser.parse_args(argv)
+    print("shared 2-core machine: compare ratios taken in the same turn, not seconds")
+    for name in SAMPLES if args.sample == "both" else (args.sample,):
+        data = SAMPLES[name](args.records)
+        print(f"\n{name} sample: {args.records} records, {len(data) / 2**20:.1f} MiB")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "sample.csv"
+            path.write_bytes(data)
+            compare(data, path, args.turns)
+
+
+def compare(data: bytes, path: Path, turns: int) -> None:
+    """Check every side gives the sequential control, then time them in turns."""
+    control = sequential_totals(data, COLUMN)
+    engine_name = "polars" if engine() is not None else "no engine: stdlib"
+    sides = {
+        "plain csv.reader pass": lambda: plain_pass(data, COLUMN),
+        "DuckDB read_csv": lambda: duckdb_totals(path, COLUMN),
+        f"split, {CHUNKS} chunks": lambda: split(data, COLUMN, chunks=CHUNKS),
+        "split + stdlib summarise + merge": lambda: summarise_chunks(data),
+        f"split + {engine_name} summarise + merge": lambda: engine_chunks(data),
+    }
+    for name, side in sides.items():
+        result = side()
+        if name != f"split, {CHUNKS} chunks" and result != control:
+            raise SystemExit(f"{name} gives {result}, the sequential control {control}")
+    seconds = take_turns(turns, sides)
+    plain, duck = seconds["plain csv.reader pass"], seconds["DuckDB read_csv"]
+    print(f"{'':36s} {'turns, wall s':>40s}  {'/ plain pass':>20s}  {'/ DuckDB':>20s}")
+    for name, times in seconds.items():
+        each = " ".join(f"{t:.2f}" for t in times)
         print(
-            f"{name:52s} {wall:7.3f} {ratio:5.2f}x  {cpu:6.3f} {cpu / reference_cpu:5.2f}x{verdict}"
+            f"{name:36s} {each:>40s}  {spread(ratios(times, plain)):>20s}"
+            f"  {spread(ratios(times, duck)):>20s}"
         )
 
 

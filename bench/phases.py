@@ -24,9 +24,11 @@ from werkzeug.formparser import parse_form_data
 from werkzeug.test import EnvironBuilder
 
 from app.uploads import BODY_BLOCK_SIZE, HashingSpool, init_app, spooled_body, uploaded
-from bench.csv_core import SAMPLES, reference_totals
+from bench.csv_core import SAMPLES
+from bench.yardsticks import plain_pass
 from devstack.stack import REPO, LocalStack, database_url, stop_on_sigterm
 from services import csvstats
+from services.csvstats import columnar
 from services.csvstats.planning import scan_file
 from worker_cli.client import CoordinatorClient
 from worker_cli.uploads import FileBody, MultipartUpload
@@ -92,16 +94,15 @@ def upload_steps(path: Path, data: bytes, spool_dir: Path) -> dict[str, Callable
     def multipart_to_spool() -> object:
         with app.request_context(environ(encoded, content_type)):
             upload = uploaded("file")
-            read_back = upload.path.read_bytes()  # what submit_csv_job does with a form
-            upload.path.unlink()
-            return read_back
+            upload.path.unlink()  # submit_csv_job maps the spool: nothing is read back
+            return upload
 
     def raw_to_spool() -> object:
         with app.request_context(environ(data, "text/csv")):
             assert request.mimetype == "text/csv"
-            upload, body = spooled_body()
+            upload = spooled_body()
             upload.path.unlink()
-            return body
+            return upload
 
     def spool_only() -> None:
         with tempfile.NamedTemporaryFile(dir=spool_dir) as f:
@@ -115,11 +116,11 @@ def upload_steps(path: Path, data: bytes, spool_dir: Path) -> dict[str, Callable
         spool.finish().path.unlink()
 
     return {
-        "reference: one csv.reader pass": lambda: reference_totals(data, COLUMN),
+        "yardstick: plain csv.reader pass": lambda: plain_pass(data, COLUMN),
         "client: multipart body from disk": client_multipart,
         "client: raw body from disk": client_raw,
         "server: multipart parse only (no spool)": multipart_parse_only,
-        "server: multipart parse + spool + hash + read back": multipart_to_spool,
+        "server: multipart parse + spool + hash": multipart_to_spool,
         "server: raw body read + spool + hash": raw_to_spool,
         "spool: write to disk": spool_only,
         "spool: write + sha256": spool_and_hash,
@@ -165,8 +166,11 @@ def chunk_steps(stack: LocalStack, path: Path, form: bool) -> dict[str, float]:
                 digest.update(block)
             assert digest.hexdigest() == task["input_sha256"]
             hashed = time.perf_counter()
-            summary = csvstats.summarise(
+            # As the worker's handler does: the compiled engine where it applies, else the core.
+            summary = columnar.summarise_chunk(
                 blocks,
+                records=p["record_end"] - p["record_start"],
+                planned_sha256=task["input_sha256"],
                 column_index=p["column_index"],
                 column=p["column"],
                 delimiter=p["delimiter"],

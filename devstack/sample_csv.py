@@ -2,8 +2,9 @@
 
 generate_csv (header id,label,value,note) has few quoted fields; generate_quoted_csv (header
 id,name,value,comment) is shaped like real exports: a quarter of its text fields quoted, some
-of those holding the delimiter, a line break and doubled quotes. The same arguments always
-give the same bytes: every choice comes from one seeded Random.
+of those holding the delimiter, a line break and doubled quotes; generate_export_csv is the
+same shape with such a field in about 30% of records (issue 41's benchmark sample). The same
+arguments always give the same bytes: every choice comes from one seeded Random.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ QUOTED_SPECIAL_RATIO = 0.15
 PADDED_VALUE_RATIO = 0.05
 QUOTED_VALUE_RATIO = 0.05
 EMPTY_VALUE_RATIO = 0.05
+# Share of records in generate_export_csv with one quoted field holding the delimiter, a line
+# break and doubled quotes.
+EXPORT_MULTILINE_RATIO = 0.30
 
 
 def generate_csv(
@@ -71,13 +75,39 @@ def generate_quoted_csv(records: int, seed: int = 7) -> bytes:
     return "".join(out).encode("utf-8")
 
 
+def generate_export_csv(records: int, seed: int = 7) -> bytes:
+    """Return `records` data records of the quote-heavy shape, about 30% of them multiline."""
+    rng = random.Random(seed)
+    random_ = rng.random
+    out = [QUOTED_HEADER]
+    for record in range(1, records + 1):
+        name = f"{_NAMES[int(random_() * 12)]} {_SURNAMES[int(random_() * 8)]}"
+        comment = _COMMENTS[int(random_() * 10)]
+        roll = random_()
+        if roll < EXPORT_MULTILINE_RATIO:
+            line_break = "\r\n" if roll < EXPORT_MULTILINE_RATIO / 2 else "\n"
+            name, comment = _special(rng, name, line_break), _plain_text(rng, comment)
+        else:
+            name, comment = _plain_text(rng, name), _plain_text(rng, comment)
+        out.append(f"{record},{name},{_quoted_sample_value(rng)},{comment}\n")
+    return "".join(out).encode("utf-8")
+
+
+def _plain_text(rng: random.Random, word: str) -> str:
+    return f'"{word}"' if rng.random() < QUOTED_FIELD_RATIO else word
+
+
+def _special(rng: random.Random, word: str, line_break: str) -> str:
+    return f'"{word}, ""{rng.choice(_NAMES)}""{line_break}x"'
+
+
 def _quoted_text(rng: random.Random, word: str) -> str:
     roll = rng.random()
     if roll >= QUOTED_FIELD_RATIO:
         return word
     if roll < QUOTED_FIELD_RATIO * QUOTED_SPECIAL_RATIO:
         line_break = "\r\n" if roll < QUOTED_FIELD_RATIO * QUOTED_SPECIAL_RATIO / 2 else "\n"
-        return f'"{word}, ""{rng.choice(_NAMES)}""{line_break}x"'
+        return _special(rng, word, line_break)
     return f'"{word}"'
 
 
@@ -131,7 +161,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, required=True)
     parser.add_argument(
-        "--shape", choices=("plain", "quoted"), default="plain", help="quoted: the quote-heavy one"
+        "--shape",
+        choices=("plain", "quoted", "export"),
+        default="plain",
+        help="quoted: the quote-heavy one; export: quote-heavy with 30%% multiline records",
     )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--empty-ratio", type=float, default=0.03)
@@ -143,6 +176,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.shape == "quoted":
         data = generate_quoted_csv(args.records, args.seed)
+    elif args.shape == "export":
+        data = generate_export_csv(args.records, args.seed)
     else:
         data = generate_csv(
             args.records,

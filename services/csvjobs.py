@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import mmap
 import time
 import uuid
 from dataclasses import dataclass
@@ -52,12 +53,8 @@ def submit_csv_job(
     *,
     trace_id: str,
     idempotency_key: str | None = None,
-    data: bytes | None = None,
 ) -> job_rules.JobView:
-    """Validate and split an uploaded CSV, then admit the job and its chunks in one transaction.
-
-    data, when given, is the upload's bytes already in memory, so the spool is not read back.
-    """
+    """Validate and split an uploaded CSV, then admit the job and its chunks in one transaction."""
     try:
         if upload.size > rt.limits.max_upload_bytes:
             raise PayloadTooLarge(
@@ -68,12 +65,7 @@ def submit_csv_job(
             raise InvalidInput.field("chunks", f"must be between 1 and {MAX_CHUNKS}")
         labels = job_rules.validate_labels(request.labels)
         try:
-            split = csvstats.split(
-                upload.path.read_bytes() if data is None else data,
-                request.column,
-                request.delimiter,
-                request.chunks,
-            )
+            split = split_spool(upload, request.column, request.delimiter, request.chunks)
         except csvstats.CsvFormatError as exc:
             raise InvalidInput.field(exc.field, exc.message) from exc
         job_id = uuid.uuid4()
@@ -128,6 +120,16 @@ def submit_csv_job(
         upload.path.unlink(missing_ok=True)
 
 
+def split_spool(
+    upload: archive.Upload, column: str, delimiter: str, chunks: int = 1
+) -> csvstats.SplitResult:
+    """Split the spooled file through a memory map: the file is never read into one object."""
+    if upload.size == 0:
+        return csvstats.split(b"", column, delimiter, chunks)  # an empty file cannot be mapped
+    with upload.path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return csvstats.split(data, column, delimiter, chunks)
+
+
 def csv_problems(
     rt: Runtime, upload: archive.Upload, column: str, delimiter: str
 ) -> dict[str, list[str]]:
@@ -136,7 +138,7 @@ def csv_problems(
     if upload.size > rt.limits.max_upload_bytes:
         return {"file": [f"the file is larger than {rt.limits.max_upload_bytes} bytes"]}
     try:
-        csvstats.split(upload.path.read_bytes(), column, delimiter)
+        split_spool(upload, column, delimiter)
     except csvstats.CsvFormatError as exc:
         return {exc.field: [exc.message]}
     return {}

@@ -299,12 +299,14 @@ def summarise_csv(task: ClaimedTask, context: TaskContext) -> dict:
     """Summarise one CSV chunk's column, resuming from the claim's checkpoint if it has one."""
     # Imported here, when a csv_stats chunk runs: the SDK's users import this module, and in
     # their projects `services` may be a package of their own (or absent, with chunkwise-client).
-    from services import csvstats
+    from services.csvstats import columnar
 
     params = task.parameters
     resume = _resume_point(task.checkpoint)
-    summary = csvstats.summarise(
+    summary = columnar.summarise_chunk(
         context.read_input(),
+        records=int(params["record_end"]) - int(params["record_start"]),
+        planned_sha256=task.input_sha256,
         column_index=int(params["column_index"]),
         column=params["column"],
         delimiter=params["delimiter"],

@@ -75,7 +75,7 @@ def _submit_csv(key: str | None) -> jobs.JobView:
 def _submit_csv_body(key: str | None) -> jobs.JobView:
     # The parameters travel in the query string, so they are checked before the body is read.
     query = CSV_JOB_QUERY.load(input_rules.single_values(request.args, lists=("label",)))
-    upload, data = spooled_body()
+    upload = spooled_body()
     return csvjobs.submit_csv_job(
         get_runtime(),
         current_principal(),
@@ -83,7 +83,6 @@ def _submit_csv_body(key: str | None) -> jobs.JobView:
         csvjobs.CsvJobRequest(**query),
         trace_id=current_trace_id(),
         idempotency_key=key,
-        data=data,
     )
 
 

@@ -10,6 +10,7 @@ from itertools import accumulate, repeat
 
 from services.csvstats.errors import CsvFormatError
 from services.csvstats.model import ChunkPlan, SplitResult
+from services.csvstats.parity import plan_by_parity
 from services.csvstats.syntax import (
     QUOTE,
     first_misplaced_quote,
@@ -141,11 +142,42 @@ def find_column(header: tuple[str, ...], column: str) -> int:
     return found[0]
 
 
-def split(data: bytes, column: str, delimiter: str = ",", chunks: int = 1) -> SplitResult:
-    """Check a CSV file and plan up to `chunks` chunks of equally many records."""
+def split(data, column: str, delimiter: str = ",", chunks: int = 1) -> SplitResult:
+    """Check a CSV file (bytes or a memory map) and plan up to `chunks` chunks of equally
+    many records: by quote parity, or by the exact scan where that declines."""
     validate_delimiter(delimiter)
     validate_chunks(chunks)
-    data = bytes(data)
+    planned = plan_by_parity(data, delimiter, chunks)
+    if planned is None:
+        return split_exactly(bytes(data), column, delimiter, chunks)
+    records = planned.records
+    header_end = len(data) if planned.header_newline < 0 else planned.header_newline + 1
+    header = _read_header(
+        bytes(data[:header_end]), planned.header_start, planned.header_newline, delimiter
+    )
+    column_index = find_column(header, column)
+    size = max(1, -(-records // chunks))
+    plans = tuple(
+        ChunkPlan(
+            index=index,
+            record_start=index * size,
+            record_end=min(records, (index + 1) * size),
+            first_line=first_line,
+            byte_start=byte_start,
+            byte_end=byte_end,
+            sha256=digest,
+        )
+        for index, ((byte_start, byte_end, first_line), digest) in enumerate(
+            zip(planned.ranges, planned.digests, strict=True)
+        )
+    )
+    return SplitResult(header=header, column_index=column_index, records=records, plans=plans)
+
+
+def split_exactly(data: bytes, column: str, delimiter: str = ",", chunks: int = 1) -> SplitResult:
+    """split() by the exact scan, which walks every multiline field and names any error."""
+    validate_delimiter(delimiter)
+    validate_chunks(chunks)
     layout = scan_file(data, delimiter)
     column_index = find_column(layout.header, column)
     size = max(1, -(-layout.records // chunks))

@@ -26,3 +26,19 @@ def test_importing_csvstats_loads_no_flask_psycopg_or_requests():
         check=True,
     )
     assert json.loads(done.stdout) == []
+
+
+def test_the_compiled_engine_module_imports_polars_only_when_first_used():
+    probe = (
+        "import sys; import services.csvstats.columnar; "
+        "print(any(n == 'polars' or n.startswith('polars.') for n in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "False"

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from devstack.sample_csv import generate_csv, generate_quoted_csv
+from devstack.sample_csv import generate_csv, generate_export_csv, generate_quoted_csv
 from services import csvstats
 
 
@@ -61,3 +61,18 @@ def test_the_quoted_sample_has_the_shape_of_issue_15():
 def test_the_quoted_sample_at_full_size_is_about_36_mib():
     size = len(generate_quoted_csv(50_000, seed=20261203)) * 20
     assert 34 << 20 < size < 38 << 20
+
+
+def test_the_export_sample_has_a_multiline_quoted_field_in_about_30_percent_of_records():
+    records = 20_000
+    data = generate_export_csv(records, seed=5)
+    rows = list(csv.reader(io.StringIO(data.decode(), newline="")))
+    assert rows[0] == ["id", "name", "value", "comment"]
+    assert len(rows) == records + 1
+    special = [r for r in rows[1:] if any("," in f and '"' in f and "\n" in f for f in r)]
+    assert 0.28 < len(special) / records < 0.32
+    assert b'\r\nx"' in data and b'\nx"' in data
+    values = [row[2] for row in rows[1:]]
+    assert 0.04 < sum(not v.strip(" \t") for v in values) / records < 0.06
+    assert csvstats.split(data, "value", ",", 8).records == records
+    assert generate_export_csv(2000, seed=3) == generate_export_csv(2000, seed=3)

@@ -1,0 +1,175 @@
+"""Summarise a chunk with polars' compiled CSV reader where it reads the bytes as the core does.
+
+polars is optional (the `fast` extra) and imported on first use, so importing this module
+still loads only the standard library. The reader is used only when cheap whole-buffer checks
+prove it splits the chunk into the same records and fields as the core: UTF-8, a one-byte
+delimiter, LF or CRLF terminators (no lone CR), no empty line, well-placed quotes, the expected
+number of records, each with as many fields as the first. The quote walk is skipped when the
+chunk's digest is that of a plan split() made: split rejected the file unless every quote in it
+was well placed, and digest-equal bytes are those bytes. Every other chunk, every chunk with
+a value that is not an int64, one whose running sum may leave int64, and a resumed checkpoint
+go to the core's summarise, which stays the reference and decides every error.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from services.csvstats.model import Checkpoint, Summary
+from services.csvstats.planning import validate_delimiter
+from services.csvstats.summarising import summarise
+from services.csvstats.syntax import BLANKS, QUOTE, quoted_field_walk, walk_to_special_fields
+
+_BOM = b"\xef\xbb\xbf"
+# Below this the int64 running sum of the values cannot wrap: the sum of their magnitudes,
+# added in float64 (relative error far below 2**-10 for any chunk), bounds every prefix.
+_SAFE_MAGNITUDE = float(2**62)
+
+
+def summarise_chunk(
+    blocks: Iterable[bytes],
+    *,
+    records: int,
+    planned_sha256: str | None = None,
+    column_index: int,
+    column: str,
+    delimiter: str = ",",
+    record_start: int = 0,
+    first_line: int = 2,
+    checkpoint: Checkpoint | None = None,
+    on_checkpoint: Callable[[Checkpoint], None] | None = None,
+    checkpoint_every: int = 50_000,
+) -> Summary:
+    """Summarise a chunk of `records` records like summarise(), through polars when it can.
+
+    planned_sha256 is the digest split() gave the chunk's plan, if the bytes come from one.
+    The checkpoints the core would pass to on_checkpoint are passed too, in order.
+    """
+    data = b"".join(blocks)
+    validate_delimiter(delimiter)
+    compiled = compiled_column(data, records, column_index, delimiter, planned_sha256)
+    if compiled is None or checkpoint is not None or checkpoint_every < 1:
+        return summarise(
+            [data],
+            column_index=column_index,
+            column=column,
+            delimiter=delimiter,
+            record_start=record_start,
+            first_line=first_line,
+            checkpoint=checkpoint,
+            on_checkpoint=on_checkpoint,
+            checkpoint_every=checkpoint_every,
+        )
+    if on_checkpoint is not None:
+        for done in range(checkpoint_every, records + 1, checkpoint_every):
+            on_checkpoint(Checkpoint(done, compiled.summary(done, "")))
+    return compiled.summary(records, compiled.digest)
+
+
+@functools.cache
+def engine() -> ModuleType | None:
+    """polars if it is installed, else None (the core does all the work)."""
+    try:
+        import polars
+    except ImportError:
+        return None
+    return polars
+
+
+@dataclass(frozen=True)
+class CompiledColumn:
+    """A chunk's column as polars read it: one int64 or null per record, and running sums."""
+
+    values: Any  # polars.Series of Int64, null where the value is empty or blank
+    prefix: Any  # their running sums, which the caller made sure cannot leave int64
+    digest: str
+
+    def summary(self, records: int, digest: str) -> Summary:
+        """The Summary of the first `records` records."""
+        values, prefix = self.values.head(records), self.prefix.head(records)
+        count = values.count()
+        return Summary(
+            records=records,
+            count=count,
+            sum=values.sum() if count else 0,
+            min=values.min() if count else None,
+            max=values.max() if count else None,
+            min_prefix=min(0, prefix.min()) if count else 0,
+            max_prefix=max(0, prefix.max()) if count else 0,
+            digest=digest,
+        )
+
+
+def compiled_column(
+    data: bytes,
+    records: int,
+    column_index: int,
+    delimiter: str,
+    planned_sha256: str | None = None,
+) -> CompiledColumn | None:
+    """The chunk's column through polars, or None where it might differ from the core's."""
+    pl = engine()
+    separator = delimiter.encode()
+    valid_index = isinstance(column_index, int) and column_index >= 0
+    if pl is None or not valid_index or records < 1 or len(separator) != 1:
+        return None
+    digest = hashlib.sha256(data).hexdigest()
+    if not _same_records(data, separator, split_checked=digest == planned_sha256):
+        return None
+    try:
+        frame = pl.read_csv(
+            data,
+            has_header=False,
+            separator=delimiter,
+            quote_char='"',
+            infer_schema=False,
+            empty_string_is_null=False,
+        )
+        if frame.height != records or frame.width <= column_index:
+            return None
+        # Every row has frame.width fields when the delimiters outside quotes number exactly
+        # (width - 1) per record (a longer row fails the read; a short one would be padded).
+        inside = sum(frame.select(pl.all().str.count_matches(delimiter, literal=True).sum()).row(0))
+        if data.count(separator) - inside != records * (frame.width - 1):
+            return None
+        text = frame.select(
+            pl.nth(column_index).str.strip_chars(BLANKS).replace("", None)
+        ).to_series()
+        if not text.str.contains(r"^[+-]?[0-9]+$").all():
+            return None
+        values = text.cast(pl.Int64, strict=True)
+        if (values.cast(pl.Float64).abs().sum() or 0.0) >= _SAFE_MAGNITUDE:
+            return None
+        return CompiledColumn(values, values.cum_sum(), digest)
+    except pl.exceptions.PolarsError:
+        return None
+
+
+def _same_records(data: bytes, separator: bytes, split_checked: bool) -> bool:
+    """Whether polars and the core cut these bytes into the same records and fields;
+    split_checked if split() already found them UTF-8 with well-placed quotes."""
+    if data.startswith(_BOM) or not data:
+        return False
+    if not split_checked and not data.isascii():
+        try:
+            str(data, "utf-8")
+        except UnicodeDecodeError:
+            return False
+    # A lone CR ends a record for the core, not for polars; an empty line is a record for the
+    # core whose fields polars would not tell from a short record's.
+    if b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
+        return False
+    if data.startswith((b"\n", b"\r\n")) or b"\n\n" in data or b"\n\r\n" in data:
+        return False
+    if split_checked or QUOTE not in data:
+        return True
+    # Quotes only open, close or are doubled inside fields, and none is left open; a byte the
+    # delimiter is not stands for "special", so that the walk runs to the end in one match.
+    rare = b"\x01" if separator == b"\x00" else b"\x00"
+    spans = walk_to_special_fields(quoted_field_walk(separator, rare), data)
+    return spans is not None and not (spans and spans[-1] == len(data))

@@ -1,0 +1,171 @@
+"""The compiled summarise (polars) gives exactly the core's summaries, checkpoints and errors."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from devstack.sample_csv import generate_csv, generate_export_csv
+from services.csvstats import (
+    INT64_MAX,
+    SumOverflow,
+    columnar,
+    merge,
+    sequential_totals,
+    split,
+    summarise,
+)
+from tests.unit.test_csvstats_parity import any_case
+from tests.unit.test_csvstats_properties import PROPERTY_SETTINGS, CsvCase, block_sizes, blocks_of
+
+pytest.importorskip("polars")
+
+
+def both_paths(case: CsvCase, plan, column_index: int, sizes, every: int, trust: bool):
+    """The core's and the engine's summary of one planned chunk, with their checkpoints."""
+    chunk = case.data[plan.byte_start : plan.byte_end]
+    options = dict(
+        column_index=column_index,
+        column="value",
+        delimiter=case.delimiter,
+        record_start=plan.record_start,
+        first_line=plan.first_line,
+        checkpoint_every=every,
+    )
+    core_checkpoints, engine_checkpoints = [], []
+    core = summarise(blocks_of(chunk, sizes), on_checkpoint=core_checkpoints.append, **options)
+    engine = columnar.summarise_chunk(
+        blocks_of(chunk, sizes),
+        records=plan.record_end - plan.record_start,
+        planned_sha256=plan.sha256 if trust else None,
+        on_checkpoint=engine_checkpoints.append,
+        **options,
+    )
+    return (core, core_checkpoints), (engine, engine_checkpoints)
+
+
+@PROPERTY_SETTINGS
+@given(
+    case=any_case,
+    chunks=st.integers(1, 64),
+    sizes=block_sizes,
+    every=st.integers(1, 40),
+    trust=st.booleans(),
+)
+def test_every_planned_chunk_gets_the_cores_summary_checkpoints_and_error(
+    case, chunks, sizes, every, trust
+):
+    try:
+        result = split(case.data, "value", case.delimiter, chunks)
+    except ValueError:
+        return  # split rejected the file: no chunk is ever summarised
+    for plan in result.plans:
+        core, engine = both_paths(case, plan, result.column_index, sizes, every, trust)
+        assert engine == core
+
+
+@PROPERTY_SETTINGS
+@given(
+    case=any_case,
+    column_index=st.integers(0, 4),
+    claimed=st.sampled_from([0, 0, 0, -1, 1]),
+    sizes=block_sizes,
+)
+def test_bytes_split_never_saw_get_the_cores_summary(case, column_index, claimed, sizes):
+    # Any bytes at all after the header line (a bad quote, a lone CR, an empty line, a short
+    # record), with the right record count or a wrong one, and no plan digest to trust.
+    data = case.data.split(b"\n", 1)[-1]
+    options = dict(column_index=column_index, column="value", delimiter=case.delimiter)
+    core = summarise(blocks_of(data, sizes), **options)
+    engine = columnar.summarise_chunk(
+        blocks_of(data, sizes), records=core.records + claimed, **options
+    )
+    assert engine == core
+
+
+def test_the_export_sample_is_summarised_by_polars_and_equals_the_control():
+    data = generate_export_csv(20_000, seed=3)
+    result = split(data, "value", ",", 8)
+    summaries = []
+    for plan in result.plans:
+        chunk = data[plan.byte_start : plan.byte_end]
+        records = plan.record_end - plan.record_start
+        assert columnar.compiled_column(chunk, records, 2, ",", plan.sha256) is not None
+        assert columnar.compiled_column(chunk, records, 2, ",") is not None  # the quote walk
+        summaries.append(
+            columnar.summarise_chunk(
+                [chunk], records=records, planned_sha256=plan.sha256, column_index=2, column="value"
+            )
+        )
+    assert merge(result.plans, summaries) == sequential_totals(data, "value")
+
+
+def test_without_polars_every_chunk_goes_to_the_core_with_identical_results(monkeypatch):
+    data = generate_csv(5_000, seed=8) + generate_export_csv(5_000, seed=8).split(b"\n", 1)[1]
+    result = split(data, "value", ",", 8)
+
+    def run() -> list:
+        return [
+            columnar.summarise_chunk(
+                [data[p.byte_start : p.byte_end]],
+                records=p.record_end - p.record_start,
+                planned_sha256=p.sha256,
+                column_index=result.column_index,
+                column="value",
+            )
+            for p in result.plans
+        ]
+
+    with_polars = run()
+    monkeypatch.setitem(sys.modules, "polars", None)  # import polars raises ImportError
+    columnar.engine.cache_clear()
+    try:
+        assert columnar.engine() is None
+        without = run()
+    finally:
+        columnar.engine.cache_clear()
+    assert without == with_polars
+    assert merge(result.plans, without) == sequential_totals(data, "value")
+
+
+def test_a_sum_that_leaves_int64_fails_in_the_same_chunk_as_the_sequential_loop():
+    rows = "".join(f"{i},{INT64_MAX // 3}\n" for i in range(12)).encode()
+    data = b"id,value\n" + rows
+    result = split(data, "value", ",", 4)
+    summaries = [
+        columnar.summarise_chunk(
+            [data[p.byte_start : p.byte_end]],
+            records=p.record_end - p.record_start,
+            planned_sha256=p.sha256,
+            column_index=1,
+            column="value",
+        )
+        for p in result.plans
+    ]
+    with pytest.raises(SumOverflow) as overflow:
+        merge(result.plans, summaries)
+    assert overflow.value.chunk_index == 1  # records 4-6 carry the running sum past INT64_MAX
+    with pytest.raises(SumOverflow):
+        sequential_totals(data, "value")
+
+
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        (b"1,2\n3,1.5\n", "not an integer"),
+        (b"1,2\n3\n", "too few"),
+        (b"1,2\n3,99999999999999999999\n", "out of int64 range"),
+        (b'1,2\n3,"4"5\n', "misplaced quote"),
+    ],
+)
+def test_a_bad_value_names_the_same_record_and_line_as_the_core(body, reason):
+    data = b'"multi\nline",5\n' + body
+    options = dict(column_index=1, column="value", record_start=10, first_line=20)
+    core = summarise([data], **options)
+    engine = columnar.summarise_chunk([data], records=core.records, **options)
+    assert engine == core
+    assert reason in engine.error.reason
+    assert (engine.error.record, engine.error.line) == (13, 23)
