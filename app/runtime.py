@@ -14,12 +14,11 @@ from flask import Flask, current_app
 from app.config import ConfigError, Settings, shared_settings
 from app.db import open_pool
 from app.ui_session import SECRET_KEY_FILE, shared_secret_key
-from services import archive, coordinators, csvjobs, csvstats, health
+from services import archive, coordinators, health, workload_registry
 from services.auth import KnownPrincipals
-from services.csvjobs import CsvStats
 from services.runtime import Limits, Runtime
 from services.wakeups import Wakeups
-from services.workloads import Caps, Workloads
+from services.workloads import Workloads
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +30,8 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
     coordinator = describe_coordinator(settings)
     principals = KnownPrincipals(settings.auth_cache_seconds)
     pool = open_pool(settings)
+    workloads = workloads_for(settings.limits)
+    seeds = workload_registry.seed_caps(settings.limits)
     # When the listener's connection breaks, the pool's idle ones most likely broke with it
     # (a restart, pg_terminate_backend): testing them then, and again once the listener is
     # back, spares a request a dead one, and its 503.
@@ -39,11 +40,16 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
         credentials_changed=principals.forget_all,
         recheck_connections=pool.check,
         max_waiting=settings.max_waiting_requests,
+        # Seeded on (re)connecting only: coordinators whose settings differ would otherwise
+        # reseed after each other's seeds without end.
+        workloads_changed=lambda connected: workload_registry.refresh(
+            pool, workloads, seeds if connected else None
+        ),
     )
     runtime = Runtime(
         pool=pool,
         limits=settings.limits,
-        workloads=workloads_for(settings.limits),
+        workloads=workloads,
         wakeups=wakeups,
         principals=principals,
         archive_dir=settings.archive_dir,
@@ -58,27 +64,9 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
 
 
 def workloads_for(limits: Limits) -> Workloads:
-    """csv_stats's rules and caps, the defaults for every other allowed workload, and rates."""
-    rates = dict(limits.rate_limits)
-    share = limits.user_max_queued_percent
-    csv_caps = Caps(
-        max_leases_per_worker=limits.max_leases_per_worker,
-        max_leases_total=limits.max_leases_total,
-        max_queued_tasks=limits.max_queued_chunks,
-        max_tasks_per_job=csvstats.MAX_CHUNKS,
-        max_starts_per_second=rates.get(csvjobs.WORKLOAD),
-        max_queued_tasks_per_user=max(1, limits.max_queued_chunks * share // 100),
-        max_stored_bytes_per_user=limits.user_max_stored_bytes,
-    )
-    manifest_caps = Caps(
-        max_leases_per_worker=limits.manifest_max_leases_per_worker,
-        max_leases_total=limits.manifest_max_leases_total,
-        max_queued_tasks=limits.manifest_max_queued_tasks,
-        max_tasks_per_job=limits.manifest_max_tasks_per_job,
-        max_queued_tasks_per_user=max(1, limits.manifest_max_queued_tasks * share // 100),
-        max_stored_bytes_per_user=limits.user_max_stored_bytes,
-    )
-    return Workloads(limits.allowed_workloads, manifest_caps, [CsvStats(csv_caps)], rates)
+    """The workloads the settings allow, with their caps: what is served until the workloads
+    table is read (the listener reads it as soon as it connects)."""
+    return Workloads(workload_registry.seed_caps(limits), workload_registry.KINDS)
 
 
 def describe_coordinator(settings: Settings) -> coordinators.Coordinator:

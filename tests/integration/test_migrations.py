@@ -25,8 +25,10 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0029.coordinators"
-# The table the latest migration adds.
+LATEST = "0031.workloads"
+# The table and trigger the latest migration adds.
+WORKLOADS_TABLE, WORKLOADS_TRIGGER = "workloads", "workloads_announce_change"
+# The table 0029 adds.
 COORDINATORS_TABLE = "coordinators"
 # The table and the tasks' column 0028 adds.
 USER_BOUNDS_TABLE, FAIR_COLUMN = "user_bounds", "fair_tag"
@@ -54,6 +56,7 @@ LATER_TABLES = {
     SESSIONS_TABLE,
     USER_BOUNDS_TABLE,
     COORDINATORS_TABLE,
+    WORKLOADS_TABLE,
 }
 HEAD_TABLES = QUEUE_TABLES | CSV_TABLES | LATER_TABLES
 # The columns 0021 adds, by table.
@@ -215,7 +218,7 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == HEAD_TABLES
-    assert triggers(empty_database_url) == TRIGGERS
+    assert triggers(empty_database_url) == TRIGGERS | {WORKLOADS_TRIGGER}
     assert indexes(empty_database_url) >= STORAGE_INDEXES
     assert not {"tasks_leased_idx", TRAP_INDEX} & indexes(empty_database_url)
 
@@ -229,11 +232,27 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert FAIR_COLUMN in columns(empty_database_url, "tasks")
 
     migrations.rollback_latest(empty_database_url)
-    assert public_tables(empty_database_url) == HEAD_TABLES - {COORDINATORS_TABLE}
+    assert public_tables(empty_database_url) == HEAD_TABLES - {WORKLOADS_TABLE}
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == HEAD_TABLES
+    assert triggers(empty_database_url) == TRIGGERS | {WORKLOADS_TRIGGER}
+
+
+def test_rolling_back_the_workloads_migration_drops_its_table_trigger_and_function(
+    empty_database_url,
+):
+    migrations.apply(empty_database_url)
+
+    roll_back_through(empty_database_url, LATEST)
+
+    assert public_tables(empty_database_url) == HEAD_TABLES - {WORKLOADS_TABLE}
     assert triggers(empty_database_url) == TRIGGERS
+    with psycopg.connect(empty_database_url) as conn:
+        announcer = conn.execute(
+            "SELECT count(*) FROM pg_proc WHERE proname = 'chunkwise_announce_workloads_change'"
+        ).fetchone()[0]
+    assert announcer == 0
 
 
 def test_rolling_back_the_workload_rates_migration_drops_its_table(empty_database_url):
@@ -246,6 +265,7 @@ def test_rolling_back_the_workload_rates_migration_drops_its_table(empty_databas
         SESSIONS_TABLE,
         USER_BOUNDS_TABLE,
         COORDINATORS_TABLE,
+        WORKLOADS_TABLE,
     }
 
 
@@ -257,6 +277,7 @@ def test_rolling_back_the_fair_share_migration_drops_its_table_and_column(empty_
     assert public_tables(empty_database_url) == HEAD_TABLES - {
         USER_BOUNDS_TABLE,
         COORDINATORS_TABLE,
+        WORKLOADS_TABLE,
     }
     assert FAIR_COLUMN not in columns(empty_database_url, "tasks")
     assert indexes(empty_database_url) >= RETRY_INDEXES  # the claim index, as 0019 built it
@@ -272,6 +293,7 @@ def test_rolling_back_the_lease_tokens_migration_drops_its_columns(empty_databas
         SESSIONS_TABLE,
         USER_BOUNDS_TABLE,
         COORDINATORS_TABLE,
+        WORKLOADS_TABLE,
     }  # 0025's stays
 
 
@@ -286,6 +308,7 @@ def test_rolling_back_the_workload_pauses_migration_drops_its_table(empty_databa
         SESSIONS_TABLE,
         USER_BOUNDS_TABLE,
         COORDINATORS_TABLE,
+        WORKLOADS_TABLE,
     }
     assert DEPENDENCY_COLUMN in columns(empty_database_url, "jobs")  # 0023's stays
 
