@@ -9,6 +9,7 @@ import os
 import secrets
 import socket
 
+import psycopg
 from flask import Flask, current_app
 
 from app.config import ConfigError, Settings, shared_settings
@@ -21,6 +22,10 @@ from services.wakeups import Wakeups
 from services.workloads import Workloads
 
 logger = logging.getLogger(__name__)
+
+# How long a starting coordinator waits for the database to read its workloads (then it starts
+# with the settings' workloads, and reads the table once the database answers).
+STARTUP_WORKLOADS_SECONDS = 2.0
 
 
 def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> Runtime:
@@ -57,6 +62,7 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
         coordinator=coordinator,
         archive=store,
     )
+    _load_workloads(runtime, seeds)
     runtime.wakeups.start()
     app.extensions["chunkwise.runtime"] = runtime
     atexit.register(close, runtime)
@@ -67,6 +73,21 @@ def workloads_for(limits: Limits) -> Workloads:
     """The workloads the settings allow, with their caps: what is served until the workloads
     table is read (the listener reads it as soon as it connects)."""
     return Workloads(workload_registry.seed_caps(limits), workload_registry.KINDS)
+
+
+def _load_workloads(runtime: Runtime, seeds: dict) -> None:
+    # Before the first request, so one never meets the settings' workloads where an operator
+    # changed them. Should the database not answer (or its schema be behind), the settings'
+    # are served until the listener, once connected, seeds and reads the table.
+    try:
+        workload_registry.refresh(
+            runtime.pool, runtime.workloads, seeds, timeout=STARTUP_WORKLOADS_SECONDS
+        )
+    except psycopg.Error as exc:
+        logger.warning(
+            "could not read the workloads table; serving the settings' workloads until it can",
+            extra={"event": "workloads_unread", "error": str(exc)[:500]},
+        )
 
 
 def describe_coordinator(settings: Settings) -> coordinators.Coordinator:

@@ -67,10 +67,16 @@ def manifest_caps(limits: Limits, max_queued_tasks: int) -> Caps:
     )
 
 
-def refresh(pool: ConnectionPool, workloads: Workloads, seeds: Mapping[str, Caps] | None) -> None:
+def refresh(
+    pool: ConnectionPool,
+    workloads: Workloads,
+    seeds: Mapping[str, Caps] | None,
+    *,
+    timeout: float | None = None,
+) -> None:
     """Store the settings' caps for workloads no operator touched (if given), then serve
-    exactly what the workloads table holds."""
-    with pool.connection() as conn:
+    exactly what the workloads table holds (waiting at most `timeout` for a connection)."""
+    with pool.connection(timeout=timeout) as conn:
         if seeds:
             with conn.transaction():
                 for name, caps in seeds.items():
