@@ -15,6 +15,7 @@ from marshmallow import (
 )
 
 from app.input_rules import COLUMN_RANGES, Bool, Int, RequestSchema
+from services import workloads as workload_rules
 from services.csvjobs import WORKLOAD as CSV_WORKLOAD
 from services.jobs import EVENT_TYPES
 from services.runtime import MAX_RETRY_DELAY_SECONDS
@@ -898,9 +899,7 @@ class WorkloadSchema(ResponseSchema):
     )
 
 
-WORKLOAD_NAME = whole_text(
-    r"^[a-z][a-z0-9_-]{0,62}", "must be a slug: a-z, then up to 62 of a-z 0-9 _ -"
-)
+WORKLOAD_NAME = whole_text("^" + workload_rules.NAME.pattern, f"must be {workload_rules.NAME_RULE}")
 
 
 class WorkloadChangeSchema(RequestSchema):

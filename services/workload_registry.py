@@ -7,7 +7,6 @@ reloads it when a row changes (services/wakeups), so a change holds everywhere w
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, replace
 
@@ -24,12 +23,10 @@ from services.csvjobs import CsvStats
 from services.errors import Conflict, Forbidden, InvalidInput, NotFound
 from services.queue import WorkloadView
 from services.runtime import Limits, Runtime
-from services.workloads import Caps, Workloads
+from services.workloads import NAME, NAME_RULE, Caps, Workloads
 
 logger = logging.getLogger(__name__)
 
-# What a workload may be named: what workers, URLs and metric labels carry unquoted.
-NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 # The workloads whose rules are their own rather than manifest jobs'.
 KINDS = {csvjobs.WORKLOAD: CsvStats}
 
@@ -100,7 +97,7 @@ def add_workload(
     """Serve a new workload on every coordinator: the caps given, the settings' for the rest."""
     _operators_only(principal)
     if not NAME.fullmatch(name):
-        raise InvalidInput.field("name", "must be a slug: a-z, then up to 62 of a-z 0-9 _ -")
+        raise InvalidInput.field("name", f"must be {NAME_RULE}")
     queued = caps.get("max_queued_tasks", rt.limits.manifest_max_queued_tasks)
     new_caps = _checked(replace(manifest_caps(rt.limits, queued), **caps), name)
     with rt.pool.connection() as conn, conn.transaction():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from uuid import UUID
@@ -12,6 +13,10 @@ from psycopg_pool import ConnectionPool
 from repositories.jobs import Job
 from repositories.tasks import Task
 from services.errors import InvalidInput, NotFound
+
+# What a workload may be named (a slug): what workers, URLs and metric labels carry unquoted.
+NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+NAME_RULE = "a slug: a-z, then up to 62 of a-z 0-9 _ -"
 
 # A byte bound no user reaches: bigint's largest.
 UNLIMITED_BYTES = 2**63 - 1
