@@ -36,7 +36,9 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
     principals = KnownPrincipals(settings.auth_cache_seconds)
     pool = open_pool(settings)
     workloads = workloads_for(settings.limits)
-    seeds = workload_registry.seed_caps(settings.limits)
+    reloader = workload_registry.Reloader(
+        pool, workloads, workload_registry.seed_caps(settings.limits)
+    )
     # When the listener's connection breaks, the pool's idle ones most likely broke with it
     # (a restart, pg_terminate_backend): testing them then, and again once the listener is
     # back, spares a request a dead one, and its 503.
@@ -45,11 +47,7 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
         credentials_changed=principals.forget_all,
         recheck_connections=pool.check,
         max_waiting=settings.max_waiting_requests,
-        # Seeded on (re)connecting only: coordinators whose settings differ would otherwise
-        # reseed after each other's seeds without end.
-        workloads_changed=lambda connected: workload_registry.refresh(
-            pool, workloads, seeds if connected else None
-        ),
+        workloads_changed=reloader.reload,
     )
     runtime = Runtime(
         pool=pool,
@@ -62,7 +60,7 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
         coordinator=coordinator,
         archive=store,
     )
-    _load_workloads(runtime, seeds)
+    _load_workloads(reloader)
     runtime.wakeups.start()
     app.extensions["chunkwise.runtime"] = runtime
     atexit.register(close, runtime)
@@ -75,14 +73,12 @@ def workloads_for(limits: Limits) -> Workloads:
     return Workloads(workload_registry.seed_caps(limits), workload_registry.KINDS)
 
 
-def _load_workloads(runtime: Runtime, seeds: dict) -> None:
+def _load_workloads(reloader: workload_registry.Reloader) -> None:
     # Before the first request, so one never meets the settings' workloads where an operator
     # changed them. Should the database not answer (or its schema be behind), the settings'
-    # are served until the listener, once connected, seeds and reads the table.
+    # are served until the listener, once connected, reads the table.
     try:
-        workload_registry.refresh(
-            runtime.pool, runtime.workloads, seeds, timeout=STARTUP_WORKLOADS_SECONDS
-        )
+        reloader.reload(timeout=STARTUP_WORKLOADS_SECONDS)
     except psycopg.Error as exc:
         logger.warning(
             "could not read the workloads table; serving the settings' workloads until it can",

@@ -33,8 +33,8 @@ class Wakeups:
     connection breaks, which a restarted or cut-off server does to the pool's idle ones at the
     same time, and again once it is back, before anything else: backends ended together do not
     all exit at once, and one still answering the first check is surely gone by the second.
-    It calls `workloads_changed(connected=False)` when a workload is added, changed or removed,
-    and `workloads_changed(connected=True)` whenever it (re)connects.
+    It calls `workloads_changed` when a workload is added, changed or removed, and whenever it
+    (re)connects, having perhaps missed such news.
     """
 
     def __init__(
@@ -43,7 +43,7 @@ class Wakeups:
         credentials_changed: Callable[[], None] = lambda: None,
         recheck_connections: Callable[[], None] = lambda: None,
         max_waiting: int = 8,
-        workloads_changed: Callable[[bool], None] = lambda connected: None,
+        workloads_changed: Callable[[], None] = lambda: None,
     ):
         self._conninfo = conninfo
         self._max_waiting = max_waiting
@@ -155,7 +155,7 @@ class Wakeups:
                     # A notification lost while reconnecting costs a claim or a watch at most
                     # its periodic re-check (one second); a credential's change, nothing.
                     self._credentials_changed()
-                    self._reload_workloads(connected=True)
+                    self._reload_workloads()
                     self.wake()
                     while not self._stop.is_set():
                         for notice in conn.notifies(timeout=1.0):
@@ -164,7 +164,7 @@ class Wakeups:
                             elif notice.channel == channels.CREDENTIALS_CHANGED:
                                 self._credentials_changed()
                             elif notice.channel == channels.WORKLOADS_CHANGED:
-                                self._reload_workloads(connected=False)
+                                self._reload_workloads()
                             else:
                                 self.wake()
             except psycopg.Error as exc:
@@ -188,10 +188,12 @@ class Wakeups:
                 extra={"event": "pool_recheck_error"},
             )
 
-    def _reload_workloads(self, *, connected: bool) -> None:
+    def _reload_workloads(self) -> None:
+        if self._stop.is_set():  # the pool it reads with may be closed already
+            return
         # A schema still behind (no workloads table yet) must not cost the claims their wake-ups.
         try:
-            self._workloads_changed(connected)
+            self._workloads_changed()
         except Exception:  # noqa: BLE001 - the listener must outlive what this meets
             logger.exception(
                 "could not reload the workloads; serving those loaded before",

@@ -7,6 +7,7 @@ reloads it when a row changes (services/wakeups), so a change holds everywhere w
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import asdict, replace
 
@@ -81,6 +82,25 @@ def refresh(
         workloads.load({w.name: Caps(**w.caps) for w in workload_rows.served(conn)})
 
 
+class Reloader:
+    """Serves what the workloads table holds, seeding it from the settings first, once per
+    process: at start or, if the database did not answer then, at the first reload that
+    reaches it. Only once: coordinators whose settings differ would otherwise reseed after
+    each other's seeds without end."""
+
+    def __init__(self, pool: ConnectionPool, workloads: Workloads, seeds: Mapping[str, Caps]):
+        self._pool = pool
+        self._workloads = workloads
+        self._seeds = seeds
+        self._seeded = threading.Event()
+
+    def reload(self, *, timeout: float | None = None) -> None:
+        """Read the table (seeding it first if this process has not yet) and serve it."""
+        seeds = None if self._seeded.is_set() else self._seeds
+        refresh(self._pool, self._workloads, seeds, timeout=timeout)
+        self._seeded.set()
+
+
 def get_workload(rt: Runtime, principal: Principal, name: str) -> WorkloadView:
     """One served workload with its caps and pause."""
     _operators_only(principal)
@@ -96,13 +116,13 @@ def add_workload(
 ) -> WorkloadView:
     """Serve a new workload on every coordinator: the caps given, the settings' for the rest."""
     _operators_only(principal)
+    if name in KINDS:
+        raise Conflict(f"workload {name} is built in", details={"field": "name"})
     if not NAME.fullmatch(name):
         raise InvalidInput.field("name", f"must be {NAME_RULE}")
     queued = caps.get("max_queued_tasks", rt.limits.manifest_max_queued_tasks)
     new_caps = _checked(replace(manifest_caps(rt.limits, queued), **caps), name)
     with rt.pool.connection() as conn, conn.transaction():
-        # Seeded first, so a name the settings allow is taken even before a coordinator started.
-        _seed(rt, conn)
         stored = workload_rows.add(conn, name, asdict(new_caps), principal.name)
         if stored is None:
             raise Conflict(f"workload {name} is already served", details={"field": "name"})
@@ -121,7 +141,6 @@ def change_workload(
     if not changes:
         raise InvalidInput("give at least one cap to change", details={"fields": {}})
     with rt.pool.connection() as conn, conn.transaction():
-        _seed(rt, conn)
         stored = workload_rows.get(conn, name, for_update=True)
         if stored is None:
             raise NotFound(f"workload {name} is not served")
@@ -140,7 +159,6 @@ def remove_workload(rt: Runtime, principal: Principal, name: str, *, trace_id: s
     if name in KINDS:
         raise Conflict(f"workload {name} is built in and cannot be removed")
     with rt.pool.connection() as conn, conn.transaction():
-        _seed(rt, conn)
         # Locked first: a concurrent change waits, and the count below is what is removed.
         if workload_rows.get(conn, name, for_update=True) is None:
             raise NotFound(f"workload {name} is not served")
@@ -181,17 +199,18 @@ def _checked(caps: Caps, name: str) -> Caps:
         raise InvalidInput.field(
             "max_tasks_per_job", f"must not exceed max_queued_tasks ({caps.max_queued_tasks})"
         )
+    if name == csvjobs.WORKLOAD:
+        # The queue's figures and /metrics report them as numbers (services/queue.py).
+        lifted = [
+            n for n in ("max_leases_per_worker", "max_leases_total") if getattr(caps, n) is None
+        ]
+        if lifted:
+            raise InvalidInput.field(lifted[0], "csv_stats's lease caps may be changed, not lifted")
     if name == csvjobs.WORKLOAD and caps.max_tasks_per_job > csvstats.MAX_CHUNKS:
         raise InvalidInput.field(
             "max_tasks_per_job", f"a csv_stats job has at most {csvstats.MAX_CHUNKS} chunks"
         )
     return caps
-
-
-def _seed(rt: Runtime, conn: Connection) -> None:
-    # A coordinator that started before sql/0031 was applied has seeded nothing yet.
-    for name, caps in seed_caps(rt.limits).items():
-        workload_rows.seed(conn, name, asdict(caps))
 
 
 def _reload(rt: Runtime) -> None:

@@ -25,9 +25,9 @@ def call(client, headers):
 
 
 @pytest.fixture
-def second_app(app_config, request):
-    """Another coordinator on the same database, as a second host would run it (with any
-    settings a test gives it)."""
+def second_app(app, app_config, request):
+    """Another coordinator on the same database, started after `app` as a second host would
+    run it (with any settings a test gives it)."""
     other = create_app({**app_config, **getattr(request, "param", {})})
     other.testing = True
     yield other
@@ -379,3 +379,21 @@ def test_a_second_coordinator_hears_an_added_changed_and_removed_workload_within
     assert eventually(1.0, lambda: second.workloads.get("echo") is None)
     refused = other_client.post("/api/v1/jobs", json=manifest(1), headers=user)
     assert refused.status_code == 422
+
+
+def test_csv_stats_lease_caps_may_be_changed_but_not_lifted(call, client, headers):
+    lifted = call("PATCH", "csv_stats", {"max_leases_total": None})
+    changed = call("PATCH", "csv_stats", {"max_leases_total": 12, "max_queued_tasks": 300})
+
+    assert lifted.status_code == 422
+    assert "max_leases_total" in field_errors(lifted)
+    assert changed.status_code == 200
+    shown = client.get("/api/v1/queue", headers=headers["operator"]).get_json()
+    assert (shown["max_leases_total"], shown["max_queued_chunks"]) == (12, 300)
+
+
+def test_a_csv_stats_job_has_at_most_its_chunks_whatever_the_cap(call):
+    response = call("PATCH", "csv_stats", {"max_tasks_per_job": 65})
+
+    assert response.status_code == 422
+    assert "max_tasks_per_job" in field_errors(response)
