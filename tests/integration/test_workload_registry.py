@@ -397,3 +397,27 @@ def test_a_csv_stats_job_has_at_most_its_chunks_whatever_the_cap(call):
 
     assert response.status_code == 422
     assert "max_tasks_per_job" in field_errors(response)
+
+
+def test_a_process_seeds_once_so_coordinators_with_other_settings_cannot_undo_each_other(rt, db):
+    seeds = workload_registry.seed_caps(rt.limits)
+    reloader = workload_registry.Reloader(rt.pool, rt.workloads, seeds)
+    reloader.reload()
+    db.execute("UPDATE workloads SET max_queued_tasks = 999 WHERE name = 'render'")
+
+    reloader.reload()  # what its listener does on every notice and reconnection
+
+    assert stored_row(db, "render")["max_queued_tasks"] == 999
+    assert rt.workloads.of("render").caps.max_queued_tasks == 999
+
+
+def test_a_coordinator_started_before_the_table_existed_seeds_it_at_its_first_reload(rt, db):
+    db.execute("DELETE FROM workloads")
+    reloader = workload_registry.Reloader(
+        rt.pool, rt.workloads, workload_registry.seed_caps(rt.limits)
+    )
+
+    reloader.reload()
+
+    assert rt.workloads.names() == ["csv_stats", "echo", "render"]
+    assert stored_row(db, "echo")["changed_by"] is None
