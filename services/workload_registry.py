@@ -121,7 +121,7 @@ def add_workload(
     if not NAME.fullmatch(name):
         raise InvalidInput.field("name", f"must be {NAME_RULE}")
     queued = caps.get("max_queued_tasks", rt.limits.manifest_max_queued_tasks)
-    new_caps = _checked(replace(manifest_caps(rt.limits, queued), **caps), name)
+    new_caps = _checked(replace(manifest_caps(rt.limits, queued), **_known(caps)), name)
     with rt.pool.connection() as conn, conn.transaction():
         stored = workload_rows.add(conn, name, asdict(new_caps), principal.name)
         if stored is None:
@@ -144,7 +144,7 @@ def change_workload(
         stored = workload_rows.get(conn, name, for_update=True)
         if stored is None:
             raise NotFound(f"workload {name} is not served")
-        new_caps = _checked(replace(Caps(**stored.caps), **changes), name)
+        new_caps = _checked(replace(Caps(**stored.caps), **_known(changes)), name)
         stored = workload_rows.change(conn, name, asdict(new_caps), principal.name)
         _audit(conn, principal, "workload.change", stored, trace_id)
         view = _view(stored, conn)
@@ -186,6 +186,17 @@ def remove_workload(rt: Runtime, principal: Principal, name: str, *, trace_id: s
 def _operators_only(principal: Principal) -> None:
     if not principal.is_operator:
         raise Forbidden("only operators add, change or remove workloads")
+
+
+def _known(caps: Mapping[str, object]) -> Mapping[str, object]:
+    """The caps, unless one is not a cap at all (InvalidInput naming it)."""
+    unknown = sorted(set(caps) - set(workload_rows.CAP_COLUMNS))
+    if unknown:
+        raise InvalidInput(
+            f"unknown caps: {', '.join(unknown)}",
+            details={"fields": {name: ["Unknown field."] for name in unknown}},
+        )
+    return caps
 
 
 def _checked(caps: Caps, name: str) -> Caps:

@@ -7,7 +7,7 @@ import pytest
 from app import create_app
 from app.runtime import close
 from services import workload_registry
-from services.errors import Forbidden
+from services.errors import Forbidden, InvalidInput
 from tests.integration.manifests import manifest
 
 WORKLOADS = "/api/v1/workloads"
@@ -421,3 +421,11 @@ def test_a_coordinator_started_before_the_table_existed_seeds_it_at_its_first_re
 
     assert rt.workloads.names() == ["csv_stats", "echo", "render"]
     assert stored_row(db, "echo")["changed_by"] is None
+
+
+def test_the_service_itself_refuses_a_cap_it_does_not_know(rt, operator, db):
+    with pytest.raises(InvalidInput) as refused:
+        workload_registry.add_workload(rt, operator, "square", {"max_cpu": 4}, trace_id="t" * 32)
+
+    assert refused.value.details == {"fields": {"max_cpu": ["Unknown field."]}}
+    assert stored_row(db, "square") is None
