@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from services import workloads as workload_rules
 from services.credentials import PLACEHOLDER_MARKS
 from services.runtime import MAX_RETRY_DELAY_SECONDS, Limits
 
@@ -195,9 +196,11 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
 
     raw = env.get("CHUNKWISE_ALLOWED_WORKLOADS", "")
     extra = [w.strip() for w in raw.split(",") if w.strip()]
-    bad = [w for w in extra if not w.replace("_", "").replace("-", "").isalnum()]
+    bad = [w for w in extra if not workload_rules.NAME.fullmatch(w)]
     if bad:
-        problems.append(f"CHUNKWISE_ALLOWED_WORKLOADS has names that are not identifiers: {bad}")
+        problems.append(
+            f"CHUNKWISE_ALLOWED_WORKLOADS has names that are not {workload_rules.NAME_RULE}: {bad}"
+        )
     values["allowed_workloads"] = tuple(dict.fromkeys(["csv_stats", *extra]))
     values["rate_limits"] = _rate_limits(
         env.get("CHUNKWISE_WORKLOAD_RATE_LIMITS", ""), values["allowed_workloads"], problems

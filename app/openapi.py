@@ -53,6 +53,10 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "queue.queue_status": (None, schemas.QueueSchema, ()),
     "queue.list_workers": (None, schemas.WorkerListSchema, ()),
     "queue.list_workloads": (None, schemas.WorkloadListSchema, ()),
+    "queue.add_workload": (schemas.WorkloadAddSchema, schemas.WorkloadSchema, (201, 409)),
+    "queue.get_workload": (None, schemas.WorkloadSchema, (404,)),
+    "queue.change_workload": (schemas.WorkloadChangeSchema, schemas.WorkloadSchema, (404,)),
+    "queue.remove_workload": (None, None, (204, 404, 409)),
     "queue.pause_workload": (None, schemas.WorkloadSchema, (404,)),
     "queue.resume_workload": (None, schemas.WorkloadSchema, (404,)),
     "tasks.claim": (schemas.ClaimSchema, schemas.ClaimResponseSchema, (204,)),
@@ -71,7 +75,7 @@ DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
     "schedules.resume_schedule": (None, schemas.ScheduleSchema, (404,)),
 }
 # Answered 204 on success, never 200.
-NO_CONTENT_ENDPOINTS = {"schedules.delete_schedule"}
+NO_CONTENT_ENDPOINTS = {"schedules.delete_schedule", "queue.remove_workload"}
 QUERY_METHODS = {"GET"}
 # Routes naming one schedule, which take ?owner= whatever their method.
 OWNER_ENDPOINTS = {

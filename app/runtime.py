@@ -9,19 +9,23 @@ import os
 import secrets
 import socket
 
+import psycopg
 from flask import Flask, current_app
 
 from app.config import ConfigError, Settings, shared_settings
 from app.db import open_pool
 from app.ui_session import SECRET_KEY_FILE, shared_secret_key
-from services import archive, coordinators, csvjobs, csvstats, health
+from services import archive, coordinators, health, workload_registry
 from services.auth import KnownPrincipals
-from services.csvjobs import CsvStats
 from services.runtime import Limits, Runtime
 from services.wakeups import Wakeups
-from services.workloads import Caps, Workloads
+from services.workloads import Workloads
 
 logger = logging.getLogger(__name__)
+
+# How long a starting coordinator waits for the database to read its workloads (then it starts
+# with the settings' workloads, and reads the table once the database answers).
+STARTUP_WORKLOADS_SECONDS = 2.0
 
 
 def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> Runtime:
@@ -31,6 +35,10 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
     coordinator = describe_coordinator(settings)
     principals = KnownPrincipals(settings.auth_cache_seconds)
     pool = open_pool(settings)
+    workloads = workloads_for(settings.limits)
+    reloader = workload_registry.Reloader(
+        pool, workloads, workload_registry.seed_caps(settings.limits)
+    )
     # When the listener's connection breaks, the pool's idle ones most likely broke with it
     # (a restart, pg_terminate_backend): testing them then, and again once the listener is
     # back, spares a request a dead one, and its 503.
@@ -39,11 +47,12 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
         credentials_changed=principals.forget_all,
         recheck_connections=pool.check,
         max_waiting=settings.max_waiting_requests,
+        workloads_changed=reloader.reload,
     )
     runtime = Runtime(
         pool=pool,
         limits=settings.limits,
-        workloads=workloads_for(settings.limits),
+        workloads=workloads,
         wakeups=wakeups,
         principals=principals,
         archive_dir=settings.archive_dir,
@@ -51,6 +60,7 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
         coordinator=coordinator,
         archive=store,
     )
+    _load_workloads(reloader)
     runtime.wakeups.start()
     app.extensions["chunkwise.runtime"] = runtime
     atexit.register(close, runtime)
@@ -58,27 +68,22 @@ def init_app(app: Flask, settings: Settings, *, storage_fatal: bool = True) -> R
 
 
 def workloads_for(limits: Limits) -> Workloads:
-    """csv_stats's rules and caps, the defaults for every other allowed workload, and rates."""
-    rates = dict(limits.rate_limits)
-    share = limits.user_max_queued_percent
-    csv_caps = Caps(
-        max_leases_per_worker=limits.max_leases_per_worker,
-        max_leases_total=limits.max_leases_total,
-        max_queued_tasks=limits.max_queued_chunks,
-        max_tasks_per_job=csvstats.MAX_CHUNKS,
-        max_starts_per_second=rates.get(csvjobs.WORKLOAD),
-        max_queued_tasks_per_user=max(1, limits.max_queued_chunks * share // 100),
-        max_stored_bytes_per_user=limits.user_max_stored_bytes,
-    )
-    manifest_caps = Caps(
-        max_leases_per_worker=limits.manifest_max_leases_per_worker,
-        max_leases_total=limits.manifest_max_leases_total,
-        max_queued_tasks=limits.manifest_max_queued_tasks,
-        max_tasks_per_job=limits.manifest_max_tasks_per_job,
-        max_queued_tasks_per_user=max(1, limits.manifest_max_queued_tasks * share // 100),
-        max_stored_bytes_per_user=limits.user_max_stored_bytes,
-    )
-    return Workloads(limits.allowed_workloads, manifest_caps, [CsvStats(csv_caps)], rates)
+    """The workloads the settings allow, with their caps: what is served until the workloads
+    table is read (the listener reads it as soon as it connects)."""
+    return Workloads(workload_registry.seed_caps(limits), workload_registry.KINDS)
+
+
+def _load_workloads(reloader: workload_registry.Reloader) -> None:
+    # Before the first request, so one never meets the settings' workloads where an operator
+    # changed them. Should the database not answer (or its schema be behind), the settings'
+    # are served until the listener, once connected, reads the table.
+    try:
+        reloader.reload(timeout=STARTUP_WORKLOADS_SECONDS)
+    except psycopg.Error as exc:
+        logger.warning(
+            "could not read the workloads table; serving the settings' workloads until it can",
+            extra={"event": "workloads_unread", "error": str(exc)[:500]},
+        )
 
 
 def describe_coordinator(settings: Settings) -> coordinators.Coordinator:

@@ -17,6 +17,7 @@ from marshmallow import (
 )
 
 from app.input_rules import COLUMN_RANGES, Bool, Int, RequestSchema
+from services import workloads as workload_rules
 from services.csvjobs import WORKLOAD as CSV_WORKLOAD
 from services.jobs import EVENT_TYPES
 from services.runtime import MAX_RETRY_DELAY_SECONDS
@@ -1004,6 +1005,72 @@ class WorkloadSchema(ResponseSchema):
         allow_none=True,
         metadata={"description": "tasks its claims may start a second (null: no rate limit)"},
     )
+    max_queued_tasks_per_user = fields.Int(
+        attribute="caps.max_queued_tasks_per_user",
+        allow_none=True,
+        metadata={"description": "one user's unfinished tasks (null: max_queued_tasks)"},
+    )
+    max_stored_bytes_per_user = fields.Int(
+        attribute="caps.max_stored_bytes_per_user",
+        allow_none=True,
+        metadata={"description": "bytes of parameters and labels one user's jobs may store"},
+    )
+
+
+WORKLOAD_NAME = whole_text("^" + workload_rules.NAME.pattern, f"must be {workload_rules.NAME_RULE}")
+
+
+class WorkloadChangeSchema(RequestSchema):
+    """The caps to change (PATCH /api/v1/workloads/{name}); those not given stay.
+
+    Beyond these bounds a cap is more likely a typo than a plan; null, where allowed, means no
+    cap of that kind.
+    """
+
+    max_leases_per_worker = Int(
+        minimum=1,
+        maximum=10_000,
+        allow_none=True,
+        metadata={"description": "leases one worker may hold (null: its capacity bounds it)"},
+    )
+    max_leases_total = Int(
+        minimum=1,
+        maximum=1_000_000,
+        allow_none=True,
+        metadata={"description": "leases all workers together may hold (null: no cap)"},
+    )
+    max_queued_tasks = Int(
+        minimum=1, maximum=100_000_000, metadata={"description": "unfinished tasks it may hold"}
+    )
+    max_tasks_per_job = Int(
+        minimum=1,
+        maximum=1_000_000,
+        metadata={"description": "tasks one job may have (at most max_queued_tasks)"},
+    )
+    max_starts_per_second = fields.Float(
+        allow_none=True,
+        validate=validate.Range(min=0, min_inclusive=False, max=100_000),
+        metadata={"description": "tasks its claims may start a second (null: no rate limit)"},
+    )
+    max_queued_tasks_per_user = Int(
+        minimum=1,
+        maximum=100_000_000,
+        allow_none=True,
+        metadata={"description": "one user's unfinished tasks (null: max_queued_tasks)"},
+    )
+    max_stored_bytes_per_user = Int(
+        minimum=1,
+        maximum=2**40,
+        column="bigint",
+        allow_none=True,
+        metadata={"description": "bytes of parameters and labels one user's jobs may store"},
+    )
+
+
+class WorkloadAddSchema(WorkloadChangeSchema):
+    """A workload to serve (POST /api/v1/workloads); caps not given take the settings'."""
+
+    name = fields.Str(required=True, **WORKLOAD_NAME)
 
 
 class WorkloadListSchema(ResponseSchema):

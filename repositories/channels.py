@@ -13,9 +13,12 @@ JOB_CHANGED = "chunkwise_job_changed"
 # A token or a user changed, so a principal a coordinator remembers may be wrong now:
 # sql/0009.credential_changes.sql.
 CREDENTIALS_CHANGED = "chunkwise_credentials_changed"
+# An operator added, changed or removed a workload, or a coordinator seeded one:
+# sql/0031.workloads.sql.
+WORKLOADS_CHANGED = "chunkwise_workloads_changed"
 
 
 def listen(conn: Connection) -> None:
     """Subscribe an autocommit connection to every channel."""
-    for channel in (CLAIMABLE, JOB_CHANGED, CREDENTIALS_CHANGED):
+    for channel in (CLAIMABLE, JOB_CHANGED, CREDENTIALS_CHANGED, WORKLOADS_CHANGED):
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))

@@ -13,6 +13,7 @@ from datetime import datetime
 from uuid import UUID
 
 from psycopg import Connection
+from psycopg_pool import ConnectionPool
 
 from repositories import chunk_summaries as summary_rows
 from repositories import events as event_rows
@@ -275,10 +276,10 @@ class CsvStats(Workload):
         totals = csvstats.partial_totals(csvstats.Summary.from_dict(a.summary) for a in accepted)
         return {**totals.to_dict(), "chunks": [a.chunk_index for a in accepted], "partial": True}
 
-    def merge(self, rt: Runtime, job_id: UUID) -> Job | None:
+    def merge(self, pool: ConnectionPool, job_id: UUID) -> Job | None:
         """Merge a job's chunk summaries exactly once; a no-op unless the job is merging."""
         started = time.monotonic()
-        with rt.pool.connection() as conn, conn.transaction():
+        with pool.connection() as conn, conn.transaction():
             job = job_rows.get(conn, job_id, for_update=True)
             if job is None or job.status != "merging":
                 return job

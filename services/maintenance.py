@@ -86,4 +86,4 @@ def _merging_jobs(rt: Runtime) -> list[tuple[UUID, str]]:
 
 def _merge(rt: Runtime, job_id: UUID, workload: str) -> None:
     with logcontext.scope(job_id=str(job_id)):
-        rt.workloads.of(workload).merge(rt, job_id)
+        rt.workloads.of(workload).merge(rt.pool, job_id)

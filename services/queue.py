@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from repositories import events as event_rows
 from repositories import queue as queue_rows
 from repositories import workers as worker_rows
 from repositories.queue import QueueFigures, WorkloadPause
 from repositories.workers import Worker
+from services import csvjobs
 from services.auth import Principal
 from services.errors import Forbidden, NotFound
 from services.runtime import Limits, Runtime
@@ -45,7 +46,15 @@ def queue_status(rt: Runtime) -> QueueView:
     """Chunks by state and workload, oldest pending age, active leases against the caps."""
     with rt.pool.connection() as conn:
         figures = queue_rows.figures(conn)
-    return QueueView(figures, rt.limits, _workloads(rt, figures.paused))
+    # csv_stats's caps as operators last set them, not as the settings seeded them.
+    csv = rt.workloads.of(csvjobs.WORKLOAD).caps
+    limits = replace(
+        rt.limits,
+        max_leases_per_worker=csv.max_leases_per_worker,
+        max_leases_total=csv.max_leases_total,
+        max_queued_chunks=csv.max_queued_tasks,
+    )
+    return QueueView(figures, limits, _workloads(rt, figures.paused))
 
 
 @dataclass(frozen=True)

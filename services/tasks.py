@@ -338,7 +338,7 @@ def complete_tasks(
             value_rows.store(conn, stored)
         merging = _record_completions(conn, rt, worker_id, accepted, jobs) if accepted else []
     for job_id, rules in merging:
-        rules.merge(rt, job_id)
+        rules.merge(rt.pool, job_id)
     return outcomes
 
 
@@ -482,7 +482,7 @@ def fail_task(
         extra={"event": "task_failed", "error_code": failure.error_code, "outcome": outcome},
     )
     if settled.status == "merging":
-        rules.merge(rt, settled.id)
+        rules.merge(rt.pool, settled.id)
     return failed
 
 

@@ -33,6 +33,8 @@ class Wakeups:
     connection breaks, which a restarted or cut-off server does to the pool's idle ones at the
     same time, and again once it is back, before anything else: backends ended together do not
     all exit at once, and one still answering the first check is surely gone by the second.
+    It calls `workloads_changed` when a workload is added, changed or removed, and whenever it
+    (re)connects, having perhaps missed such news.
     """
 
     def __init__(
@@ -41,6 +43,7 @@ class Wakeups:
         credentials_changed: Callable[[], None] = lambda: None,
         recheck_connections: Callable[[], None] = lambda: None,
         max_waiting: int = 8,
+        workloads_changed: Callable[[], None] = lambda: None,
     ):
         self._conninfo = conninfo
         self._max_waiting = max_waiting
@@ -48,6 +51,7 @@ class Wakeups:
         self._places = threading.Lock()
         self._credentials_changed = credentials_changed
         self._recheck_connections = recheck_connections
+        self._workloads_changed = workloads_changed
         self._cond = threading.Condition()
         self._generation = 0
         # A separate condition, so a job's change does not wake every waiting claim too.
@@ -151,6 +155,7 @@ class Wakeups:
                     # A notification lost while reconnecting costs a claim or a watch at most
                     # its periodic re-check (one second); a credential's change, nothing.
                     self._credentials_changed()
+                    self._reload_workloads()
                     self.wake()
                     while not self._stop.is_set():
                         for notice in conn.notifies(timeout=1.0):
@@ -158,6 +163,8 @@ class Wakeups:
                                 self.job_changed(UUID(notice.payload))
                             elif notice.channel == channels.CREDENTIALS_CHANGED:
                                 self._credentials_changed()
+                            elif notice.channel == channels.WORKLOADS_CHANGED:
+                                self._reload_workloads()
                             else:
                                 self.wake()
             except psycopg.Error as exc:
@@ -179,4 +186,16 @@ class Wakeups:
             logger.exception(
                 "could not re-check the pool's connections",
                 extra={"event": "pool_recheck_error"},
+            )
+
+    def _reload_workloads(self) -> None:
+        if self._stop.is_set():  # the pool it reads with may be closed already
+            return
+        # A schema still behind (no workloads table yet) must not cost the claims their wake-ups.
+        try:
+            self._workloads_changed()
+        except Exception:  # noqa: BLE001 - the listener must outlive what this meets
+            logger.exception(
+                "could not reload the workloads; serving those loaded before",
+                extra={"event": "workloads_reload_error"},
             )

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from uuid import UUID
 
 from psycopg import Connection
+from psycopg_pool import ConnectionPool
 
 from repositories.jobs import Job
 from repositories.tasks import Task
 from services.errors import InvalidInput, NotFound
 from services.task_values import JsonValue
 
-if TYPE_CHECKING:
-    from services.runtime import Runtime
-
+# What a workload may be named (a slug): what workers, URLs and metric labels carry unquoted.
+NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+NAME_RULE = "a slug: a-z, then up to 62 of a-z 0-9 _ -"
 
 # A byte bound no user reaches: bigint's largest.
 UNLIMITED_BYTES = 2**63 - 1
@@ -141,25 +142,32 @@ class Workload:
         """What a failed job can still report of its finished tasks."""
         return None
 
-    def merge(self, rt: Runtime, job_id: UUID) -> Job | None:
+    def merge(self, pool: ConnectionPool, job_id: UUID) -> Job | None:
         """Finish a job in `merging` exactly once (only merged workloads have that state)."""
         return None
 
 
 class Workloads:
-    """The workloads this coordinator serves, by name: registered rules, else the default."""
+    """The workloads this coordinator serves, by name, each under its kind's rules (manifest
+    jobs' unless `kinds` names its own), with the caps the workloads table last said."""
 
     def __init__(
         self,
-        names: Iterable[str],
-        default_caps: Caps,
-        registered: Iterable[Workload],
-        rates: Mapping[str, float] | None = None,
+        caps: Mapping[str, Caps],
+        kinds: Mapping[str, Callable[[Caps], Workload]] | None = None,
     ):
-        self._rules = {w.name: w for w in registered}
-        for name in names:
-            caps = replace(default_caps, max_starts_per_second=(rates or {}).get(name))
-            self._rules.setdefault(name, Workload(name, caps))
+        self._kinds = dict(kinds or {})
+        self._rules: dict[str, Workload] = {}
+        self.load(caps)
+
+    def load(self, caps: Mapping[str, Caps]) -> None:
+        """Serve exactly these workloads, with these caps, from now on."""
+        rules = {}
+        for name, workload_caps in caps.items():
+            kind = self._kinds.get(name)
+            rules[name] = kind(workload_caps) if kind else Workload(name, workload_caps)
+        # One assignment: a request sees the old set or the new one, never half of each.
+        self._rules = rules
 
     def names(self) -> list[str]:
         """The served workloads' names, sorted."""
@@ -176,7 +184,8 @@ class Workloads:
     def require(self, names: Iterable[str], field: str) -> list[Workload]:
         """The rules of each named workload; InvalidInput naming the field if one is unknown."""
         names = list(names)
-        unknown = sorted({n for n in names if n not in self._rules})
+        rules = self._rules
+        unknown = sorted({n for n in names if n not in rules})
         if unknown:
             raise InvalidInput.field(field, f"unknown workloads: {', '.join(unknown)}")
-        return [self._rules[n] for n in dict.fromkeys(names)]
+        return [rules[n] for n in dict.fromkeys(names)]

@@ -672,6 +672,26 @@ class CoordinatorClient:
             "POST", f"/api/v1/workloads/{_segment(workload)}/{action}", trace_id=trace_id
         )
 
+    def get_workload(self, workload: str, *, trace_id: str | None = None) -> dict:
+        """One served workload with its caps and pause."""
+        return self._request("GET", f"/api/v1/workloads/{_segment(workload)}", trace_id=trace_id)
+
+    def add_workload(self, name: str, caps: dict, *, trace_id: str | None = None) -> dict:
+        """Serve a new workload: the caps given, the coordinator's settings for the rest."""
+        return self._request(
+            "POST", "/api/v1/workloads", json={"name": name, **caps}, trace_id=trace_id
+        )
+
+    def change_workload(self, workload: str, caps: dict, *, trace_id: str | None = None) -> dict:
+        """Change some of a served workload's caps (None lifts one); return the workload."""
+        return self._request(
+            "PATCH", f"/api/v1/workloads/{_segment(workload)}", json=caps, trace_id=trace_id
+        )
+
+    def remove_workload(self, workload: str, *, trace_id: str | None = None) -> None:
+        """Stop serving a workload (refused while it has unfinished jobs)."""
+        self._request("DELETE", f"/api/v1/workloads/{_segment(workload)}", trace_id=trace_id)
+
     # -- plumbing ---------------------------------------------------------------------------
 
     def _task_request(self, method: str, path: str, **kwargs):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from app import auth, schemas
+from app import auth, input_rules, schemas
 from app.auth import current_principal
 from app.runtime import get_runtime
 from app.tracing import current_trace_id
-from services import queue
+from services import queue, workload_registry
 
 bp = Blueprint("queue", __name__, url_prefix="/api/v1")
 bp.before_request(auth.operators_only)
@@ -17,6 +17,8 @@ bp.before_request(auth.operators_only)
 QUEUE = schemas.QueueSchema()
 WORKLOAD = schemas.WorkloadSchema()
 WORKLOAD_LIST = schemas.WorkloadListSchema()
+WORKLOAD_ADD = schemas.WorkloadAddSchema()
+WORKLOAD_CHANGE = schemas.WorkloadChangeSchema()
 WORKER_LIST = schemas.WorkerListSchema()
 
 
@@ -30,6 +32,44 @@ def queue_status():
 def list_workloads():
     """Every served workload with its caps, and whether an operator paused it."""
     return WORKLOAD_LIST.dump({"workloads": queue.list_workloads(get_runtime())})
+
+
+@bp.post("/workloads")
+def add_workload():
+    """Serve a new workload on every coordinator: the caps given, the settings' for the rest."""
+    body = input_rules.load_json(WORKLOAD_ADD)
+    name = body.pop("name")
+    view = workload_registry.add_workload(
+        get_runtime(), current_principal(), name, body, trace_id=current_trace_id()
+    )
+    return WORKLOAD.dump(view), 201
+
+
+@bp.get("/workloads/<workload>")
+def get_workload(workload: str):
+    """One served workload with its caps, and whether an operator paused it."""
+    return WORKLOAD.dump(
+        workload_registry.get_workload(get_runtime(), current_principal(), workload)
+    )
+
+
+@bp.patch("/workloads/<workload>")
+def change_workload(workload: str):
+    """Change the caps given on every coordinator within a second; the others stay."""
+    changes = input_rules.load_json(WORKLOAD_CHANGE)
+    view = workload_registry.change_workload(
+        get_runtime(), current_principal(), workload, changes, trace_id=current_trace_id()
+    )
+    return WORKLOAD.dump(view)
+
+
+@bp.delete("/workloads/<workload>")
+def remove_workload(workload: str):
+    """Stop serving a workload everywhere (409 while it has unfinished jobs)."""
+    workload_registry.remove_workload(
+        get_runtime(), current_principal(), workload, trace_id=current_trace_id()
+    )
+    return "", 204
 
 
 @bp.post("/workloads/<workload>/pause")

@@ -6,6 +6,7 @@ import json
 import posixpath
 import re
 import uuid
+from dataclasses import asdict
 from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
@@ -26,9 +27,20 @@ from app.runtime import get_runtime
 from app.tracing import current_trace_id
 from app.uploads import uploaded
 from repositories.chunks import PREVIEW_CHARS
-from services import chunks, csvjobs, dependencies, jobs, logcontext, metrics, queue, schedules
+from services import (
+    chunks,
+    csvjobs,
+    dependencies,
+    jobs,
+    logcontext,
+    metrics,
+    queue,
+    schedules,
+    workload_registry,
+)
 from services.errors import (
     ChunkwiseError,
+    Conflict,
     Forbidden,
     InvalidInput,
     PayloadTooLarge,
@@ -48,10 +60,23 @@ JOB = schemas.JobSchema()
 CHUNK_PAGE_QUERY = schemas.ChunkPageQuerySchema()
 CSV_JOB_FORM = schemas.CsvJobFormSchema()
 SCHEDULE_OWNER_QUERY = schemas.ScheduleOwnerQuerySchema()
+WORKLOAD_ADD = schemas.WorkloadAddSchema()
+WORKLOAD_CHANGE = schemas.WorkloadChangeSchema()
+# The caps the workload forms ask for, in the order they show them; an empty box lifts a cap
+# that may be lifted.
+WORKLOAD_CAPS = tuple(WORKLOAD_CHANGE.fields)
 
 OPEN_ENDPOINTS = frozenset({"ui.sign_in", "ui.static"})
 OPERATOR_ENDPOINTS = frozenset(
-    {"ui.queue_page", "ui.pause_workload", "ui.resume_workload", "ui.workers_page"}
+    {
+        "ui.queue_page",
+        "ui.pause_workload",
+        "ui.resume_workload",
+        "ui.workers_page",
+        "ui.add_workload",
+        "ui.workload_page",
+        "ui.remove_workload",
+    }
 )
 # Nothing inline and nothing from elsewhere: scripts and styles come only from /ui/static.
 CONTENT_SECURITY_POLICY = (
@@ -506,7 +531,70 @@ def _schedule_owner() -> str | None:
 @bp.get("/queue")
 def queue_page():
     """Chunks by workload and state, the oldest pending age, leases against the caps."""
-    return render_template("ui/queue.html", queue=queue.queue_status(get_runtime()))
+    return _queue_page({}, {}, 200)
+
+
+def _queue_page(form, problems: dict, status: int):
+    view = queue.queue_status(get_runtime())
+    return render_template("ui/queue.html", queue=view, form=form, problems=problems), status
+
+
+@bp.post("/workloads")
+def add_workload():
+    """Serve a new workload on every coordinator (caps left empty: the settings'), then show
+    the queue again."""
+    given = {n: request.form[n].strip() for n in ("name", *WORKLOAD_CAPS) if request.form.get(n)}
+    try:
+        body = WORKLOAD_ADD.load(given)
+        name = body.pop("name")
+        workload_registry.add_workload(
+            get_runtime(), g.principal, name, body, trace_id=current_trace_id()
+        )
+    except ValidationError as exc:
+        return _queue_page(request.form, ui_forms.in_form_words(exc.messages), 422)
+    except (InvalidInput, Conflict) as exc:
+        problems = ui_forms.in_form_words(exc.details.get("fields") or {"name": [exc.message]})
+        return _queue_page(request.form, problems, errors.STATUS[type(exc)])
+    return redirect(url_for("ui.queue_page", _anchor="workloads"), 303)
+
+
+@bp.route("/workloads/<workload>", methods=["GET", "POST"])
+def workload_page(workload: str):
+    """Show a workload's caps in a form, or change them on every coordinator."""
+    rt = get_runtime()
+    if request.method == "GET":
+        view = workload_registry.get_workload(rt, g.principal, workload)
+        return _workload_form(view, {}, {}, 200)
+    # Every box is sent: an empty one lifts its cap (or is refused where a cap is required).
+    given = {n: request.form.get(n, "").strip() or None for n in WORKLOAD_CAPS}
+    try:
+        changes = WORKLOAD_CHANGE.load(given)
+        workload_registry.change_workload(
+            rt, g.principal, workload, changes, trace_id=current_trace_id()
+        )
+    except ValidationError as exc:
+        view = workload_registry.get_workload(rt, g.principal, workload)
+        return _workload_form(view, request.form, ui_forms.in_form_words(exc.messages), 422)
+    except InvalidInput as exc:
+        view = workload_registry.get_workload(rt, g.principal, workload)
+        problems = ui_forms.in_form_words(exc.details.get("fields") or {})
+        return _workload_form(view, request.form, problems, 422)
+    return redirect(url_for("ui.queue_page", _anchor="workloads"), 303)
+
+
+def _workload_form(view: queue.WorkloadView, form, problems: dict, status: int):
+    values = form or asdict(view.caps)
+    page = render_template("ui/workload.html", w=view, values=values, problems=problems)
+    return page, status
+
+
+@bp.post("/workloads/<workload>/remove")
+def remove_workload(workload: str):
+    """Stop serving a workload on every coordinator, then show the queue again."""
+    workload_registry.remove_workload(
+        get_runtime(), g.principal, workload, trace_id=current_trace_id()
+    )
+    return redirect(url_for("ui.queue_page", _anchor="workloads"), 303)
 
 
 @bp.post("/workloads/<workload>/pause")

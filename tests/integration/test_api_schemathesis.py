@@ -183,6 +183,16 @@ def test_real_answers_on_real_resources_match_the_documented_schemas(api):
     call("schedules.get_schedule", "user", 404, path_parameters=named)
     call("queue.queue_status", "operator", 200)
     call("queue.list_workers", "operator", 200)
+    square = {"path_parameters": {"workload": "validator-square"}}
+    added = {"name": "validator-square", "max_queued_tasks": 10, "max_tasks_per_job": 5}
+    call("queue.add_workload", "operator", 201, body=added, media_type="application/json")
+    call("queue.add_workload", "operator", 409, body=added, media_type="application/json")
+    call("queue.get_workload", "operator", 200, **square)
+    change = {"body": {"max_starts_per_second": 1.5}, "media_type": "application/json"}
+    call("queue.change_workload", "operator", 200, **square, **change)
+    call("queue.remove_workload", "operator", 204, **square)
+    call("queue.remove_workload", "operator", 404, **square)
+    call("queue.remove_workload", "operator", 409, path_parameters={"workload": "echo"})
 
     claim = {"worker_id": "validator", "workloads": ["echo"], "capacity": 2}
     leased = call("tasks.claim", "worker", 200, body=claim)["tasks"]

@@ -25,8 +25,10 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0030.task_values"
-# The table and the tasks' column the latest migration adds.
+LATEST = "0031.workloads"
+# The table and trigger the latest migration adds.
+WORKLOADS_TABLE, WORKLOADS_TRIGGER = "workloads", "workloads_announce_change"
+# The table and the tasks' column 0030 adds.
 RESULTS_TABLE, ARGS_COLUMN = "task_results", "args"
 # The table 0029 adds.
 COORDINATORS_TABLE = "coordinators"
@@ -56,10 +58,10 @@ LATER_TABLES = {
     SESSIONS_TABLE,
     USER_BOUNDS_TABLE,
     COORDINATORS_TABLE,
+    RESULTS_TABLE,
+    WORKLOADS_TABLE,
 }
-# What rolling back any migration before the latest leaves at most.
-TABLES_BEFORE_LATEST = QUEUE_TABLES | CSV_TABLES | LATER_TABLES
-HEAD_TABLES = TABLES_BEFORE_LATEST | {RESULTS_TABLE}
+HEAD_TABLES = QUEUE_TABLES | CSV_TABLES | LATER_TABLES
 # The columns 0021 adds, by table.
 TIMEOUT_COLUMNS = {"jobs": {"timeout_seconds"}, "tasks": {"timeout_seconds", "deadline"}}
 # The column 0019 adds to tasks, and the claim index it splits in two.
@@ -219,7 +221,7 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == HEAD_TABLES
-    assert triggers(empty_database_url) == TRIGGERS
+    assert triggers(empty_database_url) == TRIGGERS | {WORKLOADS_TRIGGER}
     assert indexes(empty_database_url) >= STORAGE_INDEXES
     assert not {"tasks_leased_idx", TRAP_INDEX} & indexes(empty_database_url)
 
@@ -234,12 +236,37 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert ARGS_COLUMN in columns(empty_database_url, "tasks")
 
     migrations.rollback_latest(empty_database_url)
-    assert public_tables(empty_database_url) == TABLES_BEFORE_LATEST
-    assert ARGS_COLUMN not in columns(empty_database_url, "tasks")
+    assert public_tables(empty_database_url) == HEAD_TABLES - {WORKLOADS_TABLE}
+    assert ARGS_COLUMN in columns(empty_database_url, "tasks")
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == HEAD_TABLES
+    assert triggers(empty_database_url) == TRIGGERS | {WORKLOADS_TRIGGER}
+
+
+def test_rolling_back_the_workloads_migration_drops_its_table_trigger_and_function(
+    empty_database_url,
+):
+    migrations.apply(empty_database_url)
+
+    roll_back_through(empty_database_url, LATEST)
+
+    assert public_tables(empty_database_url) == HEAD_TABLES - {WORKLOADS_TABLE}
     assert triggers(empty_database_url) == TRIGGERS
+    with psycopg.connect(empty_database_url) as conn:
+        announcer = conn.execute(
+            "SELECT count(*) FROM pg_proc WHERE proname = 'chunkwise_announce_workloads_change'"
+        ).fetchone()[0]
+    assert announcer == 0
+
+
+def test_rolling_back_the_task_values_migration_drops_its_table_and_column(empty_database_url):
+    migrations.apply(empty_database_url)
+
+    roll_back_through(empty_database_url, "0030.task_values")
+
+    assert public_tables(empty_database_url) == HEAD_TABLES - {WORKLOADS_TABLE, RESULTS_TABLE}
+    assert ARGS_COLUMN not in columns(empty_database_url, "tasks")
 
 
 def test_rolling_back_the_workload_rates_migration_drops_its_table(empty_database_url):
@@ -247,11 +274,13 @@ def test_rolling_back_the_workload_rates_migration_drops_its_table(empty_databas
 
     roll_back_through(empty_database_url, "0025.workload_rates")
 
-    assert public_tables(empty_database_url) == TABLES_BEFORE_LATEST - {
+    assert public_tables(empty_database_url) == HEAD_TABLES - {
+        RESULTS_TABLE,
         BUCKETS_TABLE,
         SESSIONS_TABLE,
         USER_BOUNDS_TABLE,
         COORDINATORS_TABLE,
+        WORKLOADS_TABLE,
     }
 
 
@@ -260,9 +289,11 @@ def test_rolling_back_the_fair_share_migration_drops_its_table_and_column(empty_
 
     roll_back_through(empty_database_url, "0028.fair_share")
 
-    assert public_tables(empty_database_url) == TABLES_BEFORE_LATEST - {
+    assert public_tables(empty_database_url) == HEAD_TABLES - {
+        RESULTS_TABLE,
         USER_BOUNDS_TABLE,
         COORDINATORS_TABLE,
+        WORKLOADS_TABLE,
     }
     assert FAIR_COLUMN not in columns(empty_database_url, "tasks")
     assert indexes(empty_database_url) >= RETRY_INDEXES  # the claim index, as 0019 built it
@@ -274,10 +305,12 @@ def test_rolling_back_the_lease_tokens_migration_drops_its_columns(empty_databas
     roll_back_through(empty_database_url, "0026.lease_tokens")
 
     assert not any(c in columns(empty_database_url, t) for t, c in LEASE_COLUMNS.items())
-    assert public_tables(empty_database_url) == TABLES_BEFORE_LATEST - {
+    assert public_tables(empty_database_url) == HEAD_TABLES - {
+        RESULTS_TABLE,
         SESSIONS_TABLE,
         USER_BOUNDS_TABLE,
         COORDINATORS_TABLE,
+        WORKLOADS_TABLE,
     }  # 0025's stays
 
 
@@ -286,12 +319,14 @@ def test_rolling_back_the_workload_pauses_migration_drops_its_table(empty_databa
 
     roll_back_through(empty_database_url, "0024.workload_pauses")
 
-    assert public_tables(empty_database_url) == TABLES_BEFORE_LATEST - {
+    assert public_tables(empty_database_url) == HEAD_TABLES - {
+        RESULTS_TABLE,
         PAUSES_TABLE,
         BUCKETS_TABLE,
         SESSIONS_TABLE,
         USER_BOUNDS_TABLE,
         COORDINATORS_TABLE,
+        WORKLOADS_TABLE,
     }
     assert DEPENDENCY_COLUMN in columns(empty_database_url, "jobs")  # 0023's stays
 

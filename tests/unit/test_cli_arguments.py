@@ -6,7 +6,14 @@ import io
 
 import pytest
 
-from worker_cli.chunkwise import EXIT_OK, EXIT_USAGE, build_parser, run
+from worker_cli.chunkwise import (
+    EXIT_OK,
+    EXIT_USAGE,
+    build_parser,
+    parse_arguments,
+    run,
+    workload_caps,
+)
 
 JOB = "6e56eaf5-06ec-450f-a4f0-f652955b2d63"
 ENV = {"CHUNKWISE_URL": "http://coordinator.test", "CHUNKWISE_TOKEN": "cwu_env"}
@@ -229,3 +236,26 @@ def test_events_follow_options_are_bounded_on_request():
         ["events", "--after", "7", "--follow", "--max-events", "3", "--timeout", "2.5"]
     )
     assert (args.after, args.follow, args.max_events, args.timeout) == (7, True, 3, 2.5)
+
+
+@pytest.mark.parametrize(
+    ("argv", "caps"),
+    [
+        (["workloads", "add", "square"], {}),
+        (
+            [
+                "workloads",
+                "add",
+                "square",
+                "--max-queued-tasks",
+                "50",
+                "--max-starts-per-second",
+                "2.5",
+            ],
+            {"max_queued_tasks": 50, "max_starts_per_second": 2.5},
+        ),
+        (["workloads", "change", "echo", "--max-leases-total", "none"], {"max_leases_total": None}),
+    ],
+)
+def test_workload_caps_are_sent_only_when_given_and_none_lifts_one(argv, caps):
+    assert workload_caps(parse_arguments(argv)) == caps

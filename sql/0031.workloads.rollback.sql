@@ -1,0 +1,2 @@
+DROP TABLE workloads;
+DROP FUNCTION chunkwise_announce_workloads_change();
