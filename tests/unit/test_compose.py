@@ -239,6 +239,16 @@ def test_the_dockerfile_installs_the_locked_versions():
     assert re.search(r"^COPY [^\n]*\brequirements\.lock\b", dockerfile, re.MULTILINE)
 
 
+def test_a_code_edit_reuses_the_layer_that_installs_the_dependencies():
+    lines = (REPO / "Dockerfile").read_text().splitlines()
+    first_install = next(i for i, line in enumerate(lines) if "pip install" in line)
+    code = [i for i, line in enumerate(lines) if re.match(r"COPY (app|services)\b", line)]
+    assert code and first_install < min(code), (first_install, code)
+    # The dependencies' layer is keyed by what names them, and nothing else of the project.
+    copied_before = [line for line in lines[:first_install] if line.startswith("COPY ")]
+    assert copied_before == ["COPY setup.cfg requirements.lock ./"], copied_before
+
+
 def test_the_build_context_leaves_out_secrets_and_local_state_but_not_what_is_copied():
     ignored = {
         line.strip()
