@@ -118,6 +118,16 @@ def test_workers_never_receive_database_or_bucket_credentials():
         assert {"CHUNKWISE_URL", "CHUNKWISE_WORKER_TOKEN"} <= set(env)
 
 
+def test_workers_share_a_network_with_nginx_alone():
+    # Without credentials is not enough: the database's password is no secret inside compose.
+    networks = {name: set(s.get("networks", ["default"])) for name, s in SERVICES.items()}
+    for name in WORKERS:
+        assert networks[name] == {"workers"}, networks[name]
+        assert SERVICES[name]["environment"]["CHUNKWISE_URL"].startswith("http://nginx:")
+    assert [name for name in SERVICES if "workers" in networks[name]] == ["nginx", *WORKERS]
+    assert networks["nginx"] == {"default", "workers"}
+
+
 def test_environment_names_are_settings_the_code_reads():
     names = set()
     for service in SERVICES.values():
