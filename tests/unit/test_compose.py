@@ -118,6 +118,16 @@ def test_workers_never_receive_database_or_bucket_credentials():
         assert {"CHUNKWISE_URL", "CHUNKWISE_WORKER_TOKEN"} <= set(env)
 
 
+def test_workers_share_a_network_with_nginx_alone():
+    # Without credentials is not enough: the database's password is no secret inside compose.
+    networks = {name: set(s.get("networks", ["default"])) for name, s in SERVICES.items()}
+    for name in WORKERS:
+        assert networks[name] == {"workers"}, networks[name]
+        assert SERVICES[name]["environment"]["CHUNKWISE_URL"].startswith("http://nginx:")
+    assert [name for name in SERVICES if "workers" in networks[name]] == ["nginx", *WORKERS]
+    assert networks["nginx"] == {"default", "workers"}
+
+
 def test_environment_names_are_settings_the_code_reads():
     names = set()
     for service in SERVICES.values():
@@ -237,6 +247,16 @@ def test_the_dockerfile_installs_the_locked_versions():
     installs = re.findall(r"pip install[^&\n]*", dockerfile)
     assert installs and all("-c requirements.lock" in line for line in installs), installs
     assert re.search(r"^COPY [^\n]*\brequirements\.lock\b", dockerfile, re.MULTILINE)
+
+
+def test_a_code_edit_reuses_the_layer_that_installs_the_dependencies():
+    lines = (REPO / "Dockerfile").read_text().splitlines()
+    first_install = next(i for i, line in enumerate(lines) if "pip install" in line)
+    code = [i for i, line in enumerate(lines) if re.match(r"COPY (app|services)\b", line)]
+    assert code and first_install < min(code), (first_install, code)
+    # The dependencies' layer is keyed by what names them, and nothing else of the project.
+    copied_before = [line for line in lines[:first_install] if line.startswith("COPY ")]
+    assert copied_before == ["COPY setup.cfg requirements.lock ./"], copied_before
 
 
 def test_the_build_context_leaves_out_secrets_and_local_state_but_not_what_is_copied():
