@@ -14,8 +14,6 @@ from worker_cli.settings import USER_TOKEN_VARIABLE, coordinator_settings
 FINISHED = frozenset({"succeeded", "failed", "cancelled"})
 # The longest a job watch may wait on the coordinator (app/schemas.py, JobWaitQuerySchema).
 WATCH_SECONDS = 30.0
-# The most results the coordinator answers in one page.
-RESULT_PAGE = 10_000
 # Tries of one call while the coordinator is unavailable: a restart, not an outage.
 TRIES = 5
 
@@ -131,16 +129,9 @@ class Client:
     def results(self, job_id: str) -> list:
         """The values the job's tasks returned, in chunk order (tasks that stored none are left
         out)."""
-        values: list = []
-        after = None
-        while True:
-            page = self._retrying(
-                lambda: self.api.result_page(job_id, after=after, limit=RESULT_PAGE)  # noqa: B023
-            )
-            values += [item["value"] for item in page["results"]]
-            after = page.get("next_after")
-            if not page["results"] or after is None:
-                return values
+        # A task whose result is stored elsewhere comes without `value` (ResultManifestSchema).
+        manifests = self._retrying(lambda: self.api.list_results(job_id))["results"]
+        return [item["value"] for item in manifests if "value" in item]
 
     def _retrying(self, call: Callable[[], object]):
         # Every call here is a read, or a submission under one idempotency key: safe to repeat.
