@@ -6,6 +6,7 @@ import json
 import signal
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -170,8 +171,10 @@ def test_stop_ends_a_run_started_on_another_thread(coordinator):
     running = threading.Thread(target=lambda: status.append(worker.run()))
     running.start()
 
-    while worker._loop is None:
+    deadline = time.monotonic() + 5
+    while worker._loop is None and running.is_alive() and time.monotonic() < deadline:
         running.join(0.01)
+    assert worker._loop is not None, "run() never started its lease loop"
     worker.stop()
     running.join(5)
 
