@@ -27,6 +27,7 @@ class ScriptedTransport(BaseAdapter):
         super().__init__()
         self.replies = list(replies)
         self.requests: list[dict] = []
+        self.closed = False
 
     def send(self, request, **kwargs):
         parts = urlsplit(request.url)
@@ -50,7 +51,7 @@ class ScriptedTransport(BaseAdapter):
         return response
 
     def close(self):
-        pass
+        self.closed = True
 
 
 def job(status="running", **fields):
@@ -261,6 +262,26 @@ def test_results_follow_a_full_page_to_the_empty_one_that_ends_the_job():
 
     assert client_over(transport).results(JOB_ID) == [1]
     assert [r["query"].get("after") for r in transport.requests] == [None, "0"]
+
+
+# -- closing ------------------------------------------------------------------------------
+
+
+def test_a_client_used_as_a_context_manager_closes_its_connections_on_leaving():
+    transport = ScriptedTransport((200, job("succeeded"), {}))
+
+    with client_over(transport) as client:
+        client.job(JOB_ID)
+        assert not transport.closed
+    assert transport.closed
+
+
+def test_a_client_used_as_a_context_manager_closes_its_connections_when_a_call_raises():
+    transport = ScriptedTransport((404, {"error": {"code": "not_found", "message": "no"}}, {}))
+
+    with pytest.raises(RequestRejected), client_over(transport) as client:
+        client.job(JOB_ID)
+    assert transport.closed
 
 
 # -- settings -----------------------------------------------------------------------------
