@@ -505,8 +505,8 @@ class CoordinatorClient:
         limit: int = CHUNK_PAGE,
         trace_id: str | None = None,
     ) -> dict:
-        """Up to `limit` of a job's results in chunk order, from the first past chunk index
-        `after`: {results, next_after}, next_after null after the last."""
+        """Up to `limit` of a job's results past chunk index `after`: {results, next_after}."""
+        # In chunk order; next_after is null on the last page, and only there.
         params = {"limit": limit, **({"after": after} if after is not None else {})}
         path = f"/api/v1/jobs/{_segment(job_id)}/results"
         return self._request("GET", path, params=params, trace_id=trace_id)

@@ -85,8 +85,9 @@ class Worker:
         return {**load_handlers(others), **{w: h for w, h in self._tasks.items() if w in workloads}}
 
     def run(self, *, burst: bool = False, max_tasks: int | None = None) -> int:
-        """Claim and run this Worker's tasks until stopped (burst: until none is left to claim),
-        as chunkwise-worker does; return its exit status (0, or 1 if the coordinator refused)."""
+        """Claim and run this Worker's tasks as chunkwise-worker does; return its exit status."""
+        # Until stopped, or with burst=True until none is left to claim (or max_tasks ran). The
+        # exit status is 0, or 1 if the coordinator refused the worker.
         if not self._tasks:
             raise ValueError("no task registered: decorate a function with @worker.task(name)")
         url, token = coordinator_settings(self.url, self.token, WORKER_TOKEN_VARIABLE)
