@@ -33,13 +33,15 @@ def start_stack(run_dir: Path, address: tuple[str, int] | None = None) -> LocalS
     stack = LocalStack(
         database_url=url, run_dir=run_dir, tokens=kept_tokens(run_dir / "secrets"), **where
     )
-    stack.env.update(sdk_demo.STACK_ENV)
     say(f"database:  {url}")
     say(f"logs:      {stack.logs}/  (JSON lines, one file per process)")
     say(f"archive:   {run_dir / 'archive'}")
     stack.prepare()
     stack.start_coordinator()
     say(f"coordinator: {stack.url}  (gunicorn, {stack.logs / 'coordinator.log'})")
+    # Early: the other gunicorn worker serves it once its listener reloads the workloads.
+    sdk_demo.serve_workload(stack)
+    say(f"workloads: csv_stats, and {sdk_demo.WORKLOAD} added at run time (devstack/sdk_demo.py)")
     for name in ("worker-1", "worker-2"):
         stack.start_worker(name)
     say("workers:   worker-1, worker-2 (capacity 2 each)")

@@ -9,14 +9,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from worker_cli import Client, JobFailed, Worker
+from worker_cli import Client, JobFailed, WaitTimedOut, Worker
+from worker_cli.client import RequestRejected
 
 if TYPE_CHECKING:  # the worker process imports this module, and needs none of the stack
     from devstack.stack import LocalStack
 
 WORKLOAD = "collatz"
-# What the demo's coordinator must serve (until workloads are registered at run time).
-STACK_ENV = {"CHUNKWISE_ALLOWED_WORKLOADS": WORKLOAD}
 NUMBERS = range(1, 301)
 SHOWN = (1, 7, 27, 97, 300)
 
@@ -33,20 +32,30 @@ def collatz_steps(args, ctx):
     return steps
 
 
+def serve_workload(stack: LocalStack) -> None:
+    """Have the stack's coordinator serve the demo's workload, added at run time as an operator."""
+    with Client(stack.url, stack.tokens.operator) as operator:
+        try:
+            operator.api.add_workload(WORKLOAD, {})
+        except RequestRejected as exc:
+            # 409: an earlier run over the same database (.run/) added it already.
+            if exc.status != 409:
+                raise
+
+
 def run(stack: LocalStack) -> int:
     """Submit one task per number, run them on an --app worker, print them beside the expected."""
-    client = Client(stack.url, stack.tokens.user)
     started = time.monotonic()
-    job = client.submit(WORKLOAD, [{"n": n} for n in NUMBERS], labels={"demo": "sdk"})
-    say(f"\nsdk job:   {job['id']}, {len(NUMBERS)} tasks of {WORKLOAD} (devstack/sdk_demo.py)")
-    stack.start_worker("sdk-worker", "--app", "devstack.sdk_demo:worker", "--burst")
-    try:
-        client.wait(job["id"], timeout=120)
-    except JobFailed as exc:
-        say(f"status:    {exc}")
-        return 1
-    values = client.results(job["id"])
-    client.close()
+    with Client(stack.url, stack.tokens.user) as client:
+        job = client.submit(WORKLOAD, [{"n": n} for n in NUMBERS], labels={"demo": "sdk"})
+        say(f"\nsdk job:   {job['id']}, {len(NUMBERS)} tasks of {WORKLOAD} (devstack/sdk_demo.py)")
+        stack.start_worker("sdk-worker", "--app", "devstack.sdk_demo:worker", "--burst")
+        try:
+            client.wait(job["id"], timeout=120)
+        except (JobFailed, WaitTimedOut) as exc:
+            say(f"status:    {exc}")
+            return 1
+        values = client.results(job["id"])
     expected = [collatz_steps({"n": n}, None) for n in NUMBERS]
     say(f"status:    succeeded in {time.monotonic() - started:.2f} s, results read back in order")
     say(f"{'n':>10} {'task result':>22} {'computed here':>22}")

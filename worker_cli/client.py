@@ -73,9 +73,10 @@ def _normalise_trace_id(trace_id: str | None) -> str:
 # The most items the coordinator takes in one batch of results or heartbeats
 # (app/schemas.py, MAX_BATCH_RESULTS).
 MAX_BATCH = 1000
-# The coordinator's largest page of a job's chunks or results (app/schemas.py,
-# ChunkPageQuerySchema).
+# The coordinator's largest page of a job's chunks (app/schemas.py, ChunkPageQuerySchema).
 CHUNK_PAGE = 1000
+# The coordinator's largest page of a job's results (app/schemas.py, MAX_RESULT_PAGE).
+RESULT_PAGE = 10_000
 
 
 class CoordinatorError(Exception):
@@ -486,8 +487,15 @@ class CoordinatorClient:
 
     def list_results(self, job_id: str, *, trace_id: str | None = None) -> dict:
         """A job's completed result manifests in chunk order, a page at a time: {results}."""
-        path = f"/api/v1/jobs/{_segment(job_id)}/results"
-        return {"results": self._every_page(path, "results", trace_id)}
+        results: list[dict] = []
+        after = None
+        while True:
+            page = self.result_page(job_id, after=after, limit=RESULT_PAGE, trace_id=trace_id)
+            results += page["results"]
+            # The coordinator sets next_after to null on the last page, and only there.
+            after = page["next_after"]
+            if after is None:
+                return {"results": results}
 
     def result_page(
         self,
@@ -497,27 +505,22 @@ class CoordinatorClient:
         limit: int = CHUNK_PAGE,
         trace_id: str | None = None,
     ) -> dict:
-        """Up to `limit` of a job's results in chunk order, from the first past chunk index
-        `after`: {results, next_after}, next_after null after the last."""
+        """Up to `limit` of a job's results past chunk index `after`: {results, next_after}."""
+        # In chunk order; next_after is null on the last page, and only there.
         params = {"limit": limit, **({"after": after} if after is not None else {})}
         path = f"/api/v1/jobs/{_segment(job_id)}/results"
         return self._request("GET", path, params=params, trace_id=trace_id)
 
     def list_chunks(self, job_id: str, *, trace_id: str | None = None) -> dict:
         """Every chunk of a job with its attempts, a page at a time: {chunks}."""
-        path = f"/api/v1/jobs/{_segment(job_id)}/chunks"
-        return {"chunks": self._every_page(path, "chunks", trace_id)}
-
-    def _every_page(self, path: str, key: str, trace_id: str | None) -> list[dict]:
-        """Every item of a list paged in chunk order (?after=&limit=), following next_after."""
-        items: list[dict] = []
+        chunks: list[dict] = []
         after = -1
         while True:
-            params = {"after": after, "limit": CHUNK_PAGE}
-            page = self._request("GET", path, params=params, trace_id=trace_id)
-            items += page[key]
-            if len(page[key]) < CHUNK_PAGE:
-                return items
+            page = self.chunk_page(job_id, after=after, limit=CHUNK_PAGE, trace_id=trace_id)
+            chunks += page["chunks"]
+            # A chunk page always carries next_after (where it ended): a short page is the last.
+            if len(page["chunks"]) < CHUNK_PAGE:
+                return {"chunks": chunks}
             after = page["next_after"]
 
     def chunk_page(

@@ -51,8 +51,10 @@ class InputRejected(Exception):
 
 
 class RetryLater(Exception):
-    """The task cannot be done now but may be later: its next attempt waits `seconds` (an
-    upstream's Retry-After, say) rather than the coordinator's backoff. It spends an attempt."""
+    """Raised by a task that may be done later: its next attempt waits `seconds`."""
+
+    # `seconds` (an upstream's Retry-After, say) stands in for the coordinator's backoff. The
+    # attempt is spent all the same.
 
     def __init__(self, message: str, *, seconds: float):
         super().__init__(message)
@@ -147,11 +149,9 @@ class TaskContext:
 
     @property
     def args(self) -> object:
-        """The task's JSON args, parsed once their bytes match input_sha256 (None without).
-
-        InputUnavailable when they do not: the args changed on the way, and another attempt
-        may get them whole.
-        """
+        """The task's JSON args, once their bytes match input_sha256 (None without args)."""
+        # InputUnavailable when they do not: the args changed on the way, and another attempt
+        # may get them whole.
         if self.task.args is None or self._args is not None:
             return self._args
         data = self.task.args.encode()

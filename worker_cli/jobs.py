@@ -14,8 +14,6 @@ from worker_cli.settings import USER_TOKEN_VARIABLE, coordinator_settings
 FINISHED = frozenset({"succeeded", "failed", "cancelled"})
 # The longest a job watch may wait on the coordinator (app/schemas.py, JobWaitQuerySchema).
 WATCH_SECONDS = 30.0
-# The most results the coordinator answers in one page.
-RESULT_PAGE = 10_000
 # Tries of one call while the coordinator is unavailable: a restart, not an outage.
 TRIES = 5
 
@@ -83,11 +81,9 @@ class Client:
         depends_on: Iterable[str] | None = None,
         idempotency_key: str | None = None,
     ) -> dict:
-        """Submit one task per item of `args_list` (each a JSON object or array); return the job.
-
-        Without an idempotency_key each call submits a new job; with one, the job that key
-        first submitted comes back instead.
-        """
+        """Submit one task per item of `args_list` (each a JSON object or array); return the job."""
+        # Without an idempotency_key each call submits a new job; with one, the job that key
+        # first submitted comes back instead.
         job = {"workload": workload, "tasks": [{"args": args} for args in args_list]}
         if isinstance(not_before, datetime):
             not_before = not_before.isoformat()
@@ -110,8 +106,9 @@ class Client:
         return self._retrying(lambda: self.api.get_job(job_id))
 
     def wait(self, job_id: str, timeout: float | None = None) -> dict:
-        """Follow the job until it finishes and return it; raise JobFailed if it failed or was
-        cancelled, WaitTimedOut if `timeout` seconds pass first."""
+        """Return the job once it succeeds; raise JobFailed, or WaitTimedOut after `timeout`."""
+        # JobFailed: the job failed or was cancelled. WaitTimedOut: `timeout` seconds passed
+        # with the job unfinished (None: follow it for as long as it takes).
         deadline = None if timeout is None else self._clock() + timeout
         job, version = self._retrying(lambda: self.api.watch_job(job_id, None, wait_seconds=0))
         while job["status"] not in FINISHED:
@@ -129,18 +126,10 @@ class Client:
         return job
 
     def results(self, job_id: str) -> list:
-        """The values the job's tasks returned, in chunk order (tasks that stored none are left
-        out)."""
-        values: list = []
-        after = None
-        while True:
-            page = self._retrying(
-                lambda: self.api.result_page(job_id, after=after, limit=RESULT_PAGE)  # noqa: B023
-            )
-            values += [item["value"] for item in page["results"]]
-            after = page.get("next_after")
-            if not page["results"] or after is None:
-                return values
+        """The values the job's tasks stored, in chunk order (a task that stored none: left out)."""
+        # A task whose result is stored elsewhere comes without `value` (ResultManifestSchema).
+        manifests = self._retrying(lambda: self.api.list_results(job_id))["results"]
+        return [item["value"] for item in manifests if "value" in item]
 
     def _retrying(self, call: Callable[[], object]):
         # Every call here is a read, or a submission under one idempotency key: safe to repeat.

@@ -24,12 +24,10 @@ class ResultRefused(Exception):
 
 
 def result_body(returned: object, max_bytes: int | None) -> dict:
-    """The result fields to send for a handler's return value, or ResultRefused.
-
-    A manifest ({result_uri, result_sha256[, metrics]}) and a chunk summary ({summary, ...})
-    go as they are; anything else is a value for the coordinator to store, checked here to
-    be JSON within `max_bytes` (the claim's max_result_bytes; None: the coordinator checks).
-    """
+    """The result fields to send for a handler's return value, or ResultRefused."""
+    # A manifest ({result_uri, result_sha256[, metrics]}) and a chunk summary ({summary, ...})
+    # go as they are; anything else is a value for the coordinator to store, checked here to
+    # be JSON within `max_bytes` (the claim's max_result_bytes; None: the coordinator checks).
     if isinstance(returned, dict) and ("summary" in returned or _is_manifest(returned)):
         return returned
     try:

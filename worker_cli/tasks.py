@@ -6,6 +6,7 @@ import asyncio
 import importlib
 import inspect
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable
 
@@ -14,8 +15,10 @@ from worker_cli.settings import WORKER_TOKEN_VARIABLE, coordinator_settings
 from worker_cli.worker import LeaseLoop, serve
 from worker_cli.worker_config import WorkerConfig, default_worker_id
 
-# What the coordinator takes as a workload name (app/schemas.py, JobCreateSchema.workload).
-MAX_WORKLOAD_NAME = 100
+# What the coordinator takes as a workload name: a copy of services/workloads.py's NAME and
+# NAME_RULE, as worker_cli talks HTTP only (tests/unit/test_sdk_worker.py pins them equal).
+TASK_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+TASK_NAME_RULE = "a slug: a-z, then up to 62 of a-z 0-9 _ -"
 DEFAULT_APP_ATTRIBUTE = "worker"
 
 TaskFunction = Callable[[object, TaskContext], object]
@@ -53,8 +56,8 @@ class Worker:
 
     def task(self, name: str) -> Callable[[TaskFunction], TaskFunction]:
         """Register `fn(args, ctx)` (or an `async def`) as the function of workload `name`."""
-        if not isinstance(name, str) or not 1 <= len(name) <= MAX_WORKLOAD_NAME:
-            raise ValueError(f"a task name is 1 to {MAX_WORKLOAD_NAME} characters, not {name!r}")
+        if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
+            raise ValueError(f"a task name is {TASK_NAME_RULE}, not {name!r}")
         if name in self._tasks:
             raise ValueError(f"a task named {name!r} is already registered")
 
@@ -82,8 +85,9 @@ class Worker:
         return {**load_handlers(others), **{w: h for w, h in self._tasks.items() if w in workloads}}
 
     def run(self, *, burst: bool = False, max_tasks: int | None = None) -> int:
-        """Claim and run this Worker's tasks until stopped (burst: until none is left to claim),
-        as chunkwise-worker does; return its exit status (0, or 1 if the coordinator refused)."""
+        """Claim and run this Worker's tasks as chunkwise-worker does; return its exit status."""
+        # Until stopped, or with burst=True until none is left to claim (or max_tasks ran). The
+        # exit status is 0, or 1 if the coordinator refused the worker.
         if not self._tasks:
             raise ValueError("no task registered: decorate a function with @worker.task(name)")
         url, token = coordinator_settings(self.url, self.token, WORKER_TOKEN_VARIABLE)

@@ -442,11 +442,9 @@ def serve(
     *,
     on_start: Callable[[LeaseLoop], None] | None = None,
 ) -> int:
-    """Run the lease loop against the coordinator until it ends; return the exit status.
-
-    From the main thread, SIGTERM asks for a warm stop (a second one, or SIGINT, a cold one)
-    until the loop ends, when the signals' previous handlers come back.
-    """
+    """Run the lease loop against the coordinator until it ends; return the exit status."""
+    # From the main thread, SIGTERM asks for a warm stop (a second one, or SIGINT, a cold one)
+    # until the loop ends, when the signals' previous handlers come back.
     client = CoordinatorClient(url, token)
     loop = LeaseLoop(client, config, handlers=handlers)
     if on_start is not None:

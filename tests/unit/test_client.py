@@ -129,16 +129,16 @@ def test_every_chunk_of_a_job_is_listed_by_following_its_pages(client, coordinat
     assert queries == ["after=-1&limit=1000", "after=999&limit=1000"]
 
 
-def test_every_result_of_a_job_is_listed_by_following_its_pages(client, coordinator):
+def test_every_result_of_a_job_is_listed_following_next_after_until_null(client, coordinator):
     results = [{"chunk_index": 2 * i} for i in range(1001)]
     coordinator.reply(200, {"results": results[:1000], "next_after": 1998})
-    coordinator.reply(200, {"results": results[1000:], "next_after": 2000})
+    coordinator.reply(200, {"results": results[1000:], "next_after": None})
 
     listed = client.list_results("6f1c1a1e-0000-4000-8000-000000000000")
 
     assert listed == {"results": results}
     queries = [r["path"].partition("?")[2] for r in coordinator.requests]
-    assert queries == ["after=-1&limit=1000", "after=1998&limit=1000"]
+    assert queries == ["limit=10000", "limit=10000&after=1998"]
 
 
 def test_claims_without_a_trace_id_get_a_fresh_one_per_poll(client, coordinator):

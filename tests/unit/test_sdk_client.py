@@ -27,6 +27,7 @@ class ScriptedTransport(BaseAdapter):
         super().__init__()
         self.replies = list(replies)
         self.requests: list[dict] = []
+        self.closed = False
 
     def send(self, request, **kwargs):
         parts = urlsplit(request.url)
@@ -50,7 +51,7 @@ class ScriptedTransport(BaseAdapter):
         return response
 
     def close(self):
-        pass
+        self.closed = True
 
 
 def job(status="running", **fields):
@@ -240,6 +241,47 @@ def test_results_stop_at_a_page_whose_next_after_is_null():
 
     assert client_over(transport).results(JOB_ID) == [1]
     assert len(transport.requests) == 1
+
+
+def test_results_leave_out_tasks_whose_result_is_stored_elsewhere():
+    stored = {"chunk_index": 0, "task_id": "t0", "value": {"n": 1}}
+    # The /results page leaves `value` out of a manifest-only item (ResultManifestSchema).
+    elsewhere = {"chunk_index": 1, "task_id": "t1", "result_uri": "s3://b/k", "result_sha256": "0"}
+    transport = ScriptedTransport(
+        (200, {"results": [stored, elsewhere], "next_after": None}, {}),
+    )
+
+    assert client_over(transport).results(JOB_ID) == [{"n": 1}]
+
+
+def test_results_follow_a_full_page_to_the_empty_one_that_ends_the_job():
+    transport = ScriptedTransport(
+        (200, {"results": [{"chunk_index": 0, "task_id": "t", "value": 1}], "next_after": 0}, {}),
+        (200, {"results": [], "next_after": None}, {}),
+    )
+
+    assert client_over(transport).results(JOB_ID) == [1]
+    assert [r["query"].get("after") for r in transport.requests] == [None, "0"]
+
+
+# -- closing ------------------------------------------------------------------------------
+
+
+def test_a_client_used_as_a_context_manager_closes_its_connections_on_leaving():
+    transport = ScriptedTransport((200, job("succeeded"), {}))
+
+    with client_over(transport) as client:
+        client.job(JOB_ID)
+        assert not transport.closed
+    assert transport.closed
+
+
+def test_a_client_used_as_a_context_manager_closes_its_connections_when_a_call_raises():
+    transport = ScriptedTransport((404, {"error": {"code": "not_found", "message": "no"}}, {}))
+
+    with pytest.raises(RequestRejected), client_over(transport) as client:
+        client.job(JOB_ID)
+    assert transport.closed
 
 
 # -- settings -----------------------------------------------------------------------------

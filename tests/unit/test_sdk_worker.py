@@ -6,11 +6,13 @@ import json
 import signal
 import textwrap
 import threading
+import time
 
 import pytest
 
+from services import workloads
 from tests.unit.fakes import FakeClient, FakeClock, task_payload
-from worker_cli import MissingSetting, Worker
+from worker_cli import MissingSetting, Worker, tasks
 from worker_cli.handlers import BUILTIN_HANDLERS
 from worker_cli.worker import main
 
@@ -169,8 +171,10 @@ def test_stop_ends_a_run_started_on_another_thread(coordinator):
     running = threading.Thread(target=lambda: status.append(worker.run()))
     running.start()
 
-    while worker._loop is None:
+    deadline = time.monotonic() + 5
+    while worker._loop is None and running.is_alive() and time.monotonic() < deadline:
         running.join(0.01)
+    assert worker._loop is not None, "run() never started its lease loop"
     worker.stop()
     running.join(5)
 
@@ -192,10 +196,20 @@ def test_run_with_no_task_registered_says_how_to_register_one():
         Worker(URL, "cw_worker").run(burst=True)
 
 
-@pytest.mark.parametrize("name", ["", "x" * 101, 7])
-def test_a_task_name_the_coordinator_would_refuse_is_refused_at_registration(name):
-    with pytest.raises(ValueError, match="1 to 100 characters"):
+@pytest.mark.parametrize("name", ["", "x" * 64, "Square", "1st", "_x", "a.b", "a b", "é", 7])
+def test_a_task_name_that_is_not_a_workload_slug_is_refused_at_registration(name):
+    with pytest.raises(ValueError, match="a slug: a-z"):
         Worker().task(name)
+
+
+@pytest.mark.parametrize("name", ["a", "x" * 63, "csv_stats", "square-2"])
+def test_a_task_name_that_is_a_workload_slug_is_accepted(name):
+    assert Worker().task(name)(len) is len
+
+
+def test_the_sdk_s_task_name_rule_is_the_coordinator_s():
+    assert tasks.TASK_NAME.pattern == workloads.NAME.pattern
+    assert tasks.TASK_NAME_RULE == workloads.NAME_RULE
 
 
 def test_two_tasks_of_one_name_are_refused():
