@@ -8,6 +8,11 @@ connection's first use of them (`prepare=True`): the pool hands its connections 
 psycopg's own rule (prepare on a connection's fifth use) seldom fired, and PostgreSQL planned
 them afresh each time, about half of an admission's database CPU. Not the claim: its best plan
 depends on its capacity (docs/performance/profile.md).
+
+Those that return rows name their columns (`columns`) rather than `*`, as does the claim
+(psycopg prepares any statement a connection has run five times): PostgreSQL refuses a
+prepared statement whose result type would change, so a migration adding a column, applied
+while coordinators run, would fail it on every connection that prepared it.
 """
 
 from __future__ import annotations
@@ -16,12 +21,21 @@ from dataclasses import fields
 from functools import cache
 from typing import Any, TypeVar
 
+from psycopg import sql
+
 T = TypeVar("T")
 
 
 def from_row(cls: type[T], row: dict[str, Any]) -> T:
     """Build a dataclass from a dict row, ignoring columns the dataclass does not name."""
     return cls(**{name: row[name] for name in _field_names(cls) if name in row})
+
+
+def columns(cls: type, table: str | None = None) -> sql.Composed:
+    """The columns a row dataclass names, as a select list (qualified by `table` if given)."""
+    return sql.SQL(", ").join(
+        sql.Identifier(table, name) if table else sql.Identifier(name) for name in _field_names(cls)
+    )
 
 
 @cache

@@ -10,7 +10,7 @@ from uuid import UUID
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
-from repositories import from_row
+from repositories import columns, from_row
 from repositories.tasks import BLOCKED, NewTask
 
 
@@ -45,6 +45,9 @@ class Job:
     timeout_seconds: int | None = None  # the longest one attempt at a task may run (sql/0021)
     depends_on: list[UUID] | None = None  # the jobs that must succeed first (sql/0023)
 
+
+# What the prepared statements return of a job: named, so a new column leaves them be.
+_COLUMNS = columns(Job)
 
 # A listed job's error message is cut to this many characters (a worker's may be 4,000 and
 # the coordinator prefixes its own words).
@@ -207,10 +210,10 @@ WITH size AS ({size}), share AS (
   INSERT INTO audit_log (actor, action, target, trace_id)
   SELECT %(actor)s, 'job.create', job.id::text, job.trace_id FROM job
 )
-SELECT EXISTS (SELECT FROM taken) AS fits, job.*
+SELECT EXISTS (SELECT FROM taken) AS fits, {columns}
 FROM (VALUES (1)) AS one LEFT JOIN job ON true
 """)
-    .format(size=_SIZE, clock=_CLOCK, next_tag=_NEXT_TAG)
+    .format(size=_SIZE, clock=_CLOCK, next_tag=_NEXT_TAG, columns=_COLUMNS)
     .as_string()
 )
 
@@ -460,11 +463,12 @@ def get(
     return from_row(Job, row) if row else None
 
 
+_GET_MANY = sql.SQL("SELECT {} FROM jobs WHERE id = ANY(%(ids)b)").format(_COLUMNS).as_string()
+
+
 def get_many(conn: Connection, job_ids: Collection[UUID]) -> dict[UUID, Job]:
     """These jobs by id (unlocked)."""
-    rows = conn.execute(
-        "SELECT * FROM jobs WHERE id = ANY(%(ids)b)", {"ids": list(job_ids)}, prepare=True
-    ).fetchall()
+    rows = conn.execute(_GET_MANY, {"ids": list(job_ids)}, prepare=True).fetchall()
     return {r["id"]: from_row(Job, r) for r in rows}
 
 
@@ -478,17 +482,18 @@ def lock_many(conn: Connection, job_ids: Collection[UUID]) -> list[Job]:
     return [from_row(Job, r) for r in rows]
 
 
+_COUNT_COMPLETED = (
+    sql.SQL(
+        "UPDATE jobs SET chunks_completed = chunks_completed + %(n)s WHERE id = %(id)s RETURNING {}"
+    )
+    .format(_COLUMNS)
+    .as_string()
+)
+
+
 def count_completed(conn: Connection, job_id: UUID, completed: int) -> Job:
     """Add just-completed tasks to a (locked) job's counter and return the job."""
-    row = conn.execute(
-        """
-        UPDATE jobs SET chunks_completed = chunks_completed + %(n)s
-        WHERE id = %(id)s
-        RETURNING *
-        """,
-        {"id": job_id, "n": completed},
-        prepare=True,
-    ).fetchone()
+    row = conn.execute(_COUNT_COMPLETED, {"id": job_id, "n": completed}, prepare=True).fetchone()
     return from_row(Job, row)
 
 

@@ -11,7 +11,7 @@ from uuid import UUID
 from psycopg import Connection, errors, sql
 from psycopg.types.json import Jsonb
 
-from repositories import channels, from_row
+from repositories import channels, columns, from_row
 
 # The not_before of a task whose job waits for the jobs it depends on (sql/0023): a time no
 # claim reaches, until the last of them succeeds and release_blocked lets the tasks go.
@@ -63,6 +63,10 @@ class Task:
     def blocked(self) -> bool:
         """Whether it waits for the jobs its job depends on, rather than for a time."""
         return self.not_before == BLOCKED
+
+
+# What the prepared statements return of a task: named, so a new column leaves them be.
+_COLUMNS = columns(Task)
 
 
 @dataclass(frozen=True)
@@ -224,7 +228,7 @@ _CLAIM = (
 WITH held AS ({held}), room AS ({room}), unpaused AS ({unpaused}), ready AS ({ready}),
 due AS ({due}), candidates AS ({candidates}), tokens AS ({tokens}), leased AS ({leased}),
 attempts AS ({attempts}), started AS ({started}), seen AS ({seen})
-SELECT l.*, a.attempt_id, a.attempt_trace_id
+SELECT {columns}, l.lease_token, a.attempt_id, a.attempt_trace_id
 FROM leased l JOIN attempts a ON a.task_id = l.id
 ORDER BY l.priority DESC, l.created_at, l.job_id, l.chunk_index
 """)
@@ -240,6 +244,7 @@ ORDER BY l.priority DESC, l.created_at, l.job_id, l.chunk_index
         attempts=sql.SQL(_ATTEMPTS),
         started=sql.SQL(_STARTED),
         seen=sql.SQL(_SEEN),
+        columns=_COLUMNS,
     )
     .as_string()
 )
@@ -405,11 +410,12 @@ def get(conn: Connection, task_id: UUID) -> Task | None:
     return from_row(Task, row) if row else None
 
 
+_GET_MANY = sql.SQL("SELECT {} FROM tasks WHERE id = ANY(%(ids)b)").format(_COLUMNS).as_string()
+
+
 def get_many(conn: Connection, task_ids: Sequence[UUID]) -> dict[UUID, Task]:
     """The tasks that exist among these ids, by id."""
-    rows = conn.execute(
-        "SELECT * FROM tasks WHERE id = ANY(%(ids)b)", {"ids": list(task_ids)}, prepare=True
-    ).fetchall()
+    rows = conn.execute(_GET_MANY, {"ids": list(task_ids)}, prepare=True).fetchall()
     return {r["id"]: from_row(Task, r) for r in rows}
 
 
@@ -427,16 +433,8 @@ class Outcome:
     value: str | None = None
 
 
-def complete_many(
-    conn: Connection, worker_id: str, credential_id: int, outcomes: Sequence[Outcome]
-) -> list[Task]:
-    """Complete each task whose current lease is the caller's under that attempt and token, in
-    one statement; return the tasks completed (an outcome not among them was fenced off).
-
-    The rows are locked in id order, as a batch of heartbeats locks them (see renew_many).
-    """
-    rows = conn.execute(
-        """
+_COMPLETE_MANY = (
+    sql.SQL("""
         WITH v AS (
             SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(leases)b::text[],
                                  %(uris)b::text[], %(shas)b::text[], %(metrics)b::jsonb[])
@@ -457,8 +455,23 @@ def complete_many(
             version = t.version + 1
         FROM mine
         WHERE t.id = mine.id
-        RETURNING t.*
-        """,
+        RETURNING {}
+        """)
+    .format(columns(Task, "t"))
+    .as_string()
+)
+
+
+def complete_many(
+    conn: Connection, worker_id: str, credential_id: int, outcomes: Sequence[Outcome]
+) -> list[Task]:
+    """Complete each task whose current lease is the caller's under that attempt and token, in
+    one statement; return the tasks completed (an outcome not among them was fenced off).
+
+    The rows are locked in id order, as a batch of heartbeats locks them (see renew_many).
+    """
+    rows = conn.execute(
+        _COMPLETE_MANY,
         {
             "worker": worker_id,
             "credential": credential_id,
