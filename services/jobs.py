@@ -24,7 +24,7 @@ from repositories import tasks as task_rows
 from repositories import users as user_rows
 from repositories.events import EventPage
 from repositories.jobs import ChunkCounts, Job, JobSummary, NewJob, OwnerUsage
-from repositories.task_values import CompletedResult
+from repositories.task_values import ResultPage
 from repositories.tasks import NewTask
 from services import dependencies, settlement, task_values
 from services.auth import Principal
@@ -503,12 +503,19 @@ def list_jobs(
 
 def list_completed_results(
     rt: Runtime, principal: Principal, job_id: UUID, *, after_index: int = -1, limit: int = 1000
-) -> list[CompletedResult]:
+) -> ResultPage:
     """Up to `limit` completed tasks of a job in chunk order, from the first past
-    `after_index`, each with its stored value if it has one, for the stitcher."""
+    `after_index`, each with its stored value if it has one, for the stitcher: fewer when
+    their values pass task_values.MAX_RESULT_PAGE_BYTES."""
     with rt.pool.connection() as conn:
         visible_job(conn, principal, job_id)
-        return value_rows.page_for_job(conn, job_id, after_index=after_index, limit=limit)
+        return value_rows.page_for_job(
+            conn,
+            job_id,
+            after_index=after_index,
+            limit=limit,
+            max_bytes=task_values.MAX_RESULT_PAGE_BYTES,
+        )
 
 
 def stored_result(rt: Runtime, principal: Principal, task_id: UUID) -> str:

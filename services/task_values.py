@@ -18,6 +18,10 @@ from services.errors import InvalidInput
 MAX_ARGS_BYTES = 1024 * 1024
 # Where the task API serves a stored result (result_uri names it).
 RESULT_PATH = "/api/v1/tasks/{task_id}/result"
+# A page of a job's results ends with the value that takes it past this many bytes of values
+# and metrics: each value may be up to CHUNKWISE_MAX_RESULT_BYTES, and a page holds up to
+# 10,000 of them.
+MAX_RESULT_PAGE_BYTES = 8 * 1024 * 1024
 
 
 class ResultTooLarge(InvalidInput):

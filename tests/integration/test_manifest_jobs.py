@@ -393,7 +393,7 @@ def test_results_come_back_in_chunk_order_whatever_the_order_of_completion(
         assert r["result_sha256"] == by_task[r["task_id"]]["result_sha256"]
         assert r["attempt"] == 1
     service_order = jobs.list_completed_results(rt, user, uuid.UUID(job["id"]))
-    assert [t.chunk_index for t in service_order] == sorted(indexes)
+    assert [t.chunk_index for t in service_order.results] == sorted(indexes)
 
 
 def test_results_list_only_the_completed_chunks(submit, claim, complete, client, headers):
