@@ -11,6 +11,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import asdict, replace
 
+import psycopg
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
@@ -226,7 +227,15 @@ def _checked(caps: Caps, name: str) -> Caps:
 
 def _reload(rt: Runtime) -> None:
     # This coordinator at once; the others when their listeners hear the table's NOTIFY.
-    refresh(rt.pool, rt.workloads, seeds=None)
+    # The change has committed: failing to read it back here (a pool timeout) must not answer
+    # 503 for it, and this coordinator's listener hears the same NOTIFY and reloads anyway.
+    try:
+        refresh(rt.pool, rt.workloads, seeds=None)
+    except psycopg.Error:
+        logger.exception(
+            "could not reload the workloads after a change; the listener will",
+            extra={"event": "workloads_reload_error"},
+        )
 
 
 def _audit(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from psycopg_pool import PoolTimeout
 
 from app import create_app
 from app.runtime import close
@@ -429,3 +430,27 @@ def test_the_service_itself_refuses_a_cap_it_does_not_know(rt, operator, db):
 
     assert refused.value.details == {"fields": {"max_cpu": ["Unknown field."]}}
     assert stored_row(db, "square") is None
+
+
+@pytest.mark.parametrize(
+    ("method", "name", "body", "status"),
+    [
+        ("POST", None, {"name": "square"}, 201),
+        ("PATCH", "echo", {"max_queued_tasks_per_user": 7}, 200),
+        ("DELETE", "echo", None, 204),
+    ],
+)
+def test_a_committed_change_is_answered_even_when_reading_the_table_back_times_out(
+    call, monkeypatch, db, method, name, body, status
+):
+    def times_out(*args, **kwargs):
+        raise PoolTimeout("couldn't get a connection after 30.00 sec")
+
+    monkeypatch.setattr(workload_registry, "refresh", times_out)
+
+    response = call(method, name, body)
+
+    assert response.status_code == status, response.get_json()
+    if method == "PATCH":
+        assert response.get_json()["max_queued_tasks_per_user"] == 7
+        assert stored_row(db, "echo")["max_queued_tasks_per_user"] == 7
