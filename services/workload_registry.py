@@ -80,7 +80,7 @@ def refresh(
             with conn.transaction():
                 for name, caps in seeds.items():
                     workload_rows.seed(conn, name, asdict(caps))
-        workloads.load({w.name: Caps(**w.caps) for w in workload_rows.served(conn)})
+        workloads.load_latest(lambda: {w.name: Caps(**w.caps) for w in workload_rows.served(conn)})
 
 
 class Reloader:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from psycopg_pool import PoolTimeout
 
 from app import create_app
 from app.runtime import close
+from repositories import workload_registry as workload_rows
 from services import workload_registry
 from services.errors import Forbidden, InvalidInput
 from tests.integration.manifests import manifest
@@ -454,3 +457,30 @@ def test_a_committed_change_is_answered_even_when_reading_the_table_back_times_o
     if method == "PATCH":
         assert response.get_json()["max_queued_tasks_per_user"] == 7
         assert stored_row(db, "echo")["max_queued_tasks_per_user"] == 7
+
+
+def test_a_reload_that_read_the_table_earlier_never_replaces_one_that_read_it_later(
+    rt, db, monkeypatch
+):
+    read, first_read, go_on = workload_rows.served, threading.Event(), threading.Event()
+
+    def served(conn):
+        rows = read(conn)
+        if not first_read.is_set():  # the first reader stalls between its read and its load
+            first_read.set()
+            go_on.wait(5)
+        return rows
+
+    monkeypatch.setattr(workload_rows, "served", served)
+    earlier = threading.Thread(target=workload_registry.refresh, args=(rt.pool, rt.workloads, None))
+    earlier.start()
+    assert first_read.wait(5)
+    db.execute("UPDATE workloads SET max_queued_tasks = 999 WHERE name = 'render'")
+    later = threading.Thread(target=workload_registry.refresh, args=(rt.pool, rt.workloads, None))
+    later.start()
+    later.join(0.5)
+    go_on.set()
+    earlier.join(5)
+    later.join(5)
+
+    assert rt.workloads.of("render").caps.max_queued_tasks == 999
