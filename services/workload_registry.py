@@ -42,7 +42,8 @@ def seed_caps(limits: Limits) -> dict[str, Caps]:
         max_leases_per_worker=limits.max_leases_per_worker,
         max_leases_total=limits.max_leases_total,
         max_queued_tasks=limits.max_queued_chunks,
-        max_tasks_per_job=csvstats.MAX_CHUNKS,
+        # Never more than its queue holds, or every later change of its caps is refused.
+        max_tasks_per_job=min(csvstats.MAX_CHUNKS, limits.max_queued_chunks),
         max_starts_per_second=rates.get(csvjobs.WORKLOAD),
         max_queued_tasks_per_user=max(1, limits.max_queued_chunks * share // 100),
         max_stored_bytes_per_user=limits.user_max_stored_bytes,

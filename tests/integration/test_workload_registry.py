@@ -12,6 +12,7 @@ from app.runtime import close
 from repositories import workload_registry as workload_rows
 from services import workload_registry
 from services.errors import Forbidden, InvalidInput
+from tests.integration.csv_worker import settings
 from tests.integration.manifests import manifest
 
 WORKLOADS = "/api/v1/workloads"
@@ -484,3 +485,11 @@ def test_a_reload_that_read_the_table_earlier_never_replaces_one_that_read_it_la
     later.join(5)
 
     assert rt.workloads.of("render").caps.max_queued_tasks == 999
+
+
+@settings(CHUNKWISE_MAX_QUEUED_CHUNKS="10")
+def test_csv_stats_caps_may_be_changed_when_its_queue_holds_fewer_than_a_jobs_chunks(call):
+    response = call("PATCH", "csv_stats", {"max_queued_tasks_per_user": 3})
+
+    assert response.status_code == 200, response.get_json()
+    assert response.get_json()["max_tasks_per_job"] == 10
