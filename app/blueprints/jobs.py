@@ -12,7 +12,7 @@ from app.auth import current_principal
 from app.runtime import get_runtime
 from app.tracing import current_trace_id
 from app.uploads import spooled_body, uploaded
-from services import csvjobs, jobs
+from services import csvjobs, jobs, task_values
 from services.errors import InvalidInput, WaitRefused
 
 bp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
@@ -135,7 +135,7 @@ def list_results(job_id: UUID):
     """A page of completed results in chunk order, from the first past `after`, each with its
     stored value if it has one."""
     query = RESULT_PAGE_QUERY.load(input_rules.single_values(request.args))
-    page = jobs.list_completed_results(
+    page = task_values.list_completed_results(
         get_runtime(),
         current_principal(),
         job_id,

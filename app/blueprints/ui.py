@@ -36,6 +36,7 @@ from services import (
     metrics,
     queue,
     schedules,
+    task_values,
     workload_registry,
 )
 from services.errors import (
@@ -286,7 +287,7 @@ def job_page(job_id: UUID):
 @bp.get("/tasks/<uuid:task_id>/result")
 def task_result(task_id: UUID):
     """A task's stored result value, whole: the bytes the API serves (and result_sha256 digests)."""
-    text = jobs.stored_result(get_runtime(), g.principal, task_id)
+    text = task_values.stored_result(get_runtime(), g.principal, task_id)
     return Response(text.encode(), mimetype="application/json")
 
 
