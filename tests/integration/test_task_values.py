@@ -223,9 +223,7 @@ def test_a_result_value_is_stored_and_served_as_the_bytes_result_sha256_digests(
     assert served.data == canonical(value)
 
 
-def test_a_batch_of_results_stores_each_value_in_its_own_transaction(
-    submit, claim, client, headers
-):
+def test_a_batch_of_results_stores_every_value_it_accepts(submit, claim, client, headers):
     job = submit(args_job([{"x": i} for i in range(3)]))
     claimed = claim(capacity=3)
     items = [
