@@ -134,6 +134,8 @@ def test_without_polars_every_chunk_goes_to_the_core_with_identical_results(monk
 def test_without_polars_a_chunks_blocks_stream_to_the_core_unjoined(monkeypatch):
     data = generate_csv(1_000, seed=3)
     result = split(data, "value", ",", 1)
+    [plan] = result.plans
+    chunk = data[plan.byte_start : plan.byte_end]
     handed = []
 
     def core(blocks, **kwargs):
@@ -143,11 +145,11 @@ def test_without_polars_a_chunks_blocks_stream_to_the_core_unjoined(monkeypatch)
     monkeypatch.setattr(columnar, "summarise", core)
     monkeypatch.setitem(sys.modules, "polars", None)  # import polars raises ImportError
     columnar.engine.cache_clear()
-    blocks = (data[i : i + 4096] for i in range(0, len(data), 4096))
+    blocks = (chunk[i : i + 4096] for i in range(0, len(chunk), 4096))
     try:
         summary = columnar.summarise_chunk(
             blocks,
-            records=result.plans[0].record_end,
+            records=plan.record_end - plan.record_start,
             column_index=result.column_index,
             column="value",
         )
