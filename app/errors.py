@@ -57,7 +57,8 @@ def error_response(status: int, code: str, message: str, details: dict | None = 
     return response
 
 
-def _status_of(exc: ChunkwiseError) -> int:
+def status_of(exc: ChunkwiseError) -> int:
+    """The HTTP status of a service's error: its own class's, else its nearest base's."""
     for cls in type(exc).__mro__:
         if cls in STATUS:
             return STATUS[cls]
@@ -94,7 +95,7 @@ def _rejected(task_id: UUID, exc: ChunkwiseError) -> dict:
     if isinstance(exc, LeaseLost):
         metrics.FENCED_WRITES.labels(request.endpoint or "", exc.code).inc()
     error = {"code": exc.code, "message": exc.message, "details": exc.details}
-    status = _status_of(exc)
+    status = status_of(exc)
     return {"task_id": str(task_id), "outcome": "rejected", "status": status, "error": error}
 
 
@@ -131,7 +132,7 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(ChunkwiseError)
     def service_error(exc: ChunkwiseError):
-        response = error_response(_status_of(exc), exc.code, exc.message, exc.details)
+        response = error_response(status_of(exc), exc.code, exc.message, exc.details)
         if isinstance(exc, LeaseLost):
             metrics.FENCED_WRITES.labels(request.endpoint or "", exc.code).inc()
         if isinstance(exc, QueueFull):

@@ -336,7 +336,15 @@ class ChunkPageQuerySchema(RequestSchema):
 class ResultPageQuerySchema(ChunkPageQuerySchema):
     """Query parameters of a page of a job's results, in chunk order."""
 
-    limit = Int(minimum=1, maximum=MAX_RESULT_PAGE, load_default=1000)
+    limit = Int(
+        minimum=1,
+        maximum=MAX_RESULT_PAGE,
+        load_default=1000,
+        metadata={
+            "description": "at most so many results; a page also ends with the result whose "
+            "value and metrics take it past 8 MiB (never fewer than one)"
+        },
+    )
 
 
 class EventQuerySchema(RequestSchema):
@@ -812,7 +820,8 @@ class ResultListSchema(ResponseSchema):
         allow_none=True,
         metadata={
             "description": "the chunk_index to ask for the next page after; null when this "
-            "page is the last"
+            "page is the last (a page ended by its limit or its bytes may be followed by an "
+            "empty one)"
         },
     )
 

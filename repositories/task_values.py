@@ -58,20 +58,40 @@ def get(conn: Connection, task_id: UUID) -> str | None:
     return row["value"] if row else None
 
 
+@dataclass(frozen=True)
+class ResultPage:
+    """A page of completed results, and the chunk_index to ask for the next page after (None
+    when this page is the last)."""
+
+    results: list[CompletedResult]
+    next_after: int | None
+
+
 def page_for_job(
-    conn: Connection, job_id: UUID, *, after_index: int, limit: int
-) -> list[CompletedResult]:
+    conn: Connection, job_id: UUID, *, after_index: int, limit: int, max_bytes: int
+) -> ResultPage:
     """Up to `limit` of a job's completed tasks in chunk order, from the first past
-    `after_index`, each with its stored value if it has one."""
+    `after_index`, each with its stored value if it has one, ending with the one that takes
+    the values and metrics past `max_bytes` (always at least one)."""
     rows = conn.execute(
         """
-        SELECT t.id, t.chunk_index, t.attempt, t.result_uri, t.result_sha256, t.metrics,
-               t.completed_at, r.value
-        FROM tasks t LEFT JOIN task_results r ON r.task_id = t.id
-        WHERE t.job_id = %(job)s AND t.chunk_index > %(after)s AND t.status = 'completed'
-        ORDER BY t.chunk_index
-        LIMIT %(limit)s
+        SELECT * FROM (
+            SELECT t.id, t.chunk_index, t.attempt, t.result_uri, t.result_sha256, t.metrics,
+                   t.completed_at, r.value,
+                   sum(coalesce(octet_length(r.value), 0) + coalesce(pg_column_size(t.metrics), 0))
+                       OVER (ORDER BY t.chunk_index) AS bytes_through
+            FROM tasks t LEFT JOIN task_results r ON r.task_id = t.id
+            WHERE t.job_id = %(job)s AND t.chunk_index > %(after)s AND t.status = 'completed'
+            ORDER BY t.chunk_index
+            LIMIT %(limit)s
+        ) page
+        WHERE bytes_through - coalesce(octet_length(value), 0)
+              - coalesce(pg_column_size(metrics), 0) < %(max_bytes)s
+        ORDER BY chunk_index
         """,
-        {"job": job_id, "after": after_index, "limit": limit},
+        {"job": job_id, "after": after_index, "limit": limit, "max_bytes": max_bytes},
     ).fetchall()
-    return [from_row(CompletedResult, r) for r in rows]
+    results = [from_row(CompletedResult, r) for r in rows]
+    # A page cut short by its count or its bytes may have more after it; any other is the last.
+    full = len(rows) == limit or (rows and rows[-1]["bytes_through"] >= max_bytes)
+    return ResultPage(results, results[-1].chunk_index if full else None)

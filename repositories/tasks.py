@@ -621,24 +621,6 @@ def list_for_job(conn: Connection, job_id: UUID) -> list[Task]:
     return [from_row(Task, r) for r in rows]
 
 
-def page_for_job(
-    conn: Connection, job_id: UUID, *, after_index: int, limit: int, status: str | None = None
-) -> list[Task]:
-    """Up to `limit` of a job's tasks in chunk order, from the first past `after_index`,
-    optionally only those in one state."""
-    rows = conn.execute(
-        """
-        SELECT * FROM tasks
-        WHERE job_id = %(job)s AND chunk_index > %(after)s
-          AND (%(status)s::text IS NULL OR status = %(status)s)
-        ORDER BY chunk_index
-        LIMIT %(limit)s
-        """,
-        {"job": job_id, "after": after_index, "limit": limit, "status": status},
-    ).fetchall()
-    return [from_row(Task, r) for r in rows]
-
-
 _CANCEL_UNFINISHED = sql.SQL("""
     WITH cancelled AS (
         UPDATE tasks SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL,

@@ -19,12 +19,10 @@ from psycopg import Connection
 from repositories import events as event_rows
 from repositories import jobs as job_rows
 from repositories import locks
-from repositories import task_values as value_rows
 from repositories import tasks as task_rows
 from repositories import users as user_rows
 from repositories.events import EventPage
 from repositories.jobs import ChunkCounts, Job, JobSummary, NewJob, OwnerUsage
-from repositories.task_values import CompletedResult
 from repositories.tasks import NewTask
 from services import dependencies, settlement, task_values
 from services.auth import Principal
@@ -499,33 +497,6 @@ def list_jobs(
         views = _views(conn, page[:limit])
     next_cursor = _encode_cursor(page[limit - 1]) if len(page) > limit else None
     return views, next_cursor
-
-
-def list_completed_results(
-    rt: Runtime, principal: Principal, job_id: UUID, *, after_index: int = -1, limit: int = 1000
-) -> list[CompletedResult]:
-    """Up to `limit` completed tasks of a job in chunk order, from the first past
-    `after_index`, each with its stored value if it has one, for the stitcher."""
-    with rt.pool.connection() as conn:
-        visible_job(conn, principal, job_id)
-        return value_rows.page_for_job(conn, job_id, after_index=after_index, limit=limit)
-
-
-def stored_result(rt: Runtime, principal: Principal, task_id: UUID) -> str:
-    """A task's stored result value as its canonical JSON text, to its job's owner only."""
-    with rt.pool.connection() as conn:
-        task = task_rows.get(conn, task_id)
-        try:
-            if task is None:
-                raise NotFound(f"task {task_id} does not exist")
-            visible_job(conn, principal, task.job_id)
-        except NotFound:
-            # Said alike whether or not the task exists, and without its job's id.
-            raise NotFound(f"task {task_id} does not exist") from None
-        text = value_rows.get(conn, task_id)
-    if text is None:
-        raise NotFound(f"task {task_id} has no stored result", code="no_stored_result")
-    return text
 
 
 @rerun_deadlocks

@@ -10,14 +10,29 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from uuid import UUID
 
-from services.errors import InvalidInput
+from psycopg import Connection
+
+from repositories import jobs as job_rows
+from repositories import task_values as value_rows
+from repositories import tasks as task_rows
+from repositories.task_values import ResultPage
+from services.auth import Principal
+from services.errors import InvalidInput, NotFound
+
+if TYPE_CHECKING:  # services.runtime holds the Workloads, whose rules use JsonValue
+    from services.runtime import Runtime
 
 # A task's arguments: room for real arguments; larger inputs belong at an input_uri.
 MAX_ARGS_BYTES = 1024 * 1024
 # Where the task API serves a stored result (result_uri names it).
 RESULT_PATH = "/api/v1/tasks/{task_id}/result"
+# A page of a job's results ends with the value that takes it past this many bytes of values
+# and metrics: each value may be up to CHUNKWISE_MAX_RESULT_BYTES, and a page holds up to
+# 10,000 of them.
+MAX_RESULT_PAGE_BYTES = 8 * 1024 * 1024
 
 
 class ResultTooLarge(InvalidInput):
@@ -84,3 +99,40 @@ def result_value(value: JsonValue, limit: int) -> CanonicalJson:
 def result_uri(task_id: UUID) -> str:
     """Where the task API serves a task's stored result."""
     return RESULT_PATH.format(task_id=task_id)
+
+
+def list_completed_results(
+    rt: Runtime, principal: Principal, job_id: UUID, *, after_index: int = -1, limit: int = 1000
+) -> ResultPage:
+    """Up to `limit` completed tasks of a job in chunk order, from the first past
+    `after_index`, each with its stored value if it has one, for the stitcher: fewer when
+    their values pass MAX_RESULT_PAGE_BYTES."""
+    with rt.pool.connection() as conn:
+        if not _visible(conn, principal, job_id):
+            raise NotFound(f"job {job_id} does not exist")
+        return value_rows.page_for_job(
+            conn,
+            job_id,
+            after_index=after_index,
+            limit=limit,
+            max_bytes=MAX_RESULT_PAGE_BYTES,
+        )
+
+
+def stored_result(rt: Runtime, principal: Principal, task_id: UUID) -> str:
+    """A task's stored result value as its canonical JSON text, to its job's owner only."""
+    with rt.pool.connection() as conn:
+        task = task_rows.get(conn, task_id)
+        # Said alike whether or not the task exists, and without its job's id.
+        if task is None or not _visible(conn, principal, task.job_id):
+            raise NotFound(f"task {task_id} does not exist")
+        text = value_rows.get(conn, task_id)
+    if text is None:
+        raise NotFound(f"task {task_id} has no stored result", code="no_stored_result")
+    return text
+
+
+def _visible(conn: Connection, principal: Principal, job_id: UUID) -> bool:
+    # As services.jobs.visible_job decides, which this module cannot import: jobs imports it.
+    owner = None if principal.is_operator else principal.user_id
+    return job_rows.get(conn, job_id, owner_id=owner) is not None

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import asdict, replace
 
+import psycopg
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
@@ -41,7 +42,8 @@ def seed_caps(limits: Limits) -> dict[str, Caps]:
         max_leases_per_worker=limits.max_leases_per_worker,
         max_leases_total=limits.max_leases_total,
         max_queued_tasks=limits.max_queued_chunks,
-        max_tasks_per_job=csvstats.MAX_CHUNKS,
+        # Never more than its queue holds, or every later change of its caps is refused.
+        max_tasks_per_job=min(csvstats.MAX_CHUNKS, limits.max_queued_chunks),
         max_starts_per_second=rates.get(csvjobs.WORKLOAD),
         max_queued_tasks_per_user=max(1, limits.max_queued_chunks * share // 100),
         max_stored_bytes_per_user=limits.user_max_stored_bytes,
@@ -79,7 +81,7 @@ def refresh(
             with conn.transaction():
                 for name, caps in seeds.items():
                     workload_rows.seed(conn, name, asdict(caps))
-        workloads.load({w.name: Caps(**w.caps) for w in workload_rows.served(conn)})
+        workloads.load_latest(lambda: {w.name: Caps(**w.caps) for w in workload_rows.served(conn)})
 
 
 class Reloader:
@@ -226,7 +228,15 @@ def _checked(caps: Caps, name: str) -> Caps:
 
 def _reload(rt: Runtime) -> None:
     # This coordinator at once; the others when their listeners hear the table's NOTIFY.
-    refresh(rt.pool, rt.workloads, seeds=None)
+    # The change has committed: failing to read it back here (a pool timeout) must not answer
+    # 503 for it, and this coordinator's listener hears the same NOTIFY and reloads anyway.
+    try:
+        refresh(rt.pool, rt.workloads, seeds=None)
+    except psycopg.Error:
+        logger.exception(
+            "could not reload the workloads after a change; the listener will",
+            extra={"event": "workloads_reload_error"},
+        )
 
 
 def _audit(

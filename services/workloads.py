@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from uuid import UUID
@@ -158,7 +159,15 @@ class Workloads:
     ):
         self._kinds = dict(kinds or {})
         self._rules: dict[str, Workload] = {}
+        self._reading = threading.Lock()
         self.load(caps)
+
+    def load_latest(self, read: Callable[[], Mapping[str, Caps]]) -> None:
+        """Serve what `read` returns, one caller reading and serving at a time: a request's
+        reload and the listener's cannot cross, so what was read earlier never replaces what
+        was read later."""
+        with self._reading:
+            self.load(read())
 
     def load(self, caps: Mapping[str, Caps]) -> None:
         """Serve exactly these workloads, with these caps, from now on."""

@@ -12,7 +12,7 @@ from app.auth import current_principal
 from app.runtime import get_runtime
 from app.tracing import current_trace_id
 from app.uploads import spooled_body, uploaded
-from services import csvjobs, jobs
+from services import csvjobs, jobs, task_values
 from services.errors import InvalidInput, WaitRefused
 
 bp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
@@ -135,16 +135,14 @@ def list_results(job_id: UUID):
     """A page of completed results in chunk order, from the first past `after`, each with its
     stored value if it has one."""
     query = RESULT_PAGE_QUERY.load(input_rules.single_values(request.args))
-    results = jobs.list_completed_results(
+    page = task_values.list_completed_results(
         get_runtime(),
         current_principal(),
         job_id,
         after_index=query["after"],
         limit=query["limit"],
     )
-    # A short page is the last one; a full one may have more after it.
-    next_after = results[-1].chunk_index if len(results) == query["limit"] else None
-    return RESULT_LIST.dump({"results": results, "next_after": next_after})
+    return RESULT_LIST.dump({"results": page.results, "next_after": page.next_after})
 
 
 @bp.post("/<uuid:job_id>/cancel")

@@ -36,6 +36,7 @@ from services import (
     metrics,
     queue,
     schedules,
+    task_values,
     workload_registry,
 )
 from services.errors import (
@@ -167,7 +168,7 @@ def sign_in():
     except (Unauthenticated, Forbidden) as exc:
         # An unknown token and a worker's alike: the form again, still bound for `next`.
         page = render_template("ui/sign_in.html", next=target, message=exc.message)
-        return page, errors.STATUS[type(exc)]
+        return page, errors.status_of(exc)
     return redirect(target, 303)
 
 
@@ -286,7 +287,7 @@ def job_page(job_id: UUID):
 @bp.get("/tasks/<uuid:task_id>/result")
 def task_result(task_id: UUID):
     """A task's stored result value, whole: the bytes the API serves (and result_sha256 digests)."""
-    text = jobs.stored_result(get_runtime(), g.principal, task_id)
+    text = task_values.stored_result(get_runtime(), g.principal, task_id)
     return Response(text.encode(), mimetype="application/json")
 
 
@@ -374,7 +375,7 @@ def submit():
         fields = exc.details.get("fields")
         problems = ui_forms.in_form_words(fields) if fields else {}
         messages = [] if fields else [exc.message]
-        return _submit_form(request.form, problems, messages, errors.STATUS[type(exc)])
+        return _submit_form(request.form, problems, messages, errors.status_of(exc))
     return redirect(url_for("ui.job_page", job_id=view.job.id), 303)
 
 
@@ -554,7 +555,7 @@ def add_workload():
         return _queue_page(request.form, ui_forms.in_form_words(exc.messages), 422)
     except (InvalidInput, Conflict) as exc:
         problems = ui_forms.in_form_words(exc.details.get("fields") or {"name": [exc.message]})
-        return _queue_page(request.form, problems, errors.STATUS[type(exc)])
+        return _queue_page(request.form, problems, errors.status_of(exc))
     return redirect(url_for("ui.queue_page", _anchor="workloads"), 303)
 
 
@@ -629,8 +630,7 @@ def workers_page():
 @bp.errorhandler(ChunkwiseError)
 def service_error(exc: ChunkwiseError):
     """A service's refusal as a page: 404 for another user's job, 403, 409, ..."""
-    status = next((errors.STATUS[c] for c in type(exc).__mro__ if c in errors.STATUS), 500)
-    return _error_page(status, exc.message)
+    return _error_page(errors.status_of(exc), exc.message)
 
 
 @bp.errorhandler(ValidationError)

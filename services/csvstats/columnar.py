@@ -50,21 +50,24 @@ def summarise_chunk(
     planned_sha256 is the digest split() gave the chunk's plan, if the bytes come from one.
     The checkpoints the core would pass to on_checkpoint are passed too, in order.
     """
-    data = b"".join(blocks)
     validate_delimiter(delimiter)
+    core = functools.partial(
+        summarise,
+        column_index=column_index,
+        column=column,
+        delimiter=delimiter,
+        record_start=record_start,
+        first_line=first_line,
+        checkpoint=checkpoint,
+        on_checkpoint=on_checkpoint,
+        checkpoint_every=checkpoint_every,
+    )
+    if engine() is None or checkpoint is not None or checkpoint_every < 1:
+        return core(blocks)  # streamed: the chunk is never held whole
+    data = b"".join(blocks)
     compiled = compiled_column(data, records, column_index, delimiter, planned_sha256)
-    if compiled is None or checkpoint is not None or checkpoint_every < 1:
-        return summarise(
-            [data],
-            column_index=column_index,
-            column=column,
-            delimiter=delimiter,
-            record_start=record_start,
-            first_line=first_line,
-            checkpoint=checkpoint,
-            on_checkpoint=on_checkpoint,
-            checkpoint_every=checkpoint_every,
-        )
+    if compiled is None:
+        return core([data])
     if on_checkpoint is not None:
         for done in range(checkpoint_every, records + 1, checkpoint_every):
             on_checkpoint(Checkpoint(done, compiled.summary(done, "")))

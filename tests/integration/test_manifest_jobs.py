@@ -10,7 +10,7 @@ import pytest
 
 from repositories.jobs import NewJob
 from repositories.tasks import NewTask
-from services import jobs
+from services import jobs, task_values
 from tests.integration.manifests import OTHER_WORKER, WORKER, manifest, result_body, sha256_of
 
 # What a job creation writes; the audit log also holds the test's credentials being issued.
@@ -392,8 +392,8 @@ def test_results_come_back_in_chunk_order_whatever_the_order_of_completion(
         assert r["result_uri"] == by_task[r["task_id"]]["result_uri"]
         assert r["result_sha256"] == by_task[r["task_id"]]["result_sha256"]
         assert r["attempt"] == 1
-    service_order = jobs.list_completed_results(rt, user, uuid.UUID(job["id"]))
-    assert [t.chunk_index for t in service_order] == sorted(indexes)
+    service_order = task_values.list_completed_results(rt, user, uuid.UUID(job["id"]))
+    assert [t.chunk_index for t in service_order.results] == sorted(indexes)
 
 
 def test_results_list_only_the_completed_chunks(submit, claim, complete, client, headers):

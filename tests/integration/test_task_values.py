@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from services import task_values
 from services.task_values import MAX_ARGS_BYTES
 from tests.integration.csv_worker import settings
 from tests.integration.manifests import WORKER, manifest, result_body
@@ -222,9 +223,7 @@ def test_a_result_value_is_stored_and_served_as_the_bytes_result_sha256_digests(
     assert served.data == canonical(value)
 
 
-def test_a_batch_of_results_stores_each_value_in_its_own_transaction(
-    submit, claim, client, headers
-):
+def test_a_batch_of_results_stores_every_value_it_accepts(submit, claim, client, headers):
     job = submit(args_job([{"x": i} for i in range(3)]))
     claimed = claim(capacity=3)
     items = [
@@ -365,6 +364,41 @@ def test_a_jobs_results_are_its_values_in_chunk_order_a_page_at_a_time(
         after = page.get_json()["next_after"]
 
     assert pages == [[(0, 0), (1, 10)], [(2, 20), (3, 30)], [(4, 40)]]
+
+
+def results_pages(client, headers, job: dict) -> list[list[int]]:
+    """The chunk indexes of each page of a job's results, following next_after to the end."""
+    pages, after = [], -1
+    while after is not None:
+        page = client.get(
+            f"/api/v1/jobs/{job['id']}/results", query_string={"after": after}, headers=headers
+        ).get_json()
+        pages.append([r["chunk_index"] for r in page["results"]])
+        after = page["next_after"]
+    return pages
+
+
+def test_a_results_page_ends_with_the_value_that_takes_it_past_the_byte_budget(
+    submit, claim, task_call, client, headers, monkeypatch
+):
+    monkeypatch.setattr(task_values, "MAX_RESULT_PAGE_BYTES", 30)
+    job = submit(args_job([{"x": i} for i in range(5)]))
+    for t in claim(capacity=5):
+        # Each value's canonical JSON is 20 bytes: two make a page past 30.
+        task_call(t["task_id"], "result", {**lease(t), "value": "x" * 18})
+
+    assert results_pages(client, headers["user"], job) == [[0, 1], [2, 3], [4]]
+
+
+def test_a_results_page_holds_at_least_one_value_however_large(
+    submit, claim, task_call, client, headers, monkeypatch
+):
+    monkeypatch.setattr(task_values, "MAX_RESULT_PAGE_BYTES", 10)
+    job = submit(args_job([{"x": i} for i in range(3)]))
+    for t in claim(capacity=3):
+        task_call(t["task_id"], "result", {**lease(t), "value": "x" * 18})
+
+    assert results_pages(client, headers["user"], job) == [[0], [1], [2], []]
 
 
 def test_a_jobs_results_page_may_hold_ten_thousand_but_no_more(submit, client, headers):

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+from psycopg_pool import PoolTimeout
 
 from app import create_app
 from app.runtime import close
+from repositories import workload_registry as workload_rows
 from services import workload_registry
 from services.errors import Forbidden, InvalidInput
+from tests.integration.csv_worker import settings
 from tests.integration.manifests import manifest
 
 WORKLOADS = "/api/v1/workloads"
@@ -429,3 +434,62 @@ def test_the_service_itself_refuses_a_cap_it_does_not_know(rt, operator, db):
 
     assert refused.value.details == {"fields": {"max_cpu": ["Unknown field."]}}
     assert stored_row(db, "square") is None
+
+
+@pytest.mark.parametrize(
+    ("method", "name", "body", "status"),
+    [
+        ("POST", None, {"name": "square"}, 201),
+        ("PATCH", "echo", {"max_queued_tasks_per_user": 7}, 200),
+        ("DELETE", "echo", None, 204),
+    ],
+)
+def test_a_committed_change_is_answered_even_when_reading_the_table_back_times_out(
+    call, monkeypatch, db, method, name, body, status
+):
+    def times_out(*args, **kwargs):
+        raise PoolTimeout("couldn't get a connection after 30.00 sec")
+
+    monkeypatch.setattr(workload_registry, "refresh", times_out)
+
+    response = call(method, name, body)
+
+    assert response.status_code == status, response.get_json()
+    if method == "PATCH":
+        assert response.get_json()["max_queued_tasks_per_user"] == 7
+        assert stored_row(db, "echo")["max_queued_tasks_per_user"] == 7
+
+
+def test_a_reload_that_read_the_table_earlier_never_replaces_one_that_read_it_later(
+    rt, db, monkeypatch
+):
+    read, first_read, go_on = workload_rows.served, threading.Event(), threading.Event()
+
+    def served(conn):
+        rows = read(conn)
+        if not first_read.is_set():  # the first reader stalls between its read and its load
+            first_read.set()
+            go_on.wait(5)
+        return rows
+
+    monkeypatch.setattr(workload_rows, "served", served)
+    earlier = threading.Thread(target=workload_registry.refresh, args=(rt.pool, rt.workloads, None))
+    earlier.start()
+    assert first_read.wait(5)
+    db.execute("UPDATE workloads SET max_queued_tasks = 999 WHERE name = 'render'")
+    later = threading.Thread(target=workload_registry.refresh, args=(rt.pool, rt.workloads, None))
+    later.start()
+    later.join(0.5)
+    go_on.set()
+    earlier.join(5)
+    later.join(5)
+
+    assert rt.workloads.of("render").caps.max_queued_tasks == 999
+
+
+@settings(CHUNKWISE_MAX_QUEUED_CHUNKS="10")
+def test_csv_stats_caps_may_be_changed_when_its_queue_holds_fewer_than_a_jobs_chunks(call):
+    response = call("PATCH", "csv_stats", {"max_queued_tasks_per_user": 3})
+
+    assert response.status_code == 200, response.get_json()
+    assert response.get_json()["max_tasks_per_job"] == 10

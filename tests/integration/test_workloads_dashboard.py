@@ -6,6 +6,8 @@ import re
 
 import pytest
 
+from services import workload_registry
+from services.errors import Conflict
 from tests.integration.manifests import manifest
 
 CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -147,3 +149,20 @@ def test_users_may_not_add_change_or_remove_workloads(browser, rt):
         assert client.post(path, data={"csrf_token": token, **data}).status_code == 403
     assert client.get("/ui/workloads/echo").status_code == 403
     assert rt.workloads.names() == ["csv_stats", "echo", "render"]
+
+
+def test_a_refusal_of_a_subclass_of_a_mapped_error_is_shown_with_its_bases_status(
+    browser, monkeypatch
+):
+    class NameTaken(Conflict):
+        """A Conflict of its own kind, with no status of its own in app/errors.py."""
+
+    def refuse(*args, **kwargs):
+        raise NameTaken("workload square is already served", details={"field": "name"})
+
+    monkeypatch.setattr(workload_registry, "add_workload", refuse)
+
+    answer = post_form(browser(), "/ui/workloads", {"name": "square"})
+
+    assert answer.status_code == 409
+    assert "already served" in field_error(answer.text, "name")

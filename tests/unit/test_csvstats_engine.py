@@ -131,6 +131,35 @@ def test_without_polars_every_chunk_goes_to_the_core_with_identical_results(monk
     assert merge(result.plans, without) == sequential_totals(data, "value")
 
 
+def test_without_polars_a_chunks_blocks_stream_to_the_core_unjoined(monkeypatch):
+    data = generate_csv(1_000, seed=3)
+    result = split(data, "value", ",", 1)
+    [plan] = result.plans
+    chunk = data[plan.byte_start : plan.byte_end]
+    handed = []
+
+    def core(blocks, **kwargs):
+        handed.append(blocks)
+        return summarise(blocks, **kwargs)
+
+    monkeypatch.setattr(columnar, "summarise", core)
+    monkeypatch.setitem(sys.modules, "polars", None)  # import polars raises ImportError
+    columnar.engine.cache_clear()
+    blocks = (chunk[i : i + 4096] for i in range(0, len(chunk), 4096))
+    try:
+        summary = columnar.summarise_chunk(
+            blocks,
+            records=plan.record_end - plan.record_start,
+            column_index=result.column_index,
+            column="value",
+        )
+    finally:
+        columnar.engine.cache_clear()
+
+    assert handed == [blocks]
+    assert merge(result.plans, [summary]) == sequential_totals(data, "value")
+
+
 def test_a_sum_that_leaves_int64_fails_in_the_same_chunk_as_the_sequential_loop():
     rows = "".join(f"{i},{INT64_MAX // 3}\n" for i in range(12)).encode()
     data = b"id,value\n" + rows

@@ -54,6 +54,12 @@ def test_the_settings_seed_csv_stats_and_every_allowed_workload_with_its_rate():
     assert seeds["render"].max_starts_per_second is None
 
 
+def test_csv_stats_is_seeded_with_no_more_chunks_a_job_than_its_queue_holds():
+    limits = load_settings({"DATABASE_URL": URL, "CHUNKWISE_MAX_QUEUED_CHUNKS": "10"}).limits
+
+    assert workload_registry.seed_caps(limits)["csv_stats"].max_tasks_per_job == 10
+
+
 def test_an_added_workloads_default_caps_follow_the_queue_it_is_given():
     limits = load_settings({"DATABASE_URL": URL}).limits
 
