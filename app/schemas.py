@@ -586,8 +586,7 @@ class HeartbeatBatchResponseSchema(ResponseSchema):
 
 
 class ResultBatchResponseSchema(ResponseSchema):
-    """One outcome per result, in the order they were sent; with ?claim=N, the tasks then
-    leased, as a claim's answer gives them."""
+    """One outcome per result, in order; with ?claim=N, the tasks then leased, as a claim's."""
 
     results = fields.List(fields.Nested(ResultOutcomeSchema))
     tasks = fields.List(

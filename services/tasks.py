@@ -359,8 +359,8 @@ def complete_and_claim(
     workloads: list[str],
     capacity: int,
 ) -> CompletedAndClaimed:
-    """Accept a batch of results as complete_tasks does, then lease up to `capacity` tasks as a
-    claim that does not wait; the results stay recorded whatever becomes of the claim."""
+    """Accept results as complete_tasks does, then lease up to `capacity` as a claim, no wait."""
+    # The results' transaction commits first: they stay recorded whatever becomes of the claim.
     # Checked first, so an unknown workload refuses the whole call before anything is written.
     rules = rt.workloads.require(workloads, "workloads")
     outcomes = complete_tasks(rt, worker_id, credential_id, completions)

@@ -193,13 +193,10 @@ class LeaseLoop:
         return True
 
     def reserve(self, finishing: int) -> int:
-        """How many tasks a claim may ask for (a batch of `finishing` chunks' results: with the
-        slots those chunks are about to free), within max-tasks; 0 while stopping.
-
-        Held until the tasks are dispatched, so two claims in flight, the loop's and a batch's,
-        never ask for the same slot. The finishing chunks have computed: only their answer is
-        outstanding, so the new tasks take no slot still busy.
-        """
+        """How many tasks a claim may ask for, held until they are dispatched; 0 if stopping."""
+        # A batch of `finishing` chunks' results counts their slots free: those chunks have
+        # computed, only their answer is outstanding. Held, so two claims in flight, the
+        # loop's and a batch's, never ask for the same slot; within max-tasks too.
         with self._slots:
             if self._stopping:
                 return 0

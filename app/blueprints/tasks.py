@@ -144,9 +144,9 @@ def failure(task_id: UUID):
 
 
 def _leased(rt: Runtime, claimed: list[tasks.ClaimedTask]) -> dict:
-    """A claim's answer as ClaimResponseSchema dumps it, built as JSON directly: a dump of a
-    hundred tasks cost more CPU than the claim's statement (tests/unit/test_batch_answers.py
-    holds it to the schema)."""
+    """A claim's answer as ClaimResponseSchema dumps it, built as JSON directly."""
+    # A marshmallow dump of a hundred tasks cost more CPU than the claim's statement;
+    # tests/unit/test_batch_answers.py holds this to the schema.
     beat, most = rt.limits.heartbeat_seconds, rt.limits.max_result_bytes
     return {
         "tasks": [claimed_of(c, beat, most) for c in claimed],
