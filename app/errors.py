@@ -91,10 +91,15 @@ def renewal_of(outcome: RenewalOutcome) -> dict:
     }
 
 
+def error_body(exc: ChunkwiseError) -> dict:
+    """The error object of a refusal, as ErrorBodySchema has it."""
+    return {"code": exc.code, "message": exc.message, "details": exc.details}
+
+
 def _rejected(task_id: UUID, exc: ChunkwiseError) -> dict:
     if isinstance(exc, LeaseLost):
         metrics.FENCED_WRITES.labels(request.endpoint or "", exc.code).inc()
-    error = {"code": exc.code, "message": exc.message, "details": exc.details}
+    error = error_body(exc)
     status = status_of(exc)
     return {"task_id": str(task_id), "outcome": "rejected", "status": status, "error": error}
 

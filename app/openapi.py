@@ -275,6 +275,8 @@ def build_spec(app: Flask) -> dict:
             ]
             if in_query:
                 parameters.append({"in": "query", "schema": request_schema})
+            if rule.endpoint == "tasks.results":
+                parameters.append({"in": "query", "schema": schemas.ResultBatchQuerySchema})
             if rule.endpoint in OWNER_ENDPOINTS:
                 parameters.append({"in": "query", "schema": schemas.ScheduleOwnerQuerySchema})
             parameters.append(TRACEPARENT_PARAMETER)

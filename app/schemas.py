@@ -495,6 +495,29 @@ class ResultBatchSchema(RequestSchema):
         required=True,
         validate=validate.Length(min=1, max=MAX_BATCH_RESULTS),
     )
+    workloads = fields.List(
+        fields.Str(),
+        validate=validate.Length(min=1, max=20),
+        metadata={
+            "description": "with ?claim=N, and only then: the workloads the worker serves, as "
+            "a claim names them"
+        },
+    )
+
+
+class ResultBatchQuerySchema(RequestSchema):
+    """The query of a batch of results: whether to claim more tasks in the same call."""
+
+    claim = Int(
+        minimum=1,
+        maximum=MAX_BATCH_RESULTS,
+        load_default=None,
+        metadata={
+            "description": "after the results are recorded, lease up to this many tasks as "
+            "POST /api/v1/tasks/claim would with capacity N and wait_seconds 0 (the body "
+            "names the workloads)"
+        },
+    )
 
 
 class FailureSchema(LeaseBodySchema):
@@ -571,9 +594,23 @@ class HeartbeatBatchResponseSchema(ResponseSchema):
 
 
 class ResultBatchResponseSchema(ResponseSchema):
-    """One outcome per result, in the order they were sent."""
+    """One outcome per result, in order; with ?claim=N, the tasks then leased, as a claim's."""
 
     results = fields.List(fields.Nested(ResultOutcomeSchema))
+    tasks = fields.List(
+        fields.Nested(lambda: ClaimedTaskSchema()),
+        metadata={"description": "with ?claim=N: the tasks leased, none when none was free"},
+    )
+    heartbeat_seconds = fields.Int(metadata={"description": "with ?claim=N"})
+    max_result_bytes = fields.Int(metadata={"description": "with ?claim=N"})
+    claim_error = fields.Nested(
+        ErrorBodySchema,
+        allow_none=True,
+        metadata={
+            "description": "with ?claim=N: why no task was leased although the results were "
+            "recorded (403 worker_id_taken); null when the claim ran"
+        },
+    )
 
 
 class ChunksByStateSchema(Schema):

@@ -148,7 +148,10 @@ def measure(
                 )
                 # The no-op runs go on over the history: a queue with a million finished tasks.
                 tasks = noop_throughput(history_stack, threads, seconds)
-                turns.append({"pgbench_tps": tps, "tasks_per_s": tasks})
+                fetched = noop_throughput(history_stack, threads, seconds, fetch=True)
+                turns.append(
+                    {"pgbench_tps": tps, "tasks_per_s": tasks, "fetch_tasks_per_s": fetched}
+                )
             report["throughput"].append({"threads": threads, "turns": turns})
     report.update(job_view_beside_its_size(stack))
     report.update(sdk_submit_beside_manifest(stack))
@@ -249,41 +252,54 @@ def submit_noop_jobs(
         tasks -= n
 
 
-def noop_throughput(stack: LocalStack, threads: int, seconds: float) -> float:
+def noop_throughput(stack: LocalStack, threads: int, seconds: float, fetch: bool = False) -> float:
     """Tasks completed per second by `threads` claim-and-batch-complete loops."""
     submit_noop_jobs(stack, 40_000)
     started = time.monotonic()
-    rate = noop_loops(stack, threads, seconds) / (time.monotonic() - started)
+    rate = noop_loops(stack, threads, seconds, fetch) / (time.monotonic() - started)
     drain(stack)
     return rate
 
 
-def noop_loops(stack: LocalStack, threads: int, seconds: float) -> int:
-    """Tasks `threads` claim-and-batch-complete loops complete in `seconds`."""
+def noop_loops(stack: LocalStack, threads: int, seconds: float, fetch: bool = False) -> int:
+    """Tasks `threads` claim-and-batch-complete loops complete in `seconds`; with `fetch`, each
+    batch of results also claims the next (POST /api/v1/tasks/results?claim=N), and a plain
+    claim is made only when that found none."""
     done = [0] * threads
     stop = time.monotonic() + seconds
 
     def loop(n: int) -> None:
         session = stack.api(stack.tokens.worker)
         worker = f"bench-{n}"
+        tasks: list[dict] = []
         while time.monotonic() < stop:
-            claimed = session.post(
-                f"{stack.url}/api/v1/tasks/claim",
-                json={"worker_id": worker, "workloads": [WORKLOAD], "capacity": CLAIM_CAPACITY},
-                timeout=30,
-            )
-            if claimed.status_code == 204:
-                continue
+            if not tasks:
+                claimed = session.post(
+                    f"{stack.url}/api/v1/tasks/claim",
+                    json={
+                        "worker_id": worker,
+                        "workloads": [WORKLOAD],
+                        "capacity": CLAIM_CAPACITY,
+                    },
+                    timeout=30,
+                )
+                if claimed.status_code == 204:
+                    continue
+                tasks = claimed.json()["tasks"]
             items = [
-                {**lease(t), "result_uri": "bench://out", "result_sha256": "0" * 64}
-                for t in claimed.json()["tasks"]
+                {**lease(t), "result_uri": "bench://out", "result_sha256": "0" * 64} for t in tasks
             ]
+            body: dict = {"worker_id": worker, "results": items}
+            if fetch:
+                body["workloads"] = [WORKLOAD]
             answer = session.post(
                 f"{stack.url}/api/v1/tasks/results",
-                json={"worker_id": worker, "results": items},
+                params={"claim": CLAIM_CAPACITY} if fetch else None,
+                json=body,
                 timeout=30,
-            )
-            done[n] += sum(1 for o in answer.json()["results"] if o["outcome"] == "accepted")
+            ).json()
+            done[n] += sum(1 for o in answer["results"] if o["outcome"] == "accepted")
+            tasks = answer.get("tasks", [])
 
     workers = [threading.Thread(target=loop, args=(n,)) for n in range(threads)]
     for w in workers:
@@ -826,6 +842,13 @@ def print_report(r: dict) -> None:
             f"{row['threads']:>8} {' / '.join(f'{n:.0f}' for n in tps):>22} "
             f"{' / '.join(f'{n:.0f}' for n in tasks):>22} {statistics.median(ratios):>6.2f}x  "
             + " / ".join(f"{x:.2f}x" for x in ratios)
+        )
+        # The same loops with complete and fetch: each batch of results claims the next.
+        fetched = [t["fetch_tasks_per_s"] for t in row["turns"]]
+        ratios = [n / base if base else 0.0 for n, base in zip(fetched, tps, strict=True)]
+        print(
+            f"{'fetch':>8} {'':>22} {' / '.join(f'{n:.0f}' for n in fetched):>22} "
+            f"{statistics.median(ratios):>6.2f}x  " + " / ".join(f"{x:.2f}x" for x in ratios)
         )
     pickup, tx = r["pickup_ms"], r["pgbench_tx_ms"]
     print(

@@ -1,7 +1,7 @@
 """The worker protocol beside another revision's, in alternating turns (make bench-queue's
 latencies, side by side).
 
-python -m bench.queue_compare <worktree> [--turns 5] [--seconds 3]
+python -m bench.queue_compare <worktree> [--turns 5] [--seconds 3] [--fetch]
 
 <worktree> is a checkout of the revision to compare with (for example
 `git worktree add /work/wt/base37 5a08c3f`). Each side runs its own coordinator, started by
@@ -92,6 +92,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("tree", type=Path, help="a worktree of the revision to compare with")
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0, help="length of each drain")
+    parser.add_argument(
+        "--fetch",
+        action="store_true",
+        help="this tree's drain completes and fetches (POST /api/v1/tasks/results?claim=N)",
+    )
     args = parser.parse_args(argv)
     stop_on_sigterm()
     run_dir = Path(tempfile.mkdtemp(prefix="chunkwise-bench-compare-"))
@@ -109,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         for n in range(args.turns):
             order = ("base", "head") if n % 2 == 0 else ("head", "base")
             for name in order:
-                figures = one_turn(*stacks[name], args.seconds)
+                figures = one_turn(*stacks[name], args.seconds, args.fetch and name == "head")
                 turns[name].append(figures)
                 print(f"turn {n + 1} {name}: {json.dumps(figures)}", flush=True)
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -157,9 +162,10 @@ def serve(tree: Path, url: str, run_dir: Path) -> Iterator[tuple[LocalStack, int
         process.wait(timeout=60)
 
 
-def one_turn(stack: LocalStack, master: int, seconds: float) -> dict:
+def one_turn(stack: LocalStack, master: int, seconds: float, fetch: bool = False) -> dict:
     """One turn's figures for one side: milliseconds, and CPU microseconds per call spent by
-    the coordinator's processes and by its database backends."""
+    the coordinator's processes and by its database backends (`fetch`: the drain completes
+    and fetches)."""
     cpu = Cpu(stack, master)
     figures: dict = {}
     # One-task jobs submitted back to back, then claimed one at a time (each completed after).
@@ -184,7 +190,7 @@ def one_turn(stack: LocalStack, master: int, seconds: float) -> dict:
     submit_noop_jobs(stack, QUEUED)
     before = cpu.sample()
     started = time.monotonic()
-    done = noop_loops(stack, THREADS, seconds)
+    done = noop_loops(stack, THREADS, seconds, fetch)
     figures["tasks_per_s"] = round(done / (time.monotonic() - started))
     used = cpu.since(before)
     drain(stack)

@@ -1,4 +1,4 @@
-"""Worker-side use cases: claim; heartbeat and complete, one or many; fail; the lease sweeper."""
+"""Worker-side use cases: claim; heartbeat, complete (and claim again); fail; the lease sweeper."""
 
 from __future__ import annotations
 
@@ -340,6 +340,35 @@ def complete_tasks(
     for job_id, rules in merging:
         rules.merge(rt.pool, job_id)
     return outcomes
+
+
+@dataclass(frozen=True)
+class CompletedAndClaimed:
+    """A batch's outcomes and the tasks then leased, or the error that refused the claim."""
+
+    outcomes: list[CompletionOutcome]
+    claimed: list[ClaimedTask]
+    claim_error: ChunkwiseError | None = None
+
+
+def complete_and_claim(
+    rt: Runtime,
+    worker_id: str,
+    credential_id: int,
+    completions: list[Completion],
+    workloads: list[str],
+    capacity: int,
+) -> CompletedAndClaimed:
+    """Accept results as complete_tasks does, then lease up to `capacity` as a claim, no wait."""
+    # The results' transaction commits first: they stay recorded whatever becomes of the claim.
+    # Checked first, so an unknown workload refuses the whole call before anything is written.
+    rules = rt.workloads.require(workloads, "workloads")
+    outcomes = complete_tasks(rt, worker_id, credential_id, completions)
+    try:
+        claimed = _claim_once(rt, (worker_id, credential_id), rules, capacity)
+    except Forbidden as refusal:  # the worker id is another credential's
+        return CompletedAndClaimed(outcomes, [], refusal)
+    return CompletedAndClaimed(outcomes, claimed)
 
 
 def _checked(

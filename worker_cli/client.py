@@ -295,13 +295,45 @@ class CoordinatorClient:
         """Commit many results in one call; return the coordinator's outcome for each, in order."""
         return self._batch("results", worker_id, results, trace_id)
 
+    def complete_and_claim(
+        self,
+        *,
+        worker_id: str,
+        results: list[dict],
+        workloads: list[str],
+        capacity: int,
+        trace_id: str | None = None,
+    ) -> tuple[list[dict], list[dict]]:
+        """Commit many results, then lease up to `capacity` tasks without waiting, in one call;
+        return each result's outcome, in order, and the tasks leased ([] if none)."""
+        claim = {"workloads": list(workloads)}
+        body = self._batch_call("results", worker_id, results, trace_id, claim, capacity)
+        tasks = body.get("tasks")
+        # The results are answered either way; a claim refused (claim_error) leased nothing.
+        return body["results"], tasks if isinstance(tasks, list) else []
+
     def _batch(
         self, name: str, worker_id: str, items: list[dict], trace_id: str | None
     ) -> list[dict]:
+        return self._batch_call(name, worker_id, items, trace_id)["results"]
+
+    def _batch_call(
+        self,
+        name: str,
+        worker_id: str,
+        items: list[dict],
+        trace_id: str | None,
+        extra: dict | None = None,
+        claim: int | None = None,
+    ) -> dict:
         # POST /api/v1/tasks/{name} with the items under {name}; each answered in order.
         path = f"/api/v1/tasks/{name}"
         body = self._task_request(
-            "POST", path, json={"worker_id": worker_id, name: items}, trace_id=trace_id
+            "POST",
+            path,
+            json={"worker_id": worker_id, name: items, **(extra or {})},
+            params=None if claim is None else {"claim": str(claim)},
+            trace_id=trace_id,
         )
         outcomes = body.get("results") if isinstance(body, dict) else None
         if not isinstance(outcomes, list) or len(outcomes) != len(items):
@@ -312,7 +344,7 @@ class CoordinatorClient:
             isinstance(o, dict) and o.get("outcome") in BATCH_OUTCOMES[name] for o in outcomes
         ):
             raise _malformed("POST", path, "the answer holds an outcome the API does not name")
-        return outcomes
+        return body
 
     def submit_result(
         self,

@@ -68,6 +68,9 @@ class LeaseLoop:
         self._running: dict[tuple, RunningChunk] = {}
         self._slots = threading.Condition()
         self._claimed = 0
+        # Slots a batch of results in flight is claiming tasks for (complete and fetch).
+        self._promised = 0
+        self.workloads = list(config.workloads)
         # Plain attributes, not Events: the signal handler sets them, and it must never wait on
         # a lock the interrupted main thread might be holding.
         self._stopping = False
@@ -86,6 +89,8 @@ class LeaseLoop:
             sleep=sleep,
             rng=rng,
         )
+        # Each batch of results asks for the tasks the slots it frees can take.
+        self.runner.results.refill = self
 
     # -- state ------------------------------------------------------------------------------
 
@@ -123,12 +128,14 @@ class LeaseLoop:
                 return False
             self.wait_for_slot()
             return True
-        free = self.config.capacity - self.in_flight
-        if free <= 0:
+        wanted = self.reserve(0)
+        if wanted <= 0:
             self.wait_for_slot()
             return True
-        wanted = free if remaining is None else min(free, remaining)
-        return self._claim(wanted)
+        try:
+            return self._claim(wanted)
+        finally:
+            self._release(wanted)
 
     def _claim(self, wanted: int) -> bool:
         # Burst claims do not long-poll: "queue empty" should end a burst now, not in 10 s.
@@ -182,6 +189,38 @@ class LeaseLoop:
             if elapsed < self.config.idle_poll_seconds:
                 self._pause(self.config.idle_poll_seconds - elapsed)
             return True
+        self._start(payloads, wanted, trace_id)
+        return True
+
+    def reserve(self, finishing: int) -> int:
+        """How many tasks a claim may ask for, held until they are dispatched; 0 if stopping."""
+        # A batch of `finishing` chunks' results counts their slots free: those chunks have
+        # computed, only their answer is outstanding. Held, so two claims in flight, the
+        # loop's and a batch's, never ask for the same slot; within max-tasks too.
+        with self._slots:
+            if self._stopping:
+                return 0
+            wanted = self.config.capacity - len(self._running) - self._promised + finishing
+            remaining = self._tasks_left()
+            if remaining is not None:
+                wanted = min(wanted, remaining - self._promised)
+            wanted = max(0, wanted)
+            self._promised += wanted
+            return wanted
+
+    def deliver(self, tasks: list[dict], reserved: int, trace_id: str | None) -> None:
+        """Start the tasks a batch of results leased, and give back the slots it held."""
+        try:
+            self._start(tasks, reserved, trace_id)
+        finally:
+            self._release(reserved)
+
+    def _release(self, reserved: int) -> None:
+        # After dispatching: until then the tasks count as held, after it as running.
+        with self._slots:
+            self._promised -= reserved
+
+    def _start(self, payloads: list[dict], wanted: int, trace_id: str | None) -> None:
         if len(payloads) > wanted:
             # The leases are ours either way; running the extra is cheaper than letting them
             # expire, and the coordinator's lease caps are what keep this rare.
@@ -203,7 +242,6 @@ class LeaseLoop:
                 )
                 continue
             self.dispatch(task, claim_trace_id=trace_id)
-        return True
 
     def _drain_once(self) -> bool:
         if self.in_flight == 0:

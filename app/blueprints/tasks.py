@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from uuid import UUID
 
 from flask import Blueprint, Response, request
+from marshmallow import ValidationError
 
 from app import auth, errors, input_rules, schemas
 from app.runtime import get_runtime
 from services import tasks
+from services.csvjobs import WORKLOAD as CSV_WORKLOAD
 from services.errors import WaitRefused
+from services.runtime import Runtime
 
 bp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks")
 bp.before_request(auth.workers_only)
 
 # Built once: building a schema deep-copies every field it declares.
 CLAIM = schemas.ClaimSchema()
-CLAIM_RESPONSE = schemas.ClaimResponseSchema()
 LEASE = schemas.LeaseSchema()
 LEASE_TOKEN_HEADER = schemas.LeaseTokenHeaderSchema()
 HEARTBEAT = schemas.HeartbeatSchema()
@@ -25,6 +28,7 @@ HEARTBEAT_BATCH = schemas.HeartbeatBatchSchema()
 RESULT = schemas.ResultSchema()
 TASK = schemas.TaskSchema()
 RESULT_BATCH = schemas.ResultBatchSchema()
+RESULT_BATCH_QUERY = schemas.ResultBatchQuerySchema()
 FAILURE = schemas.FailureSchema()
 
 
@@ -42,13 +46,7 @@ def claim():
         return Response(status=204, headers={"Retry-After": str(refused.retry_after)})
     if not claimed:
         return Response(status=204)
-    return CLAIM_RESPONSE.dump(
-        {
-            "tasks": claimed,
-            "heartbeat_seconds": rt.limits.heartbeat_seconds,
-            "max_result_bytes": rt.limits.max_result_bytes,
-        }
-    )
+    return _leased(rt, claimed)
 
 
 @bp.get("/<uuid:task_id>/input")
@@ -104,8 +102,16 @@ def result(task_id: UUID):
 
 @bp.post("/results")
 def results():
-    """Complete many tasks in one transaction; each result is answered on its own."""
+    """Complete many tasks in one transaction, each answered on its own; ?claim=N: lease N more.
+
+    The claim runs after the results' transaction, as a claim with capacity N and no wait.
+    """
+    wanted = RESULT_BATCH_QUERY.load(input_rules.single_values(request.args))["claim"]
     body = input_rules.load_json(RESULT_BATCH)
+    workloads = body.pop("workloads", None)
+    if (wanted is None) != (workloads is None):
+        needs = "required with ?claim" if wanted is not None else "given only with ?claim"
+        raise ValidationError({"workloads": [needs]})
     completions = [
         tasks.Completion(
             item.pop("task_id"),
@@ -115,8 +121,17 @@ def results():
         )
         for item in body["results"]
     ]
-    outcomes = tasks.complete_tasks(get_runtime(), body["worker_id"], _credential_id(), completions)
-    return {"results": [errors.outcome_of(o) for o in outcomes]}
+    rt, caller = get_runtime(), (body["worker_id"], _credential_id())
+    if wanted is None:
+        outcomes = tasks.complete_tasks(rt, *caller, completions)
+        return {"results": [errors.outcome_of(o) for o in outcomes]}
+    done = tasks.complete_and_claim(rt, *caller, completions, workloads, wanted)
+    refusal = done.claim_error
+    return {
+        "results": [errors.outcome_of(o) for o in done.outcomes],
+        **_leased(rt, done.claimed),
+        "claim_error": None if refusal is None else errors.error_body(refusal),
+    }
 
 
 @bp.post("/<uuid:task_id>/failure")
@@ -126,6 +141,51 @@ def failure(task_id: UUID):
     lease = (body.pop("worker_id"), _credential_id(), body.pop("attempt"), body.pop("lease_token"))
     task = tasks.fail_task(get_runtime(), task_id, *lease, tasks.TaskFailure(**body))
     return TASK.dump(task)
+
+
+def _leased(rt: Runtime, claimed: list[tasks.ClaimedTask]) -> dict:
+    """A claim's answer as ClaimResponseSchema dumps it, built as JSON directly."""
+    # A marshmallow dump of a hundred tasks cost more CPU than the claim's statement;
+    # tests/unit/test_batch_answers.py holds this to the schema.
+    beat, most = rt.limits.heartbeat_seconds, rt.limits.max_result_bytes
+    return {
+        "tasks": [claimed_of(c, beat, most) for c in claimed],
+        "heartbeat_seconds": beat,
+        "max_result_bytes": most,
+    }
+
+
+def claimed_of(claimed: tasks.ClaimedTask, heartbeat_seconds: int, max_result_bytes: int) -> dict:
+    """One leased task as ClaimedTaskSchema dumps it, in its field order."""
+    task = claimed.task
+    parameters = dict(task.parameters)
+    if task.workload == CSV_WORKLOAD:
+        # A chunk's byte range is the coordinator's business: its input URI serves it.
+        parameters.pop("byte_start", None)
+        parameters.pop("byte_end", None)
+    return {
+        "task_id": str(task.id),
+        "job_id": str(task.job_id),
+        "chunk_index": task.chunk_index,
+        "attempt": task.attempt,
+        "attempt_id": str(claimed.attempt_id),
+        "trace_id": claimed.trace_id,
+        "lease_token": claimed.lease_token,
+        "workload": task.workload,
+        "input_uri": task.input_uri,
+        "input_sha256": task.input_sha256,
+        "parameters": parameters,
+        "checkpoint": None if task.checkpoint is None else dict(task.checkpoint),
+        "lease_expires_at": _iso(task.lease_expires_at),
+        "deadline": _iso(task.deadline),
+        "args": task.args,
+        "heartbeat_seconds": heartbeat_seconds,
+        "max_result_bytes": max_result_bytes,
+    }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
 
 
 def _credential_id() -> int:

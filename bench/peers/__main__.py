@@ -111,7 +111,11 @@ def every_peer(
     peers at the first."""
     concurrency = args.clients[0]
     return [
-        *(ChunkwisePeer(stack, clients, 2 * clients) for clients in args.clients),
+        *(
+            ChunkwisePeer(stack, clients, 2 * clients, fetch)
+            for clients in args.clients
+            for fetch in (False, True)
+        ),
         CeleryPeer(
             f"Celery + RabbitMQ, threads {concurrency}",
             args.rabbitmq_url,

@@ -17,17 +17,21 @@ WAIT_SECONDS = 1
 
 class ChunkwisePeer:
     """`clients` threads, each claiming up to `capacity` tasks and posting their results in one
-    call: the protocol a worker speaks, without the worker's own threads."""
+    call: the protocol a worker speaks, without the worker's own threads. With `fetch`, each
+    batch of results claims the next (POST /api/v1/tasks/results?claim=N); a plain claim
+    only when that found none."""
 
-    def __init__(self, stack: LocalStack, clients: int, capacity: int):
+    def __init__(self, stack: LocalStack, clients: int, capacity: int, fetch: bool = False):
+        how = "complete and fetch" if fetch else "batched results"
         self.row = Row(
-            f"Chunkwise, {clients} clients x capacity {capacity}, batched results",
+            f"Chunkwise, {clients} clients x capacity {capacity}, {how}",
             clients,
             "yes, PostgreSQL",
         )
         self.stack = stack
         self.clients = clients
         self.capacity = capacity
+        self.fetch = fetch
 
     def start(self) -> None:
         """Open the clients' kept-alive sessions (the bench starts the coordinator)."""
@@ -51,30 +55,35 @@ class ChunkwisePeer:
         def client(n: int) -> None:
             session = self.sessions[n]
             worker = f"peers-{n}"
+            leased: list[dict] = []
             while not finished.is_set() and time.monotonic() < deadline:
-                claimed = session.post(
-                    f"{self.stack.url}/api/v1/tasks/claim",
-                    json={
-                        "worker_id": worker,
-                        "workloads": [WORKLOAD],
-                        "capacity": self.capacity,
-                        "wait_seconds": WAIT_SECONDS,
-                    },
-                    timeout=30,
-                )
-                if claimed.status_code == 204:
-                    continue
-                claimed.raise_for_status()
+                if not leased:
+                    claimed = session.post(
+                        f"{self.stack.url}/api/v1/tasks/claim",
+                        json={
+                            "worker_id": worker,
+                            "workloads": [WORKLOAD],
+                            "capacity": self.capacity,
+                            "wait_seconds": WAIT_SECONDS,
+                        },
+                        timeout=30,
+                    )
+                    if claimed.status_code == 204:
+                        continue
+                    claimed.raise_for_status()
+                    leased = claimed.json()["tasks"]
+                body: dict = {"worker_id": worker, "results": [noop_result(t) for t in leased]}
+                if self.fetch:
+                    body["workloads"] = [WORKLOAD]
                 answer = session.post(
                     f"{self.stack.url}/api/v1/tasks/results",
-                    json={
-                        "worker_id": worker,
-                        "results": [noop_result(t) for t in claimed.json()["tasks"]],
-                    },
+                    params={"claim": self.capacity} if self.fetch else None,
+                    json=body,
                     timeout=30,
                 )
                 answer.raise_for_status()
                 done = sum(1 for o in answer.json()["results"] if o["outcome"] == "accepted")
+                leased = answer.json().get("tasks", [])
                 with lock:
                     accepted[0] += done
                     if accepted[0] >= tasks and not finished.is_set():

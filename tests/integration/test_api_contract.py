@@ -383,6 +383,21 @@ def test_the_openapi_document_describes_bodies_and_bearer_auth(client, headers):
     } in paths["/api/v1/jobs/{job_id}"]["get"]["parameters"]
 
 
+def test_the_openapi_document_describes_complete_and_claim(client, headers):
+    document = client.get("/api/v1/openapi.json", headers=headers["user"]).get_json()
+
+    results = document["paths"]["/api/v1/tasks/results"]["post"]
+    [claim] = [p for p in results["parameters"] if p["name"] == "claim"]
+    assert claim["in"] == "query"
+    assert (claim["schema"]["minimum"], claim["schema"]["maximum"]) == (1, 1000)
+    body = document["components"]["schemas"]["ResultBatch"]["properties"]
+    assert body["workloads"]["type"] == "array"
+    answer = document["components"]["schemas"]["ResultBatchResponse"]["properties"]
+    assert {"results", "tasks", "heartbeat_seconds", "max_result_bytes", "claim_error"} <= set(
+        answer
+    )
+
+
 def test_every_field_of_every_schema_in_the_openapi_document_has_a_type(client, headers):
     document = client.get("/api/v1/openapi.json", headers=headers["user"]).get_json()
 

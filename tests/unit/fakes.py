@@ -41,6 +41,9 @@ class FakeClient:
         self.result_replies: list = []
         self.failure_replies: list = []
         self.claims: list[dict] = []
+        # Complete and fetch: each call's claim, and its replies (none scripted: none leased).
+        self.fetches: list[dict] = []
+        self.fetch_replies: list = []
         self.heartbeats: list[dict] = []
         self.heartbeat_calls: list[list[str]] = []  # the task ids of each renew_leases call
         self.input_reads: list[dict] = []
@@ -116,6 +119,18 @@ class FakeClient:
                 {"task_id": task_id, "outcome": "accepted", "status": 200, "error": None}
             )
         return answers
+
+    def complete_and_claim(self, *, worker_id, results, workloads, capacity, trace_id=None):
+        """The results as submit_results takes them, then the next fetch reply (an exception
+        fails the whole call)."""
+        self.fetches.append({"workloads": workloads, "capacity": capacity, "trace_id": trace_id})
+        reply = self.fetch_replies.pop(0) if self.fetch_replies else []
+        if isinstance(reply, Exception):
+            raise reply
+        if callable(reply):
+            reply = reply(capacity=capacity)
+        answers = self.submit_results(worker_id=worker_id, results=results, trace_id=trace_id)
+        return answers, reply
 
     def submit_result(self, task_id, **kwargs):
         self.results.append({"task_id": task_id, "at": self.clock.now, **kwargs})

@@ -9,6 +9,9 @@ import pytest
 from flask import Flask
 
 from app import errors, schemas
+from app.blueprints.tasks import claimed_of
+from repositories.tasks import ClaimedTask, Task
+from services.csvjobs import WORKLOAD as CSV_WORKLOAD
 from services.errors import InvalidInput, LeaseLost, NotFound
 from services.tasks import CompletionOutcome, RenewalOutcome
 
@@ -87,3 +90,60 @@ def test_a_refused_result_is_what_its_schema_dumps(refusal) -> None:
         }
     )
     assert list(answer.items()) == list(expected.items())
+
+
+def leased_task(workload: str, **fields: object) -> ClaimedTask:
+    """A task as a claim leases it, with every field the answer reads set."""
+    row = {
+        "id": uuid4(),
+        "job_id": uuid4(),
+        "chunk_index": 3,
+        "workload": workload,
+        "priority": 0,
+        "input_uri": "s3://in/3",
+        "input_sha256": "a" * 64,
+        "parameters": {"n": 3, "byte_start": 10, "byte_end": 20},
+        "status": "leased",
+        "attempt": 2,
+        "max_attempts": 3,
+        "lost_retries": 0,
+        "read_retries": 0,
+        "lease_owner": "worker-a",
+        "lease_expires_at": EXPIRES,
+        "heartbeat_at": None,
+        "checkpoint": None,
+        "result_uri": None,
+        "result_sha256": None,
+        "metrics": None,
+        "error_code": None,
+        "error_message": None,
+        "error_details": None,
+        "created_at": EXPIRES,
+        "started_at": EXPIRES,
+        "completed_at": None,
+        "version": 4,
+        **fields,
+    }
+    return ClaimedTask(Task(**row), uuid4(), "f" * 32, "cwl_" + "t" * 43)
+
+
+@pytest.mark.parametrize(
+    "claimed",
+    [
+        leased_task("echo"),
+        leased_task(CSV_WORKLOAD, checkpoint={"records_done": 5}),
+        leased_task("echo", deadline=EXPIRES, args='{"x":1}', parameters={}),
+    ],
+    ids=["manifest", "csv-chunk-with-checkpoint", "args-and-deadline"],
+)
+def test_a_leased_task_is_what_the_claims_schema_dumps(claimed: ClaimedTask) -> None:
+    answer = {
+        "tasks": [claimed_of(claimed, 30, 1024)],
+        "heartbeat_seconds": 30,
+        "max_result_bytes": 1024,
+    }
+    expected = schemas.ClaimResponseSchema().dump(
+        {"tasks": [claimed], "heartbeat_seconds": 30, "max_result_bytes": 1024}
+    )
+    assert list(answer.items()) == list(expected.items())
+    assert list(answer["tasks"][0].items()) == list(expected["tasks"][0].items())

@@ -203,3 +203,102 @@ def test_an_answer_that_does_not_fit_the_batch_raises_for_every_result_it_carrie
     assert not any(thread.is_alive() for thread in [first, *rest]), "a chunk waits for ever"
     assert all(isinstance(outcomes[name], Exception) for name in ("t1", "t2", "t3"))
     assert [len(call["results"]) for call in client.calls] == [1, 2]
+
+
+class Refill:
+    """A lease loop that has room for `room` tasks beside the chunks whose results go."""
+
+    def __init__(self, room: int = 0):
+        self.workloads = ["fake"]
+        self.room = room
+        self.reserved: list[int] = []
+        self.delivered: list[tuple[list[dict], int]] = []
+
+    def reserve(self, finishing: int) -> int:
+        self.reserved.append(finishing)
+        return finishing + self.room
+
+    def deliver(self, tasks: list[dict], reserved: int, trace_id: str | None) -> None:
+        self.delivered.append((tasks, reserved))
+
+
+class FetchingClient(GatedClient):
+    """Answers complete and fetch with `leased` (or raises it), and records each such call."""
+
+    def __init__(self, leased):
+        super().__init__()
+        self.gate.set()
+        self.leased = leased
+        self.fetches: list[dict] = []
+
+    def complete_and_claim(self, *, worker_id, results, workloads, capacity, trace_id=None):
+        self.fetches.append({"workloads": workloads, "capacity": capacity})
+        if isinstance(self.leased, Exception):
+            raise self.leased
+        return self.submit_results(worker_id=worker_id, results=results), self.leased
+
+
+def submit_one(batcher: ResultBatcher, task_id: str = "t1"):
+    return batcher.submit(task_id, attempt=1, lease_token="L", result={}, trace_id="tr")
+
+
+def test_a_batch_asks_for_the_slots_it_frees_and_hands_the_leased_tasks_to_the_loop():
+    client, refill = FetchingClient([{"task_id": "t9"}]), Refill(room=2)
+
+    outcome = submit_one(ResultBatcher(client, "w1", refill))
+
+    assert outcome["outcome"] == "accepted"
+    assert refill.reserved == [1]
+    assert client.fetches == [{"workloads": ["fake"], "capacity": 3}]
+    assert refill.delivered == [([{"task_id": "t9"}], 3)]
+    assert client.calls[0]["results"][0]["task_id"] == "t1"
+
+
+def test_with_no_room_the_results_go_alone():
+    client = FetchingClient([])
+
+    class Full(Refill):
+        def reserve(self, finishing: int) -> int:
+            return 0
+
+    refill = Full()
+    submit_one(ResultBatcher(client, "w1", refill))
+
+    assert client.fetches == []
+    assert len(client.calls) == 1
+    assert refill.delivered == []
+
+
+def test_a_failed_call_gives_back_the_slots_it_held_and_fails_its_results():
+    client, refill = FetchingClient(CoordinatorUnavailable("down", status=503)), Refill()
+
+    with pytest.raises(CoordinatorUnavailable):
+        submit_one(ResultBatcher(client, "w1", refill))
+
+    assert refill.delivered == [([], 1)]
+
+
+def test_a_coordinator_that_does_not_know_claim_gets_the_results_alone_from_then_on():
+    unknown = {"fields": {"workloads": ["Unknown field."]}}
+    refused = RequestRejected("invalid fields: workloads", status=422, details=unknown)
+    client, refill = FetchingClient(refused), Refill()
+    batcher = ResultBatcher(client, "w1", refill)
+
+    first = submit_one(batcher, "t1")
+    second = submit_one(batcher, "t2")
+
+    assert (first["outcome"], second["outcome"]) == ("accepted", "accepted")
+    assert len(client.fetches) == 1  # refused once, never asked again
+    assert [c["results"][0]["task_id"] for c in client.calls] == ["t1", "t2"]
+    assert refill.delivered == [([], 1)]
+
+
+def test_another_refusal_of_the_whole_call_is_each_results_error():
+    refused = RequestRejected("forbidden", status=403, code="forbidden")
+    client, refill = FetchingClient(refused), Refill()
+
+    with pytest.raises(RequestRejected):
+        submit_one(ResultBatcher(client, "w1", refill))
+
+    assert client.calls == []
+    assert refill.delivered == [([], 1)]

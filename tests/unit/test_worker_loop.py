@@ -910,6 +910,61 @@ def test_max_tasks_stops_claiming_after_n_chunks_and_exits_when_done():
     assert sum(c["capacity"] for c in client.claims) == 3
 
 
+# -- complete and fetch -------------------------------------------------------------------
+
+
+def test_a_batch_of_results_claims_the_slot_it_frees_and_runs_what_it_leased():
+    gate = Gate()
+    clock, client, worker = setup([task_payload("t1")], handler=gate, capacity=1)
+    client.fetch_replies = [[task_payload("t2")]]
+    client.stream_input = lambda uri, **kw: [b"a,b\n1,2\n"]
+
+    worker.run_once()
+    gate.release.set()  # t1 finishes once its claim is done with
+    assert wait_until_idle(worker)
+
+    assert [r["task_id"] for r in client.results] == ["t1", "t2"]
+    assert [f["capacity"] for f in client.fetches] == [1, 1]
+    assert {tuple(f["workloads"]) for f in client.fetches} == {("fake",)}
+    assert len(client.claims) == 1
+
+
+def test_max_tasks_counts_the_tasks_batches_of_results_lease():
+    def as_asked(capacity, **kwargs):
+        return [task_payload(f"t{time.perf_counter_ns()}-{i}") for i in range(capacity)]
+
+    clock, client, worker = setup(capacity=2, max_tasks=3)
+    client.claim_replies = [as_asked] * 10
+    client.fetch_replies = [as_asked] * 10
+    client.stream_input = lambda uri, **kw: [b"a,b\n1,2\n"]
+
+    assert worker.run() == 0
+
+    assert len(client.results) == 3
+    asked = [c["capacity"] for c in client.claims] + [f["capacity"] for f in client.fetches]
+    assert sum(asked) == 3
+
+
+def test_the_loop_leaves_alone_the_slots_a_batch_of_results_holds():
+    clock, client, worker = setup([task_payload("t1")], capacity=3)
+
+    assert worker.reserve(0) == 3
+    worker.run_once()  # every slot held: no claim
+    assert client.claims == []
+    worker.deliver([], 3, None)
+    worker.run_once()
+
+    assert [c["capacity"] for c in client.claims] == [3]
+    assert wait_until_idle(worker)
+
+
+def test_a_stopping_worker_sends_its_results_without_claiming():
+    clock, client, worker = setup(capacity=2)
+    worker.request_stop("test")
+
+    assert worker.reserve(2) == 0
+
+
 # -- faults -------------------------------------------------------------------------------
 
 
