@@ -314,6 +314,8 @@ class ChunkRunner:
             self._log(logging.WARNING, "dropped", f"chunk stopped: {exc.reason}", reason=exc.reason)
         elif isinstance(exc, LeaseLost):
             self._lease_lost(chunk, exc, during="input")
+            reason = exc.code or "lease_lost"
+            self._log(logging.WARNING, "dropped", f"chunk stopped: {reason}", reason=reason)
         else:
             self._fail(chunk, "input_unavailable", exc.message, retryable=True, details=exc.details)
 

@@ -362,4 +362,10 @@ def find_handler(workload: str) -> Handler:
 
 def load_handlers(workloads: Iterable[str]) -> dict[str, Handler]:
     """Look up every workload up front, so a missing plugin fails at start, not per task."""
-    return {workload: find_handler(workload) for workload in workloads}
+    handlers = {workload: find_handler(workload) for workload in workloads}
+    if summarise_csv in handlers.values():
+        # polars takes a few hundred milliseconds to import: at start, not inside a lease.
+        from services.csvstats import columnar
+
+        columnar.engine()
+    return handlers

@@ -726,6 +726,19 @@ def test_input_409_drops_the_chunk_without_a_failure_report():
     assert client.failures == [] and client.results == []
 
 
+def test_an_input_refused_as_cancelled_is_logged_as_a_dropped_chunk_with_its_reason(caplog):
+    # However the worker hears of a cancel (a heartbeat, or the input's own 409), the chunk's
+    # end is logged the same way, so an operator finds every dropped chunk under one event.
+    payload = task_payload("t1")
+    clock, client, worker = setup([payload], capacity=1)
+    client.inputs[payload["input_uri"]] = LeaseLost("cancelled", status=409, code="task_cancelled")
+    with caplog.at_level(logging.INFO):
+        worker.run_once()
+        assert wait_until_idle(worker)
+    dropped = [r for r in caplog.records if getattr(r, "event", None) == "dropped"]
+    assert [r.reason for r in dropped] == ["task_cancelled"]
+
+
 def test_an_input_cut_and_then_refused_stops_the_chunk_at_once_without_a_failure_report():
     # A coordinator whose archive breaks under the stream fails the attempt before the cut
     # (services.tasks.serve_input): the reopen is refused and the worker stops there, rather
