@@ -1,12 +1,13 @@
 """Every documentation example marked runnable runs, top to bottom, against a real stack, and
 prints what the page says it prints, so the docs cannot drift from the code.
 
-A fenced ```bash block right after a `<!-- runnable -->` line is run with bash -euo pipefail
-(CHUNKWISE_URL and CHUNKWISE_TOKEN set to the stack's, the venv's commands on PATH, a
-csv_stats worker running, and `render` a workload the coordinator serves); a page's
-blocks run in order in one scratch directory, so a file one block writes is there for the
-next. A ```text block right after a `<!-- output -->` line names lines the block before it
-must print, each on a line of its own (surrounding blanks ignored).
+A fenced ```bash block right after a `<!-- runnable -->` line is run with bash -euo pipefail,
+a ```python block with the venv's Python (CHUNKWISE_URL, CHUNKWISE_TOKEN and
+CHUNKWISE_WORKER_TOKEN set to the stack's, the venv's commands on PATH, a csv_stats worker
+running, and `render` and `square` workloads the coordinator serves); a page's blocks run in
+order in one scratch directory, so a file one block writes is there for the next. A ```text
+block right after a `<!-- output -->` line names lines the block before it must print, each
+on a line of its own (surrounding blanks ignored).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def test_the_pages_with_runnable_examples_include_the_readme_and_the_first_jobs(
         "README.md",
         "docs/getting-started/first-csv-job.md",
         "docs/guides/jobs.md",
+        "docs/guides/sdk.md",
     } <= set(PAGES)
 
 
@@ -70,10 +72,14 @@ def test_a_marked_block_is_found_with_the_lines_it_must_print_and_unmarked_ones_
     assert (example.language, example.code, example.expected) == ("bash", "echo hi\n", ["hi"])
 
 
+# How a block of each language is run: its code is the last argument.
+RUNNERS = {"bash": ["bash", "-euo", "pipefail", "-c"], "python": [str(BIN / "python"), "-c"]}
+
+
 @pytest.fixture
 def stack_env() -> dict:
     """The e2e timings, and the manifest workload the docs' examples submit jobs of."""
-    return {**FAST, "CHUNKWISE_ALLOWED_WORKLOADS": "render"}
+    return {**FAST, "CHUNKWISE_ALLOWED_WORKLOADS": "render,square"}
 
 
 @pytest.mark.slow
@@ -84,14 +90,15 @@ def test_every_runnable_example_of_the_page_runs_and_prints_what_it_shows(page, 
         **os.environ,
         "CHUNKWISE_URL": stack.url,
         "CHUNKWISE_TOKEN": stack.tokens.user,
+        "CHUNKWISE_WORKER_TOKEN": stack.tokens.worker,
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     workdir = tmp_path / "work"
     workdir.mkdir()
     for number, example in enumerate(examples((REPO / page).read_text()), start=1):
-        assert example.language == "bash", f"{page} block {number}: only bash blocks run"
+        assert example.language in RUNNERS, f"{page} block {number}: bash or python blocks run"
         result = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", example.code],
+            [*RUNNERS[example.language], example.code],
             cwd=workdir,
             env=env,
             capture_output=True,
