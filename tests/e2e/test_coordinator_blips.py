@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
@@ -80,7 +81,8 @@ class BlippingLink:
 
     def _to_coordinator(self, data: bytes) -> bool:
         with self._lock:
-            if self._result_cuts_left and b"/results HTTP/1.1" in data:
+            # A batch of results, alone or completing and fetching (?claim=N).
+            if self._result_cuts_left and re.search(rb"/results(\?\S*)? HTTP/1\.1", data):
                 self._result_cuts_left -= 1
                 self._blip("result")
                 return False
