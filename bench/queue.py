@@ -270,36 +270,12 @@ def noop_loops(stack: LocalStack, threads: int, seconds: float, fetch: bool = Fa
 
     def loop(n: int) -> None:
         session = stack.api(stack.tokens.worker)
-        worker = f"bench-{n}"
         tasks: list[dict] = []
         while time.monotonic() < stop:
-            if not tasks:
-                claimed = session.post(
-                    f"{stack.url}/api/v1/tasks/claim",
-                    json={
-                        "worker_id": worker,
-                        "workloads": [WORKLOAD],
-                        "capacity": CLAIM_CAPACITY,
-                    },
-                    timeout=30,
-                )
-                if claimed.status_code == 204:
-                    continue
-                tasks = claimed.json()["tasks"]
-            items = [
-                {**lease(t), "result_uri": "bench://out", "result_sha256": "0" * 64} for t in tasks
-            ]
-            body: dict = {"worker_id": worker, "results": items}
-            if fetch:
-                body["workloads"] = [WORKLOAD]
-            answer = session.post(
-                f"{stack.url}/api/v1/tasks/results",
-                params={"claim": CLAIM_CAPACITY} if fetch else None,
-                json=body,
-                timeout=30,
-            ).json()
-            done[n] += sum(1 for o in answer["results"] if o["outcome"] == "accepted")
-            tasks = answer.get("tasks", [])
+            accepted, tasks = noop_step(
+                stack, session, f"bench-{n}", tasks, capacity=CLAIM_CAPACITY, fetch=fetch
+            )
+            done[n] += accepted
 
     workers = [threading.Thread(target=loop, args=(n,)) for n in range(threads)]
     for w in workers:
@@ -307,6 +283,43 @@ def noop_loops(stack: LocalStack, threads: int, seconds: float, fetch: bool = Fa
     for w in workers:
         w.join()
     return sum(done)
+
+
+def noop_step(
+    stack: LocalStack,
+    session,
+    worker: str,
+    held: list[dict],
+    *,
+    capacity: int,
+    fetch: bool = False,
+    wait_seconds: float | None = None,
+) -> tuple[int, list[dict]]:
+    """One turn of a no-op worker: claim if it holds nothing, complete what it holds (with
+    `fetch`, claiming the next in the same call); return (results accepted, tasks held now)."""
+    if not held:
+        claim = {"worker_id": worker, "workloads": [WORKLOAD], "capacity": capacity}
+        if wait_seconds is not None:
+            claim["wait_seconds"] = wait_seconds
+        claimed = session.post(f"{stack.url}/api/v1/tasks/claim", json=claim, timeout=30)
+        if claimed.status_code == 204:
+            return 0, []
+        claimed.raise_for_status()
+        held = claimed.json()["tasks"]
+    items = [{**lease(t), "result_uri": "bench://out", "result_sha256": "0" * 64} for t in held]
+    body: dict = {"worker_id": worker, "results": items}
+    if fetch:
+        body["workloads"] = [WORKLOAD]
+    answer = session.post(
+        f"{stack.url}/api/v1/tasks/results",
+        params={"claim": capacity} if fetch else None,
+        json=body,
+        timeout=30,
+    )
+    answer.raise_for_status()
+    page = answer.json()
+    accepted = sum(1 for o in page["results"] if o["outcome"] == "accepted")
+    return accepted, page.get("tasks", [])
 
 
 def drain(stack: LocalStack) -> None:

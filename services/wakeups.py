@@ -180,22 +180,26 @@ class Wakeups:
                 backoff = min(backoff * 2, 10.0)
 
     def _recheck(self) -> None:
-        try:
-            self._recheck_connections()
-        except Exception:  # noqa: BLE001 - the listener must outlive what this meets
-            logger.exception(
-                "could not re-check the pool's connections",
-                extra={"event": "pool_recheck_error"},
-            )
+        _outlived(
+            self._recheck_connections,
+            "could not re-check the pool's connections",
+            "pool_recheck_error",
+        )
 
     def _reload_workloads(self) -> None:
         if self._stop.is_set():  # the pool it reads with may be closed already
             return
         # A schema still behind (no workloads table yet) must not cost the claims their wake-ups.
-        try:
-            self._workloads_changed()
-        except Exception:  # noqa: BLE001 - the listener must outlive what this meets
-            logger.exception(
-                "could not reload the workloads; serving those loaded before",
-                extra={"event": "workloads_reload_error"},
-            )
+        _outlived(
+            self._workloads_changed,
+            "could not reload the workloads; serving those loaded before",
+            "workloads_reload_error",
+        )
+
+
+def _outlived(action: Callable[[], object], message: str, event: str) -> None:
+    """Run a listener's side task; log what it raises, so the listener outlives it."""
+    try:
+        action()
+    except Exception:  # noqa: BLE001 - the listener must outlive what this meets
+        logger.exception(message, extra={"event": event})

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from bench.peers.figures import Drain, Row
-from bench.queue import WORKLOAD, children, drain, submit_noop_jobs
+from bench.queue import children, drain, noop_step, submit_noop_jobs
 from devstack.stack import LocalStack
 
 # A claim finding nothing long-polls this long: the last clients wait out one after the drain.
@@ -57,33 +57,15 @@ class ChunkwisePeer:
             worker = f"peers-{n}"
             leased: list[dict] = []
             while not finished.is_set() and time.monotonic() < deadline:
-                if not leased:
-                    claimed = session.post(
-                        f"{self.stack.url}/api/v1/tasks/claim",
-                        json={
-                            "worker_id": worker,
-                            "workloads": [WORKLOAD],
-                            "capacity": self.capacity,
-                            "wait_seconds": WAIT_SECONDS,
-                        },
-                        timeout=30,
-                    )
-                    if claimed.status_code == 204:
-                        continue
-                    claimed.raise_for_status()
-                    leased = claimed.json()["tasks"]
-                body: dict = {"worker_id": worker, "results": [noop_result(t) for t in leased]}
-                if self.fetch:
-                    body["workloads"] = [WORKLOAD]
-                answer = session.post(
-                    f"{self.stack.url}/api/v1/tasks/results",
-                    params={"claim": self.capacity} if self.fetch else None,
-                    json=body,
-                    timeout=30,
+                done, leased = noop_step(
+                    self.stack,
+                    session,
+                    worker,
+                    leased,
+                    capacity=self.capacity,
+                    fetch=self.fetch,
+                    wait_seconds=WAIT_SECONDS,
                 )
-                answer.raise_for_status()
-                done = sum(1 for o in answer.json()["results"] if o["outcome"] == "accepted")
-                leased = answer.json().get("tasks", [])
                 with lock:
                     accepted[0] += done
                     if accepted[0] >= tasks and not finished.is_set():
@@ -115,17 +97,6 @@ class ChunkwisePeer:
             submit_seconds=started - submitting,
             cpu_us_per_task=(cpu_after - cpu_before) / tasks * 1e6,
         )
-
-
-def noop_result(task: dict) -> dict:
-    """A no-op task's result, carrying its lease."""
-    return {
-        "task_id": task["task_id"],
-        "attempt": task["attempt"],
-        "lease_token": task["lease_token"],
-        "result_uri": "bench://out",
-        "result_sha256": "0" * 64,
-    }
 
 
 def cpu_seconds(pids: list[int]) -> float:
