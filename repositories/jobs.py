@@ -129,7 +129,8 @@ _SIZE = sql.SQL("""
               FROM unnest(%(task_args)b::text[]) AS a) AS bytes
 """)
 # The workload's virtual time (sql/0028): its head's number at this priority, or, with none
-# queued there, the last number any owner took.
+# queued there, the last number any owner took. MATERIALIZED in the admission: _NEXT_TAG names
+# it twice, and inlined it was planned and looked up twice.
 _CLOCK = sql.SQL("""
     SELECT coalesce(
         (SELECT t.fair_tag FROM tasks t
@@ -164,7 +165,7 @@ WITH size AS ({size}), share AS (
   WHERE workload = %(workload)s AND unfinished + %(n)s <= %(limit)s
     AND EXISTS (SELECT FROM share)
   RETURNING workload
-), clock AS ({clock}), taken AS (
+), clock AS MATERIALIZED ({clock}), taken AS (
   UPDATE user_bounds u SET unfinished = u.unfinished + %(n)s,
     stored_bytes = u.stored_bytes + size.bytes, last_tag = {next_tag} + %(n)s
   FROM room, clock, size
