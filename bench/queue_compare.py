@@ -8,7 +8,10 @@ python -m bench.queue_compare <worktree> [--turns 5] [--seconds 3] [--fetch]
 its own tree's devstack on a database of its own on one server; then, turn by turn, each side
 is measured in its turn (the side that goes first alternates): a one-task claim's latency,
 100 leases renewed one heartbeat at a time and in one batch, a one-task job's submission and
-its idle pickup, and a short no-op drain at 4 threads. Every turn is printed, then each
+its idle pickup, and a short no-op drain at 4 threads. First each side takes one turn on its
+fresh pool and 300 more submissions (printed apart, not in the medians: a prepared statement's
+first five uses on each pooled connection are planned afresh, once per connection an hour, a
+cost the last line prints on its own). Every turn is printed, then each
 figure's median and range per side and the median of the turns' ratios (this tree ÷ the
 other): on a shared machine, figures taken minutes apart differ more than the code does.
 """
@@ -46,6 +49,9 @@ from bench.queue import (
 from devstack.stack import REPO, LocalStack, Tokens, database_url, stop_on_sigterm
 
 THREADS = 4
+# Enough one-task submissions after the warm-up turn for every pooled connection (10 per
+# process) to have planned the admission five times.
+WARM_SUBMITS = 300
 # The tasks queued before each drain: more than a short drain at 4 threads gets through.
 QUEUED = 20_000
 # Started inside each tree, with that tree's own devstack, so each side migrates and seeds
@@ -111,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         serve(REPO, head_url, run_dir / "head") as head,
     ):
         stacks = {"base": base, "head": head}
+        fresh = {name: warm_up(*stacks[name], args.seconds) for name in sides}
         for n in range(args.turns):
             order = ("base", "head") if n % 2 == 0 else ("head", "base")
             for name in order:
@@ -119,6 +126,27 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"turn {n + 1} {name}: {json.dumps(figures)}", flush=True)
     shutil.rmtree(run_dir, ignore_errors=True)
     print_summary(turns)
+    print(
+        "a fresh pool's turn (not in the medians above): head/base "
+        + ", ".join(
+            f"{FIGURES[key].strip()} {fresh['head'][key] / fresh['base'][key]:.2f}x"
+            for key in ("submit_ms", "submit_database_us", "pickup_submit_ms")
+            if fresh["base"][key]
+        )
+    )
+
+
+def warm_up(stack: LocalStack, master: int, seconds: float) -> dict:
+    """One turn on a fresh pool, then WARM_SUBMITS submissions: PostgreSQL plans a prepared
+    statement afresh on each of a connection's first five uses, so a fresh pool's first turn
+    measures that, once per connection, rather than the calls' steady cost. Returns the turn."""
+    figures = one_turn(stack, master, seconds)
+    print(f"warm-up turn on a fresh pool ({stack.url}): {json.dumps(figures)}", flush=True)
+    session = stack.api()
+    for _ in range(WARM_SUBMITS):
+        submit_noop_jobs(stack, 1, session=session)
+    drain(stack)
+    return figures
 
 
 def revision(tree: Path) -> str:
@@ -247,11 +275,13 @@ class Cpu:
         self.coordinator = children(master)
 
     def backends(self) -> list[int]:
-        """The server processes serving this side's database now."""
+        """The server processes serving this side's clients now (not autovacuum: a worker
+        that happens to be vacuuming the last drain's tasks is not a call's cost)."""
         with psycopg.connect(self.stack.database_url, autocommit=True) as conn:
             rows = conn.execute(
                 "SELECT pid FROM pg_stat_activity "
                 "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND backend_type = 'client backend'"
             ).fetchall()
         return [r[0] for r in rows]
 

@@ -122,22 +122,23 @@ class ChunkCounts:
 # The bytes a new job stores as its owner's bounds count them: its parameters and labels and
 # its tasks' parameters, as PostgreSQL writes them out.
 _SIZE = sql.SQL("""
-    SELECT octet_length(%(parameters)s::jsonb::text) + octet_length(%(labels)s::jsonb::text)
-           + (SELECT coalesce(sum(octet_length(p::text)), 0)
-              FROM unnest(%(task_parameters)b::jsonb[]) AS p)
-           + (SELECT coalesce(sum(octet_length(a)), 0)
-              FROM unnest(%(task_args)b::text[]) AS a) AS bytes
+SELECT octet_length(%(parameters)s::jsonb::text) + octet_length(%(labels)s::jsonb::text)
+  + (SELECT coalesce(sum(octet_length(p::text)), 0)
+     FROM unnest(%(task_parameters)b::jsonb[]) AS p)
+  + (SELECT coalesce(sum(octet_length(a)), 0)
+     FROM unnest(%(task_args)b::text[]) AS a) AS bytes
 """)
 # The workload's virtual time (sql/0028): its head's number at this priority, or, with none
-# queued there, the last number any owner took.
+# queued there, the last number any owner took. MATERIALIZED in the admission: _NEXT_TAG names
+# it twice, and inlined it was planned and looked up twice.
 _CLOCK = sql.SQL("""
-    SELECT coalesce(
-        (SELECT t.fair_tag FROM tasks t
-         WHERE t.status = 'pending' AND t.workload = %(workload)s
-           AND t.not_before IS NULL AND t.priority = %(priority)s
-         ORDER BY t.fair_tag LIMIT 1),
-        (SELECT max(last_tag) FROM user_bounds WHERE workload = %(workload)s),
-        0) AS now
+SELECT coalesce(
+    (SELECT t.fair_tag FROM tasks t
+     WHERE t.status = 'pending' AND t.workload = %(workload)s
+       AND t.not_before IS NULL AND t.priority = %(priority)s
+     ORDER BY t.fair_tag LIMIT 1),
+    (SELECT max(last_tag) FROM user_bounds WHERE workload = %(workload)s),
+    0) AS now
 """)
 # Where an owner's next numbers start: after its last, but at most its share past the head,
 # so one who cancelled a backlog is not sent behind the tasks it no longer has.
@@ -164,7 +165,7 @@ WITH size AS ({size}), share AS (
   WHERE workload = %(workload)s AND unfinished + %(n)s <= %(limit)s
     AND EXISTS (SELECT FROM share)
   RETURNING workload
-), clock AS ({clock}), taken AS (
+), clock AS MATERIALIZED ({clock}), taken AS (
   UPDATE user_bounds u SET unfinished = u.unfinished + %(n)s,
     stored_bytes = u.stored_bytes + size.bytes, last_tag = {next_tag} + %(n)s
   FROM room, clock, size
