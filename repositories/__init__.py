@@ -9,10 +9,11 @@ psycopg's own rule (prepare on a connection's fifth use) seldom fired, and Postg
 them afresh each time, about half of an admission's database CPU. Not the claim: its best plan
 depends on its capacity (docs/performance/profile.md).
 
-Those that return rows name their columns (`columns`) rather than `*`, as does the claim
-(psycopg prepares any statement a connection has run five times): PostgreSQL refuses a
-prepared statement whose result type would change, so a migration adding a column, applied
-while coordinators run, would fail it on every connection that prepared it.
+Every statement names the columns it returns (`columns`) rather than `*`, cold ones too
+(tests/unit/test_named_columns.py): psycopg prepares any statement a connection has run five
+times, and PostgreSQL refuses a prepared statement whose result type would change, so a
+migration adding a column, applied while coordinators run, would fail it on every connection
+that prepared it.
 """
 
 from __future__ import annotations
@@ -31,10 +32,13 @@ def from_row(cls: type[T], row: dict[str, Any]) -> T:
     return cls(**{name: row[name] for name in _field_names(cls) if name in row})
 
 
-def columns(cls: type, table: str | None = None) -> sql.Composed:
-    """The columns a row dataclass names, as a select list (qualified by `table` if given)."""
+def columns(cls: type, table: str | None = None, *, computed: tuple[str, ...] = ()) -> sql.Composed:
+    """The columns a row dataclass names, as a select list (qualified by `table` if given),
+    but the `computed` ones, which a statement works out rather than reads."""
     return sql.SQL(", ").join(
-        sql.Identifier(table, name) if table else sql.Identifier(name) for name in _field_names(cls)
+        sql.Identifier(table, name) if table else sql.Identifier(name)
+        for name in _field_names(cls)
+        if name not in computed
     )
 
 

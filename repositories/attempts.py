@@ -31,6 +31,22 @@ class Attempt:
     lease_sha256: str | None = None
 
 
+# What the statements return of an attempt: named, so a new column leaves them be once
+# psycopg has prepared them (repositories/__init__.py).
+_COLUMNS = columns(Attempt)
+
+_FINISH = (
+    sql.SQL("""
+        UPDATE task_attempts SET outcome = %(outcome)s, finished_at = now(),
+            error_code = %(code)s, error_message = %(message)s
+        WHERE task_id = %(id)s AND attempt = %(attempt)s AND outcome IS NULL
+        RETURNING {}
+        """)
+    .format(_COLUMNS)
+    .as_string()
+)
+
+
 def finish(
     conn: Connection,
     task_id: UUID,
@@ -41,12 +57,7 @@ def finish(
 ) -> Attempt | None:
     """Close an attempt with its outcome (once); return it, or None if it was closed already."""
     row = conn.execute(
-        """
-        UPDATE task_attempts SET outcome = %(outcome)s, finished_at = now(),
-            error_code = %(code)s, error_message = %(message)s
-        WHERE task_id = %(id)s AND attempt = %(attempt)s AND outcome IS NULL
-        RETURNING *
-        """,
+        _FINISH,
         {
             "id": task_id,
             "attempt": attempt,
@@ -83,19 +94,27 @@ def finish_completed(conn: Connection, tasks: Sequence[Task]) -> dict[UUID, Atte
     return {r["task_id"]: from_row(Attempt, r) for r in rows}
 
 
+_OF_TASKS = (
+    sql.SQL("SELECT {} FROM task_attempts WHERE task_id = ANY(%(ids)b) ORDER BY task_id, attempt")
+    .format(_COLUMNS)
+    .as_string()
+)
+
+
 def of_tasks(conn: Connection, task_ids: Sequence[UUID]) -> list[Attempt]:
     """Attempts of these tasks, oldest first."""
-    rows = conn.execute(
-        "SELECT * FROM task_attempts WHERE task_id = ANY(%(ids)b) ORDER BY task_id, attempt",
-        {"ids": list(task_ids)},
-    ).fetchall()
+    rows = conn.execute(_OF_TASKS, {"ids": list(task_ids)}).fetchall()
     return [from_row(Attempt, r) for r in rows]
+
+
+_FIND = (
+    sql.SQL("SELECT {} FROM task_attempts WHERE task_id = %(id)s AND attempt = %(attempt)s")
+    .format(_COLUMNS)
+    .as_string()
+)
 
 
 def find(conn: Connection, task_id: UUID, attempt: int) -> Attempt | None:
     """One attempt of a task."""
-    row = conn.execute(
-        "SELECT * FROM task_attempts WHERE task_id = %(id)s AND attempt = %(attempt)s",
-        {"id": task_id, "attempt": attempt},
-    ).fetchone()
+    row = conn.execute(_FIND, {"id": task_id, "attempt": attempt}).fetchone()
     return from_row(Attempt, row) if row else None

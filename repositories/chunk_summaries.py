@@ -46,7 +46,10 @@ def insert_summary(
 def summaries(conn: Connection, job_id: UUID) -> list[AcceptedSummary]:
     """A job's accepted summaries in chunk order."""
     rows = conn.execute(
-        "SELECT * FROM chunk_summaries WHERE job_id = %(job)s ORDER BY chunk_index",
+        """
+        SELECT task_id, chunk_index, attempt, summary FROM chunk_summaries
+        WHERE job_id = %(job)s ORDER BY chunk_index
+        """,
         {"job": job_id},
     ).fetchall()
     return [from_row(AcceptedSummary, r) for r in rows]

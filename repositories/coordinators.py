@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from psycopg import Connection
+from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
-from repositories import from_row
+from repositories import columns, from_row
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,37 @@ class CoordinatorRow:
     setting_digests: dict  # setting name -> digest of its value
 
 
+# What the statements return of a coordinator, as `c`: named, so a new column leaves them be
+# once psycopg has prepared them (repositories/__init__.py).
+_COLUMNS = columns(CoordinatorRow, "c")
+
+_CHECK_IN = (
+    sql.SQL("""
+        INSERT INTO coordinators AS c
+            (id, host, pid, version, expires_at, fingerprint, setting_digests)
+        VALUES (%(id)s, %(host)s, %(pid)s, %(version)s,
+                now() + make_interval(secs => %(live)s), %(fingerprint)s, %(digests)s)
+        ON CONFLICT (id) DO UPDATE SET
+            last_seen_at = now(), expires_at = EXCLUDED.expires_at,
+            fingerprint = EXCLUDED.fingerprint, setting_digests = EXCLUDED.setting_digests
+        RETURNING {}
+        """)
+    .format(_COLUMNS)
+    .as_string()
+)
+_LIVE_BEFORE = (
+    sql.SQL("""
+        SELECT {} FROM coordinators c
+        LEFT JOIN coordinators me ON me.id = %(id)s
+        WHERE c.id <> %(id)s AND c.expires_at > now()
+          AND (me.id IS NULL OR (c.started_at, c.id) < (me.started_at, me.id))
+        ORDER BY c.started_at, c.id
+        """)
+    .format(_COLUMNS)
+    .as_string()
+)
+
+
 def check_in(
     conn: Connection,
     *,
@@ -40,16 +71,7 @@ def check_in(
     """Record the coordinator as seen now and live for `live_seconds` more; its first check-in
     is its start."""
     row = conn.execute(
-        """
-        INSERT INTO coordinators AS c
-            (id, host, pid, version, expires_at, fingerprint, setting_digests)
-        VALUES (%(id)s, %(host)s, %(pid)s, %(version)s,
-                now() + make_interval(secs => %(live)s), %(fingerprint)s, %(digests)s)
-        ON CONFLICT (id) DO UPDATE SET
-            last_seen_at = now(), expires_at = EXCLUDED.expires_at,
-            fingerprint = EXCLUDED.fingerprint, setting_digests = EXCLUDED.setting_digests
-        RETURNING *
-        """,
+        _CHECK_IN,
         {
             "id": id,
             "host": host,
@@ -66,16 +88,7 @@ def check_in(
 def live_before(conn: Connection, coordinator_id: str) -> list[CoordinatorRow]:
     """The live coordinators that started before this one (every live other, if it has no row),
     the first started first."""
-    rows = conn.execute(
-        """
-        SELECT c.* FROM coordinators c
-        LEFT JOIN coordinators me ON me.id = %(id)s
-        WHERE c.id <> %(id)s AND c.expires_at > now()
-          AND (me.id IS NULL OR (c.started_at, c.id) < (me.started_at, me.id))
-        ORDER BY c.started_at, c.id
-        """,
-        {"id": coordinator_id},
-    ).fetchall()
+    rows = conn.execute(_LIVE_BEFORE, {"id": coordinator_id}).fetchall()
     return [from_row(CoordinatorRow, r) for r in rows]
 
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from psycopg import Connection
+from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
-from repositories import from_row
+from repositories import columns, from_row
 from repositories.jobs import Job
 
 
@@ -51,8 +51,10 @@ def publish_many(conn: Connection, events: Sequence[dict]) -> None:
     conn.execute(
         """
         INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
-        SELECT * FROM unnest(%(jobs)b::uuid[], %(owners)b::bigint[], %(events)b::text[],
-                             %(payloads)b::jsonb[], %(traces)b::text[])
+        SELECT e.job_id, e.owner_id, e.event, e.payload, e.trace_id
+        FROM unnest(%(jobs)b::uuid[], %(owners)b::bigint[], %(events)b::text[],
+                    %(payloads)b::jsonb[], %(traces)b::text[])
+             AS e(job_id, owner_id, event, payload, trace_id)
         """,
         {
             "jobs": [e["job_id"] for e in events],
@@ -79,6 +81,36 @@ class EventPage:
     next_after: int
 
 
+# The feed's page, its events' columns named (as `outbox`, `scanned` and `w`), so a new
+# column leaves it be once psycopg has prepared it (repositories/__init__.py); xact orders it.
+_LIST_EVENTS = (
+    sql.SQL("""
+        WITH mark AS (
+            SELECT coalesce(
+                (SELECT xact FROM outbox WHERE id <= %(after)s ORDER BY id DESC LIMIT 1), '0'
+            ) AS xact
+        ), scanned AS (
+            SELECT {outbox}, outbox.xact FROM outbox, mark
+            WHERE (outbox.xact, outbox.id) > (mark.xact, %(after)s)
+              AND outbox.xact < pg_snapshot_xmin(pg_current_snapshot())
+              AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
+              AND (%(job)s::uuid IS NULL OR job_id = %(job)s)
+            ORDER BY outbox.xact, outbox.id LIMIT %(scan)s
+        ), wanted AS (
+            SELECT {scanned}, xact FROM scanned
+            WHERE %(types)s::text[] IS NULL OR event = ANY(%(types)s)
+            ORDER BY xact, id LIMIT %(limit)s
+        )
+        -- One row even when nothing is wanted, to carry how far the scan went.
+        SELECT {w}, (SELECT id FROM scanned ORDER BY xact DESC, id DESC LIMIT 1) AS scanned_to
+        FROM (VALUES (1)) AS one LEFT JOIN wanted w ON true
+        ORDER BY w.xact, w.id
+        """)
+    .format(outbox=columns(Event, "outbox"), scanned=columns(Event), w=columns(Event, "w"))
+    .as_string()
+)
+
+
 def list_events(
     conn: Connection,
     *,
@@ -99,27 +131,7 @@ def list_events(
     most SCAN_LIMIT events are read, and a page short of `limit` moves on past all of them.
     """
     rows = conn.execute(
-        """
-        WITH mark AS (
-            SELECT coalesce(
-                (SELECT xact FROM outbox WHERE id <= %(after)s ORDER BY id DESC LIMIT 1), '0'
-            ) AS xact
-        ), scanned AS (
-            SELECT outbox.* FROM outbox, mark
-            WHERE (outbox.xact, outbox.id) > (mark.xact, %(after)s)
-              AND outbox.xact < pg_snapshot_xmin(pg_current_snapshot())
-              AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
-              AND (%(job)s::uuid IS NULL OR job_id = %(job)s)
-            ORDER BY outbox.xact, outbox.id LIMIT %(scan)s
-        ), wanted AS (
-            SELECT * FROM scanned WHERE %(types)s::text[] IS NULL OR event = ANY(%(types)s)
-            ORDER BY xact, id LIMIT %(limit)s
-        )
-        -- One row even when nothing is wanted, to carry how far the scan went.
-        SELECT w.*, (SELECT id FROM scanned ORDER BY xact DESC, id DESC LIMIT 1) AS scanned_to
-        FROM (VALUES (1)) AS one LEFT JOIN wanted w ON true
-        ORDER BY w.xact, w.id
-        """,
+        _LIST_EVENTS,
         {
             "after": after,
             "owner": owner_id,

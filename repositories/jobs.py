@@ -46,8 +46,10 @@ class Job:
     depends_on: list[UUID] | None = None  # the jobs that must succeed first (sql/0023)
 
 
-# What the prepared statements return of a job: named, so a new column leaves them be.
+# What the statements return of a job: named, so a new column leaves them be once they are
+# prepared (repositories/__init__.py). As `j` where another relation shares a column name.
 _COLUMNS = columns(Job)
+_J_COLUMNS = columns(Job, "j")
 
 # A listed job's error message is cut to this many characters (a worker's may be 4,000 and
 # the coordinator prefixes its own words).
@@ -376,19 +378,23 @@ def raise_owner_bounds(
     return {r["owner_id"]: r["first_tag"] for r in rows}
 
 
+_LOCK_PREREQUISITES = (
+    sql.SQL("""
+        SELECT {} FROM jobs
+        WHERE id = ANY(%(ids)s) AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
+        ORDER BY created_at, id
+        FOR SHARE
+        """)
+    .format(_COLUMNS)
+    .as_string()
+)
+
+
 def lock_prerequisites(conn: Connection, ids: Sequence[UUID], owner_id: int | None) -> list[Job]:
     """Those of these jobs the owner may see (None: anyone's), locked so that none changes
     status until the caller commits: a job admitted to wait for one is then seen by its
     finish. In the order they were created, as lock_many locks."""
-    rows = conn.execute(
-        """
-        SELECT * FROM jobs
-        WHERE id = ANY(%(ids)s) AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
-        ORDER BY created_at, id
-        FOR SHARE
-        """,
-        {"ids": list(ids), "owner": owner_id},
-    ).fetchall()
+    rows = conn.execute(_LOCK_PREREQUISITES, {"ids": list(ids), "owner": owner_id}).fetchall()
     return [from_row(Job, r) for r in rows]
 
 
@@ -437,22 +443,25 @@ def failed_dependents(conn: Connection, job_ids: Collection[UUID]) -> list[UUID]
     return [r["id"] for r in rows]
 
 
+_BY_IDEMPOTENCY_KEY = (
+    sql.SQL("SELECT {} FROM jobs WHERE owner_id = %(owner)s AND idempotency_key = %(key)s")
+    .format(_COLUMNS)
+    .as_string()
+)
+
+
 def find_by_idempotency_key(conn: Connection, owner_id: int, key: str) -> Job | None:
     """Return the owner's job created with this key."""
-    row = conn.execute(
-        "SELECT * FROM jobs WHERE owner_id = %(owner)s AND idempotency_key = %(key)s",
-        {"owner": owner_id, "key": key},
-    ).fetchone()
+    row = conn.execute(_BY_IDEMPOTENCY_KEY, {"owner": owner_id, "key": key}).fetchone()
     return from_row(Job, row) if row else None
 
 
-_GET = """
-    SELECT * FROM jobs WHERE id = %(id)s AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
-"""
-_GET_FOR_UPDATE = """
-    SELECT * FROM jobs WHERE id = %(id)s AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
-    FOR UPDATE
-"""
+_GET_ONE = sql.SQL("""
+    SELECT {columns} FROM jobs
+    WHERE id = %(id)s AND (%(owner)s::bigint IS NULL OR owner_id = %(owner)s)
+    {lock}""")
+_GET = _GET_ONE.format(columns=_COLUMNS, lock=sql.SQL("")).as_string()
+_GET_FOR_UPDATE = _GET_ONE.format(columns=_COLUMNS, lock=sql.SQL("FOR UPDATE")).as_string()
 
 
 def get(
@@ -473,13 +482,17 @@ def get_many(conn: Connection, job_ids: Collection[UUID]) -> dict[UUID, Job]:
     return {r["id"]: from_row(Job, r) for r in rows}
 
 
+_LOCK_MANY = (
+    sql.SQL("SELECT {} FROM jobs WHERE id = ANY(%(ids)s) ORDER BY created_at, id FOR UPDATE")
+    .format(_COLUMNS)
+    .as_string()
+)
+
+
 def lock_many(conn: Connection, job_ids: Collection[UUID]) -> list[Job]:
     """These jobs, locked in the order they were created: a job is created after the jobs it
     depends on, so every transaction locking jobs of one graph locks them in one order."""
-    rows = conn.execute(
-        "SELECT * FROM jobs WHERE id = ANY(%(ids)s) ORDER BY created_at, id FOR UPDATE",
-        {"ids": list(job_ids)},
-    ).fetchall()
+    rows = conn.execute(_LOCK_MANY, {"ids": list(job_ids)}).fetchall()
     return [from_row(Job, r) for r in rows]
 
 
@@ -525,7 +538,7 @@ def fold_chunk_tallies(conn: Connection, limit: int = 200_000) -> None:
         WITH folded AS (
             DELETE FROM job_tallies
             WHERE ctid = ANY (ARRAY(SELECT ctid FROM job_tallies LIMIT %(limit)s))
-            RETURNING *
+            RETURNING job_id, status, n
         )
         INSERT INTO job_tallies (job_id, status, n)
         SELECT job_id, status, sum(n) FROM folded
@@ -592,6 +605,26 @@ def list_jobs(
     return [from_row(JobSummary, r) for r in rows]
 
 
+_SET_STATUS = (
+    sql.SQL("""
+        UPDATE jobs SET status = %(status)s,
+            revision = revision + 1,
+            error = %(error)s,
+            result = %(result)s,
+            partial_result = %(partial)s,
+            merge_seconds = COALESCE(%(merge_seconds)s, merge_seconds),
+            started_at = CASE WHEN %(status)s = 'queued' THEN started_at
+                              ELSE COALESCE(started_at, now()) END,
+            completed_at = CASE WHEN %(status)s IN ('succeeded', 'failed', 'cancelled')
+                                THEN now() END
+        WHERE id = %(id)s
+        RETURNING {}
+        """)
+    .format(_COLUMNS)
+    .as_string()
+)
+
+
 def set_status(
     conn: Connection,
     job_id: UUID,
@@ -604,20 +637,7 @@ def set_status(
 ) -> Job:
     """Move a (locked) job to a new status, bumping its revision."""
     row = conn.execute(
-        """
-        UPDATE jobs SET status = %(status)s,
-            revision = revision + 1,
-            error = %(error)s,
-            result = %(result)s,
-            partial_result = %(partial)s,
-            merge_seconds = COALESCE(%(merge_seconds)s, merge_seconds),
-            started_at = CASE WHEN %(status)s = 'queued' THEN started_at
-                              ELSE COALESCE(started_at, now()) END,
-            completed_at = CASE WHEN %(status)s IN ('succeeded', 'failed', 'cancelled')
-                                THEN now() END
-        WHERE id = %(id)s
-        RETURNING *
-        """,
+        _SET_STATUS,
         {
             "id": job_id,
             "status": status,
@@ -630,10 +650,8 @@ def set_status(
     return from_row(Job, row)
 
 
-def fail_many(conn: Connection, errors: Mapping[UUID, dict]) -> list[Job]:
-    """Fail these (locked) jobs, each with its error, as set_status would; in the order given."""
-    rows = conn.execute(
-        """
+_FAIL_MANY = (
+    sql.SQL("""
         UPDATE jobs j SET status = 'failed',
             revision = revision + 1,
             error = e.error,
@@ -643,25 +661,38 @@ def fail_many(conn: Connection, errors: Mapping[UUID, dict]) -> list[Job]:
             completed_at = now()
         FROM unnest(%(ids)s::uuid[], %(errors)s::jsonb[]) AS e(id, error)
         WHERE j.id = e.id
-        RETURNING j.*
-        """,
+        RETURNING {}
+        """)
+    .format(_J_COLUMNS)
+    .as_string()
+)
+
+
+def fail_many(conn: Connection, errors: Mapping[UUID, dict]) -> list[Job]:
+    """Fail these (locked) jobs, each with its error, as set_status would; in the order given."""
+    rows = conn.execute(
+        _FAIL_MANY,
         {"ids": list(errors), "errors": [Jsonb(e) for e in errors.values()]},
     ).fetchall()
     return _in_order(rows, errors)
 
 
-def requeue_many(conn: Connection, job_ids: Collection[UUID]) -> list[Job]:
-    """Put these (locked) failed jobs back in the queue, as set_status would; in the order
-    given."""
-    rows = conn.execute(
-        """
+_REQUEUE_MANY = (
+    sql.SQL("""
         UPDATE jobs SET status = 'queued', revision = revision + 1, error = NULL, result = NULL,
             partial_result = NULL, completed_at = NULL
         WHERE id = ANY(%(ids)s)
-        RETURNING *
-        """,
-        {"ids": list(job_ids)},
-    ).fetchall()
+        RETURNING {}
+        """)
+    .format(_COLUMNS)
+    .as_string()
+)
+
+
+def requeue_many(conn: Connection, job_ids: Collection[UUID]) -> list[Job]:
+    """Put these (locked) failed jobs back in the queue, as set_status would; in the order
+    given."""
+    rows = conn.execute(_REQUEUE_MANY, {"ids": list(job_ids)}).fetchall()
     return _in_order(rows, job_ids)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from psycopg import Connection
+from psycopg import Connection, sql
 
-from repositories import channels, from_row
+from repositories import channels, columns, from_row
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,11 @@ class WorkloadPause:
     workload: str
     paused_by: str
     paused_at: datetime
+
+
+# What the statements return of a pause: named, so a new column leaves them be once psycopg
+# has prepared them (repositories/__init__.py).
+_PAUSE_COLUMNS = columns(WorkloadPause)
 
 
 @dataclass(frozen=True)
@@ -147,16 +152,20 @@ def figures(conn: Connection) -> QueueFigures:
     )
 
 
-def pause(conn: Connection, workload: str, paused_by: str) -> WorkloadPause:
-    """Pause a workload; a paused one keeps who paused it first, and when."""
-    row = conn.execute(
-        """
+_PAUSE = (
+    sql.SQL("""
         INSERT INTO workload_pauses (workload, paused_by) VALUES (%(workload)s, %(by)s)
         ON CONFLICT (workload) DO UPDATE SET workload = EXCLUDED.workload
-        RETURNING *
-        """,
-        {"workload": workload, "by": paused_by},
-    ).fetchone()
+        RETURNING {}
+        """)
+    .format(_PAUSE_COLUMNS)
+    .as_string()
+)
+
+
+def pause(conn: Connection, workload: str, paused_by: str) -> WorkloadPause:
+    """Pause a workload; a paused one keeps who paused it first, and when."""
+    row = conn.execute(_PAUSE, {"workload": workload, "by": paused_by}).fetchone()
     return from_row(WorkloadPause, row)
 
 
@@ -169,9 +178,14 @@ def resume(conn: Connection, workload: str) -> None:
         conn.execute("SELECT pg_notify(%s, '')", (channels.CLAIMABLE,))
 
 
+_PAUSES = (
+    sql.SQL("SELECT {} FROM workload_pauses ORDER BY workload").format(_PAUSE_COLUMNS).as_string()
+)
+
+
 def pauses(conn: Connection) -> list[WorkloadPause]:
     """Every paused workload's pause."""
-    rows = conn.execute("SELECT * FROM workload_pauses ORDER BY workload").fetchall()
+    rows = conn.execute(_PAUSES).fetchall()
     return [from_row(WorkloadPause, r) for r in rows]
 
 
@@ -188,7 +202,7 @@ def fold_tallies(conn: Connection, limit: int = 200_000) -> None:
         WITH folded AS (
             DELETE FROM tallies
             WHERE ctid = ANY (ARRAY(SELECT ctid FROM tallies LIMIT %(limit)s))
-            RETURNING *
+            RETURNING figure, workload, status, error_code, n
         )
         INSERT INTO tallies (figure, workload, status, error_code, n)
         SELECT figure, workload, status, error_code, sum(n) FROM folded

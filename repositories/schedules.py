@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from psycopg import Connection
+from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
-from repositories import from_row
+from repositories import columns, from_row
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,35 @@ class DueSchedule:
     owner_role: str
 
 
+# What the statements return of a schedule, as `s` (the owner's name comes from users):
+# named, so a new column leaves them be once psycopg has prepared them
+# (repositories/__init__.py).
+_COLUMNS = columns(Schedule, "s", computed=("owner",))
+# The same of the row a write returns, with no `s` to qualify them by.
+_WRITTEN_COLUMNS = columns(Schedule, computed=("owner",))
+
+_PUT = (
+    sql.SQL("""
+        INSERT INTO schedules (id, owner_id, name, cron, timezone, job, paused, next_run_at)
+        VALUES (%(id)s, %(owner)s, %(name)s, %(cron)s, %(timezone)s, %(job)s, %(paused)s,
+                %(next)s)
+        ON CONFLICT ON CONSTRAINT schedules_owner_name_key DO UPDATE SET
+            cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, job = EXCLUDED.job,
+            paused = EXCLUDED.paused,
+            next_run_at = CASE
+                WHEN (schedules.cron, schedules.timezone, schedules.paused)
+                     = (EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.paused)
+                THEN schedules.next_run_at ELSE EXCLUDED.next_run_at END,
+            updated_at = now()
+        -- xmax is 0 only on a row this statement inserted.
+        RETURNING {}, xmax = 0 AS created,
+            (SELECT name FROM users WHERE id = owner_id) AS owner
+        """)
+    .format(_WRITTEN_COLUMNS)
+    .as_string()
+)
+
+
 def put(
     conn: Connection,
     *,
@@ -78,21 +107,7 @@ def put(
     `next_run_at`.
     """
     row = conn.execute(
-        """
-        INSERT INTO schedules (id, owner_id, name, cron, timezone, job, paused, next_run_at)
-        VALUES (%(id)s, %(owner)s, %(name)s, %(cron)s, %(timezone)s, %(job)s, %(paused)s,
-                %(next)s)
-        ON CONFLICT ON CONSTRAINT schedules_owner_name_key DO UPDATE SET
-            cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, job = EXCLUDED.job,
-            paused = EXCLUDED.paused,
-            next_run_at = CASE
-                WHEN (schedules.cron, schedules.timezone, schedules.paused)
-                     = (EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.paused)
-                THEN schedules.next_run_at ELSE EXCLUDED.next_run_at END,
-            updated_at = now()
-        -- xmax is 0 only on a row this statement inserted.
-        RETURNING *, xmax = 0 AS created, (SELECT name FROM users WHERE id = owner_id) AS owner
-        """,
+        _PUT,
         {
             "id": id,
             "owner": owner_id,
@@ -107,15 +122,12 @@ def put(
     return from_row(Schedule, row), row["created"]
 
 
-_GET = """
-    SELECT s.*, u.name AS owner FROM schedules s JOIN users u ON u.id = s.owner_id
+_GET_ONE = sql.SQL("""
+    SELECT {columns}, u.name AS owner FROM schedules s JOIN users u ON u.id = s.owner_id
     WHERE s.owner_id = %(owner)s AND s.name = %(name)s
-"""
-_GET_FOR_UPDATE = """
-    SELECT s.*, u.name AS owner FROM schedules s JOIN users u ON u.id = s.owner_id
-    WHERE s.owner_id = %(owner)s AND s.name = %(name)s
-    FOR UPDATE OF s
-"""
+    {lock}""")
+_GET = _GET_ONE.format(columns=_COLUMNS, lock=sql.SQL("")).as_string()
+_GET_FOR_UPDATE = _GET_ONE.format(columns=_COLUMNS, lock=sql.SQL("FOR UPDATE OF s")).as_string()
 
 
 def get(conn: Connection, owner_id: int, name: str, *, for_update: bool = False) -> Schedule | None:
@@ -149,18 +161,25 @@ def count_for_owner(conn: Connection, owner_id: int) -> int:
     return row["n"]
 
 
+_SET_PAUSED = (
+    sql.SQL("""
+        -- On the right of SET, paused is the row's value before this update.
+        UPDATE schedules SET paused = %(paused)s, updated_at = now(),
+            next_run_at = CASE WHEN paused THEN %(next)s ELSE next_run_at END
+        WHERE id = %(id)s
+        RETURNING {}, (SELECT name FROM users WHERE id = owner_id) AS owner
+        """)
+    .format(_WRITTEN_COLUMNS)
+    .as_string()
+)
+
+
 def set_paused(
     conn: Connection, schedule_id: UUID, *, paused: bool, next_run_at: datetime
 ) -> Schedule:
     """Pause or resume a schedule; one resumed runs next at `next_run_at`."""
     row = conn.execute(
-        """
-        -- On the right of SET, paused is the row's value before this update.
-        UPDATE schedules SET paused = %(paused)s, updated_at = now(),
-            next_run_at = CASE WHEN paused THEN %(next)s ELSE next_run_at END
-        WHERE id = %(id)s
-        RETURNING *, (SELECT name FROM users WHERE id = owner_id) AS owner
-        """,
+        _SET_PAUSED,
         {"id": schedule_id, "paused": paused, "next": next_run_at},
     ).fetchone()
     return from_row(Schedule, row)
@@ -187,18 +206,25 @@ def soonest_run(conn: Connection, *, after: datetime) -> datetime | None:
     return row["soonest"]
 
 
-def lock_due(conn: Connection, *, now: datetime, limit: int) -> list[DueSchedule]:
-    """Lock the running schedules whose next run is at or before `now`, the most overdue
-    first; SKIP LOCKED, so coordinators running passes at once share them out."""
-    rows = conn.execute(
-        """
-        SELECT s.*, u.name AS owner, u.role AS owner_role
+_LOCK_DUE = (
+    sql.SQL("""
+        SELECT {}, u.name AS owner, u.role AS owner_role
         FROM schedules s JOIN users u ON u.id = s.owner_id
         WHERE NOT s.paused AND s.next_run_at <= %(now)s
         ORDER BY s.next_run_at
         LIMIT %(limit)s
         FOR UPDATE OF s SKIP LOCKED
-        """,
+        """)
+    .format(_COLUMNS)
+    .as_string()
+)
+
+
+def lock_due(conn: Connection, *, now: datetime, limit: int) -> list[DueSchedule]:
+    """Lock the running schedules whose next run is at or before `now`, the most overdue
+    first; SKIP LOCKED, so coordinators running passes at once share them out."""
+    rows = conn.execute(
+        _LOCK_DUE,
         {"now": now, "limit": limit},
     ).fetchall()
     return [DueSchedule(from_row(Schedule, r), r["owner_role"]) for r in rows]

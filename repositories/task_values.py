@@ -43,7 +43,8 @@ def store(conn: Connection, values: Sequence[StoredValue]) -> None:
     conn.execute(
         """
         INSERT INTO task_results (task_id, value)
-        SELECT * FROM unnest(%(ids)b::uuid[], %(texts)b::text[])
+        SELECT v.task_id, v.value
+        FROM unnest(%(ids)b::uuid[], %(texts)b::text[]) AS v(task_id, value)
         ON CONFLICT (task_id) DO UPDATE SET value = EXCLUDED.value
         """,
         {"ids": [v.task_id for v in values], "texts": [v.text for v in values]},
@@ -75,7 +76,9 @@ def page_for_job(
     the values and metrics past `max_bytes` (always at least one)."""
     rows = conn.execute(
         """
-        SELECT * FROM (
+        SELECT id, chunk_index, attempt, result_uri, result_sha256, metrics, completed_at, value,
+               bytes_through
+        FROM (
             SELECT t.id, t.chunk_index, t.attempt, t.result_uri, t.result_sha256, t.metrics,
                    t.completed_at, r.value,
                    sum(coalesce(octet_length(r.value), 0) + coalesce(pg_column_size(t.metrics), 0))

@@ -65,8 +65,10 @@ class Task:
         return self.not_before == BLOCKED
 
 
-# What the prepared statements return of a task: named, so a new column leaves them be.
+# What the statements return of a task: named, so a new column leaves them be once they are
+# prepared (repositories/__init__.py). As `t` where another relation shares a column name.
 _COLUMNS = columns(Task)
+_T_COLUMNS = columns(Task, "t")
 
 
 @dataclass(frozen=True)
@@ -376,6 +378,19 @@ def renew_many(
     return {r["id"]: r["lease_expires_at"] for r in rows}
 
 
+_GET_LEASED = (
+    sql.SQL("""
+        SELECT {} FROM tasks
+        WHERE id = %(id)s AND lease_owner = %(worker)s AND attempt = %(attempt)s
+          AND status = 'leased' AND lease_sha256 = %(lease)s
+          AND NOT EXISTS (SELECT FROM workers WHERE id = %(worker)s
+                          AND credential_id <> %(credential)s)
+        """)
+    .format(_COLUMNS)
+    .as_string()
+)
+
+
 def get_leased(
     conn: Connection,
     task_id: UUID,
@@ -386,13 +401,7 @@ def get_leased(
 ) -> Task | None:
     """Return the task if the caller holds its current lease under this attempt and token."""
     row = conn.execute(
-        """
-        SELECT * FROM tasks
-        WHERE id = %(id)s AND lease_owner = %(worker)s AND attempt = %(attempt)s
-          AND status = 'leased' AND lease_sha256 = %(lease)s
-          AND NOT EXISTS (SELECT FROM workers WHERE id = %(worker)s
-                          AND credential_id <> %(credential)s)
-        """,
+        _GET_LEASED,
         {
             "id": task_id,
             "worker": worker_id,
@@ -404,9 +413,12 @@ def get_leased(
     return from_row(Task, row) if row else None
 
 
+_GET = sql.SQL("SELECT {} FROM tasks WHERE id = %(id)s").format(_COLUMNS).as_string()
+
+
 def get(conn: Connection, task_id: UUID) -> Task | None:
     """Return a task."""
-    row = conn.execute("SELECT * FROM tasks WHERE id = %(id)s", {"id": task_id}).fetchone()
+    row = conn.execute(_GET, {"id": task_id}).fetchone()
     return from_row(Task, row) if row else None
 
 
@@ -457,7 +469,7 @@ _COMPLETE_MANY = (
         WHERE t.id = mine.id
         RETURNING {}
         """)
-    .format(columns(Task, "t"))
+    .format(_T_COLUMNS)
     .as_string()
 )
 
@@ -487,25 +499,8 @@ def complete_many(
     return [from_row(Task, r) for r in rows]
 
 
-def fail(
-    conn: Connection,
-    task_id: UUID,
-    worker_id: str,
-    credential_id: int,
-    attempt: int,
-    lease_token: str,
-    *,
-    error_code: str,
-    error_message: str,
-    error_details: dict,
-    retryable: bool,
-    read_budget: int,
-    retry_delay: float,
-) -> Task | None:
-    """Record the caller's failure: back to pending while budgets remain, not to be claimed
-    for `retry_delay` seconds, else failed."""
-    row = conn.execute(
-        """
+_FAIL = (
+    sql.SQL("""
         WITH fenced AS (
             SELECT id, (%(retryable)s AND attempt < max_attempts
                         AND (%(code)s <> 'input_unavailable' OR read_retries < %(budget)s)
@@ -529,8 +524,32 @@ def fail(
             error_code = %(code)s, error_message = %(message)s, error_details = %(details)s,
             version = t.version + 1
         FROM fenced f WHERE t.id = f.id
-        RETURNING t.*
-        """,
+        RETURNING {}
+        """)
+    .format(_T_COLUMNS)
+    .as_string()
+)
+
+
+def fail(
+    conn: Connection,
+    task_id: UUID,
+    worker_id: str,
+    credential_id: int,
+    attempt: int,
+    lease_token: str,
+    *,
+    error_code: str,
+    error_message: str,
+    error_details: dict,
+    retryable: bool,
+    read_budget: int,
+    retry_delay: float,
+) -> Task | None:
+    """Record the caller's failure: back to pending while budgets remain, not to be claimed
+    for `retry_delay` seconds, else failed."""
+    row = conn.execute(
+        _FAIL,
         {
             "id": task_id,
             "worker": worker_id,
@@ -565,19 +584,8 @@ def jobs_with_expired_leases(
     return [r["job_id"] for r in rows]
 
 
-def expire(
-    conn: Connection, job_id: UUID, *, now: datetime | None, lost_budget: int, limit: int = 500
-) -> list[ExpiredLease]:
-    """Take back a job's leases that ran out: pending while budgets remain, else failed.
-
-    A lease that ran out at its attempt's deadline is the task's own doing (timed_out) and
-    spends only an attempt; any other is a lost worker's (lease_expired) and spends the lost
-    budget too. Either is retried at once: a timed-out attempt has already waited its timeout.
-    The job is locked before its tasks, the order completions and cancels lock them in, and
-    both with SKIP LOCKED: a sweep never waits, and a busy job's leases wait for the next pass.
-    """
-    rows = conn.execute(
-        """
+_EXPIRE = (
+    sql.SQL("""
         WITH due AS MATERIALIZED (
             SELECT id FROM jobs WHERE id = %(job)s FOR UPDATE SKIP LOCKED
         ), overdue AS (
@@ -606,18 +614,41 @@ def expire(
                 ELSE 'the lease expired before the worker reported a result' END,
             version = t.version + 1
         FROM expired e WHERE t.id = e.id
-        RETURNING t.*, e.lease_owner AS expired_owner
-        """,
+        RETURNING {}, e.lease_owner AS expired_owner
+        """)
+    .format(_T_COLUMNS)
+    .as_string()
+)
+
+
+def expire(
+    conn: Connection, job_id: UUID, *, now: datetime | None, lost_budget: int, limit: int = 500
+) -> list[ExpiredLease]:
+    """Take back a job's leases that ran out: pending while budgets remain, else failed.
+
+    A lease that ran out at its attempt's deadline is the task's own doing (timed_out) and
+    spends only an attempt; any other is a lost worker's (lease_expired) and spends the lost
+    budget too. Either is retried at once: a timed-out attempt has already waited its timeout.
+    The job is locked before its tasks, the order completions and cancels lock them in, and
+    both with SKIP LOCKED: a sweep never waits, and a busy job's leases wait for the next pass.
+    """
+    rows = conn.execute(
+        _EXPIRE,
         {"job": job_id, "now": now, "budget": lost_budget, "limit": limit},
     ).fetchall()
     return [ExpiredLease(from_row(Task, r), r["expired_owner"]) for r in rows]
 
 
+_LIST_FOR_JOB = (
+    sql.SQL("SELECT {} FROM tasks WHERE job_id = %(job)s ORDER BY chunk_index")
+    .format(_COLUMNS)
+    .as_string()
+)
+
+
 def list_for_job(conn: Connection, job_id: UUID) -> list[Task]:
     """A job's tasks in chunk order."""
-    rows = conn.execute(
-        "SELECT * FROM tasks WHERE job_id = %(job)s ORDER BY chunk_index", {"job": job_id}
-    ).fetchall()
+    rows = conn.execute(_LIST_FOR_JOB, {"job": job_id}).fetchall()
     return [from_row(Task, r) for r in rows]
 
 

@@ -52,7 +52,8 @@ def list_workers(conn: Connection) -> list[Worker]:
     """Every known worker, most recently seen first, with its current lease count."""
     rows = conn.execute(
         """
-        SELECT w.*, count(t.id) AS leases_held,
+        SELECT w.id, w.first_seen_at, w.last_seen_at, w.capacity, w.workloads, w.tasks_done,
+               w.peak_rss_bytes, count(t.id) AS leases_held,
                extract(epoch FROM clock_timestamp() - w.last_seen_at)::float8 AS seen_seconds_ago
         FROM workers w LEFT JOIN tasks t ON t.lease_owner = w.id AND t.status = 'leased'
         GROUP BY w.id ORDER BY w.last_seen_at DESC

@@ -25,6 +25,11 @@ _FROM_EXCLUDED = sql.SQL(", ").join(
 _FROM_PARAMS = sql.SQL(", ").join(
     sql.SQL("{} = {}").format(sql.Identifier(c), sql.Placeholder(c)) for c in CAP_COLUMNS
 )
+# What the statements return of a workload (all _stored reads): named, so a new column leaves
+# them be once psycopg has prepared them (repositories/__init__.py).
+_STORED_COLUMNS = sql.SQL(", ").join(
+    map(sql.Identifier, ("name", *CAP_COLUMNS, "changed_by", "changed_at"))
+)
 
 
 @dataclass(frozen=True)
@@ -76,23 +81,26 @@ def add(conn: Connection, name: str, caps: dict, added_by: str) -> StoredWorkloa
                 SET {from_excluded}, changed_by = EXCLUDED.changed_by, changed_at = now(),
                     removed_at = NULL
                 WHERE workloads.removed_at IS NOT NULL
-            RETURNING *
+            RETURNING {stored}
             """
-        ).format(columns=_COLUMNS, values=_VALUES, from_excluded=_FROM_EXCLUDED),
+        ).format(
+            columns=_COLUMNS, values=_VALUES, from_excluded=_FROM_EXCLUDED, stored=_STORED_COLUMNS
+        ),
         {"name": name, "by": added_by, **caps},
     ).fetchone()
     return None if row is None else _stored(row)
 
 
+_GET_ONE = sql.SQL(
+    "SELECT {stored} FROM workloads WHERE name = %(name)s AND removed_at IS NULL {lock}"
+)
+_GET = _GET_ONE.format(stored=_STORED_COLUMNS, lock=sql.SQL("")).as_string()
+_GET_FOR_UPDATE = _GET_ONE.format(stored=_STORED_COLUMNS, lock=sql.SQL("FOR UPDATE")).as_string()
+
+
 def get(conn: Connection, name: str, *, for_update: bool = False) -> StoredWorkload | None:
     """A served workload's row, or None (also for a removed one)."""
-    lock = sql.SQL("FOR UPDATE" if for_update else "")
-    row = conn.execute(
-        sql.SQL("SELECT * FROM workloads WHERE name = %(name)s AND removed_at IS NULL {}").format(
-            lock
-        ),
-        {"name": name},
-    ).fetchone()
+    row = conn.execute(_GET_FOR_UPDATE if for_update else _GET, {"name": name}).fetchone()
     return None if row is None else _stored(row)
 
 
@@ -103,9 +111,9 @@ def change(conn: Connection, name: str, caps: dict, changed_by: str) -> StoredWo
             """
             UPDATE workloads SET {from_params}, changed_by = %(by)s, changed_at = now()
             WHERE name = %(name)s
-            RETURNING *
+            RETURNING {stored}
             """
-        ).format(from_params=_FROM_PARAMS),
+        ).format(from_params=_FROM_PARAMS, stored=_STORED_COLUMNS),
         {"name": name, "by": changed_by, **caps},
     ).fetchone()
     return _stored(row)
@@ -136,7 +144,14 @@ def remove(conn: Connection, name: str, removed_by: str) -> None:
     conn.execute("DELETE FROM workload_buckets WHERE workload = %(name)s", {"name": name})
 
 
+_SERVED = (
+    sql.SQL("SELECT {} FROM workloads WHERE removed_at IS NULL ORDER BY name")
+    .format(_STORED_COLUMNS)
+    .as_string()
+)
+
+
 def served(conn: Connection) -> list[StoredWorkload]:
     """Every served workload's row, by name."""
-    rows = conn.execute("SELECT * FROM workloads WHERE removed_at IS NULL ORDER BY name").fetchall()
+    rows = conn.execute(_SERVED).fetchall()
     return [_stored(r) for r in rows]
