@@ -23,8 +23,8 @@ from pathlib import Path
 import requests
 
 from app import migrations
-from worker_cli.chunkwise import FINISHED
 from worker_cli.client import CoordinatorClient
+from worker_cli.commands.jobs import FINISHED
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

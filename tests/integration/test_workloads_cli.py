@@ -10,8 +10,9 @@ import pytest
 import requests
 
 from tests.integration.manifests import manifest
-from worker_cli.chunkwise import EXIT_HTTP_ERROR, EXIT_OK, EXIT_USAGE, run
+from worker_cli.chunkwise import run
 from worker_cli.client import CoordinatorClient
+from worker_cli.commands.invocation import EXIT_HTTP_ERROR, EXIT_OK, EXIT_USAGE
 
 URL = "http://coordinator.test"
 

@@ -6,14 +6,9 @@ import io
 
 import pytest
 
-from worker_cli.chunkwise import (
-    EXIT_OK,
-    EXIT_USAGE,
-    build_parser,
-    parse_arguments,
-    run,
-    workload_caps,
-)
+from worker_cli.chunkwise import build_parser, parse_arguments, run
+from worker_cli.commands.invocation import EXIT_OK, EXIT_USAGE
+from worker_cli.commands.queue import workload_caps
 
 JOB = "6e56eaf5-06ec-450f-a4f0-f652955b2d63"
 ENV = {"CHUNKWISE_URL": "http://coordinator.test", "CHUNKWISE_TOKEN": "cwu_env"}

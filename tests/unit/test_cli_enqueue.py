@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import json
 
-from worker_cli.chunkwise import EXIT_OK, EXIT_USAGE, KEY_PREFIX, run
+from worker_cli.chunkwise import run
+from worker_cli.commands.idempotency_keys import KEY_PREFIX
+from worker_cli.commands.invocation import EXIT_OK, EXIT_USAGE
 
 ENV = {"CHUNKWISE_URL": "http://c.test", "CHUNKWISE_TOKEN": "cwu_t"}
 JOB = {

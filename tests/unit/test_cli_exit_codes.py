@@ -7,16 +7,16 @@ import json
 
 import pytest
 
-from worker_cli.chunkwise import (
+from worker_cli.chunkwise import run
+from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected, StorageFailed
+from worker_cli.commands.invocation import (
     EXIT_HTTP_ERROR,
     EXIT_JOB_UNSUCCESSFUL,
     EXIT_OK,
     EXIT_UNREACHABLE,
     RETRY_DELAYS,
     exit_status_for,
-    run,
 )
-from worker_cli.client import CoordinatorUnavailable, LeaseLost, RequestRejected, StorageFailed
 
 JOB_ID = "6e56eaf5-06ec-450f-a4f0-f652955b2d63"
 ENV = {"CHUNKWISE_URL": "http://c.test", "CHUNKWISE_TOKEN": "cwu_t"}

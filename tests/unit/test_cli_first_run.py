@@ -14,8 +14,10 @@ import pytest
 from app.config import REPO_ROOT
 from worker_cli import version
 from worker_cli import worker as worker_command
-from worker_cli.chunkwise import EXIT_OK, EXIT_USAGE, KEY_PREFIX, run
+from worker_cli.chunkwise import run
 from worker_cli.client import SubmittedJob
+from worker_cli.commands.idempotency_keys import KEY_PREFIX
+from worker_cli.commands.invocation import EXIT_OK, EXIT_USAGE
 
 ENV = {"CHUNKWISE_URL": "http://c.test", "CHUNKWISE_TOKEN": "cwu_t"}
 JOB_ID = "6e56eaf5-06ec-450f-a4f0-f652955b2d63"

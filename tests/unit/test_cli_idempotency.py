@@ -7,7 +7,9 @@ import io
 
 import pytest
 
-from worker_cli.chunkwise import EXIT_OK, KEY_PREFIX, default_idempotency_key, file_sha256, run
+from worker_cli.chunkwise import run
+from worker_cli.commands.idempotency_keys import KEY_PREFIX, default_idempotency_key, file_sha256
+from worker_cli.commands.invocation import EXIT_OK
 
 DIGEST = "a" * 64
 PARAMS = {

@@ -67,9 +67,9 @@ def test_the_metrics_page_names_every_exported_series_and_no_other(monkeypatch):
 
 
 def test_the_exit_codes_page_gives_every_exit_status_of_the_chunkwise_command():
-    from worker_cli import chunkwise
+    from worker_cli.commands import invocation
 
-    statuses = {value for name, value in vars(chunkwise).items() if name.startswith("EXIT_")}
+    statuses = {value for name, value in vars(invocation).items() if name.startswith("EXIT_")}
     text = (REFERENCE / "exit-codes.md").read_text()
     documented = {int(s) for s in re.findall(r"^\| (\d+) \|", text, re.MULTILINE)}
     assert documented == statuses

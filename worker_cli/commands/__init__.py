@@ -1,0 +1,1 @@
+"""The chunkwise command's subcommands: one module per API family, its handlers and parsers."""
