@@ -10,7 +10,15 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import Blueprint, Flask, Response, current_app
 from marshmallow import fields
 
-from app import auth, schemas
+from app import auth
+from app.schemas import base as base_schemas
+from app.schemas import chunks as chunk_schemas
+from app.schemas import events as event_schemas
+from app.schemas import health as health_schemas
+from app.schemas import jobs as job_schemas
+from app.schemas import queue as queue_schemas
+from app.schemas import schedules as schedule_schemas
+from app.schemas import tasks as task_schemas
 from services import schedules
 
 bp = Blueprint("openapi", __name__)
@@ -21,7 +29,7 @@ bp.before_request(auth.any_token)
 MEDIA_TYPE = "application/vnd.oai.openapi+json"
 
 
-class CsvJobUploadSchema(schemas.CsvJobFormSchema):
+class CsvJobUploadSchema(job_schemas.CsvJobFormSchema):
     """The multipart form of a CSV job: the form fields and the file part."""
 
     file = fields.Raw(required=True, metadata={"type": "string", "format": "binary"})
@@ -30,49 +38,69 @@ class CsvJobUploadSchema(schemas.CsvJobFormSchema):
 # endpoint -> (request schema, response schema, statuses beyond those every route of its kind
 # can give; see _statuses). A request schema is the query of a GET and the JSON body otherwise.
 DOCUMENTED: dict[str, tuple[type | None, type | None, tuple[int, ...]]] = {
-    "health.healthz": (None, schemas.HealthSchema, ()),
-    "health.readyz": (None, schemas.HealthSchema, (503,)),
+    "health.healthz": (None, health_schemas.HealthSchema, ()),
+    "health.readyz": (None, health_schemas.HealthSchema, (503,)),
     "openapi.document": (None, None, ()),
     # 500 storage_unavailable and 507 insufficient_storage: a CSV upload that cannot be stored;
     # 414: a text/csv upload's query string too long for gunicorn.
     "jobs.create_job": (
-        schemas.JobCreateSchema,
-        schemas.JobSchema,
+        job_schemas.JobCreateSchema,
+        job_schemas.JobSchema,
         (201, 409, 414, 429, 500, 507),
     ),
-    "jobs.list_jobs": (schemas.JobListQuerySchema, schemas.JobListSchema, ()),
-    "jobs.get_job": (schemas.JobWaitQuerySchema, schemas.JobSchema, (304, 404)),
-    "jobs.list_results": (schemas.ResultPageQuerySchema, schemas.ResultListSchema, (404,)),
+    "jobs.list_jobs": (job_schemas.JobListQuerySchema, job_schemas.JobListSchema, ()),
+    "jobs.get_job": (job_schemas.JobWaitQuerySchema, job_schemas.JobSchema, (304, 404)),
+    "jobs.list_results": (job_schemas.ResultPageQuerySchema, job_schemas.ResultListSchema, (404,)),
     "task_values.stored_result": (None, None, (404,)),
-    "jobs.cancel_job": (None, schemas.JobSchema, (404, 409)),
-    "jobs.cancel_jobs": (schemas.JobCancelSchema, schemas.JobCancelResultSchema, ()),
-    "jobs.retry_job": (None, schemas.JobSchema, (404, 409, 429)),
-    "chunks.list_chunks": (schemas.ChunkPageQuerySchema, schemas.ChunkListSchema, (404,)),
-    "chunks.get_chunk": (None, schemas.ChunkSchema, (404,)),
-    "events.list_events": (schemas.EventQuerySchema, schemas.EventListSchema, ()),
-    "queue.queue_status": (None, schemas.QueueSchema, ()),
-    "queue.list_workers": (None, schemas.WorkerListSchema, ()),
-    "queue.list_workloads": (None, schemas.WorkloadListSchema, ()),
-    "queue.add_workload": (schemas.WorkloadAddSchema, schemas.WorkloadSchema, (201, 409)),
-    "queue.get_workload": (None, schemas.WorkloadSchema, (404,)),
-    "queue.change_workload": (schemas.WorkloadChangeSchema, schemas.WorkloadSchema, (404,)),
+    "jobs.cancel_job": (None, job_schemas.JobSchema, (404, 409)),
+    "jobs.cancel_jobs": (job_schemas.JobCancelSchema, job_schemas.JobCancelResultSchema, ()),
+    "jobs.retry_job": (None, job_schemas.JobSchema, (404, 409, 429)),
+    "chunks.list_chunks": (
+        chunk_schemas.ChunkPageQuerySchema,
+        chunk_schemas.ChunkListSchema,
+        (404,),
+    ),
+    "chunks.get_chunk": (None, chunk_schemas.ChunkSchema, (404,)),
+    "events.list_events": (event_schemas.EventQuerySchema, event_schemas.EventListSchema, ()),
+    "queue.queue_status": (None, queue_schemas.QueueSchema, ()),
+    "queue.list_workers": (None, queue_schemas.WorkerListSchema, ()),
+    "queue.list_workloads": (None, queue_schemas.WorkloadListSchema, ()),
+    "queue.add_workload": (
+        queue_schemas.WorkloadAddSchema,
+        queue_schemas.WorkloadSchema,
+        (201, 409),
+    ),
+    "queue.get_workload": (None, queue_schemas.WorkloadSchema, (404,)),
+    "queue.change_workload": (
+        queue_schemas.WorkloadChangeSchema,
+        queue_schemas.WorkloadSchema,
+        (404,),
+    ),
     "queue.remove_workload": (None, None, (204, 404, 409)),
-    "queue.pause_workload": (None, schemas.WorkloadSchema, (404,)),
-    "queue.resume_workload": (None, schemas.WorkloadSchema, (404,)),
-    "tasks.claim": (schemas.ClaimSchema, schemas.ClaimResponseSchema, (204,)),
-    "tasks.read_input": (schemas.LeaseSchema, None, (206, 404, 409, 416)),
-    "tasks.heartbeat": (schemas.HeartbeatSchema, schemas.LeaseRenewedSchema, (404, 409)),
-    "tasks.heartbeats": (schemas.HeartbeatBatchSchema, schemas.HeartbeatBatchResponseSchema, ()),
-    "tasks.result": (schemas.ResultSchema, schemas.TaskSchema, (404, 409)),
-    "tasks.results": (schemas.ResultBatchSchema, schemas.ResultBatchResponseSchema, ()),
-    "tasks.failure": (schemas.FailureSchema, schemas.TaskSchema, (404, 409)),
-    "schedules.put_schedule": (schemas.SchedulePutSchema, schemas.ScheduleSchema, (201, 409)),
-    "schedules.list_schedules": (None, schemas.ScheduleListSchema, ()),
-    "schedules.get_schedule": (None, schemas.ScheduleSchema, (404,)),
+    "queue.pause_workload": (None, queue_schemas.WorkloadSchema, (404,)),
+    "queue.resume_workload": (None, queue_schemas.WorkloadSchema, (404,)),
+    "tasks.claim": (task_schemas.ClaimSchema, task_schemas.ClaimResponseSchema, (204,)),
+    "tasks.read_input": (task_schemas.LeaseSchema, None, (206, 404, 409, 416)),
+    "tasks.heartbeat": (task_schemas.HeartbeatSchema, task_schemas.LeaseRenewedSchema, (404, 409)),
+    "tasks.heartbeats": (
+        task_schemas.HeartbeatBatchSchema,
+        task_schemas.HeartbeatBatchResponseSchema,
+        (),
+    ),
+    "tasks.result": (task_schemas.ResultSchema, task_schemas.TaskSchema, (404, 409)),
+    "tasks.results": (task_schemas.ResultBatchSchema, task_schemas.ResultBatchResponseSchema, ()),
+    "tasks.failure": (task_schemas.FailureSchema, task_schemas.TaskSchema, (404, 409)),
+    "schedules.put_schedule": (
+        schedule_schemas.SchedulePutSchema,
+        schedule_schemas.ScheduleSchema,
+        (201, 409),
+    ),
+    "schedules.list_schedules": (None, schedule_schemas.ScheduleListSchema, ()),
+    "schedules.get_schedule": (None, schedule_schemas.ScheduleSchema, (404,)),
     "schedules.delete_schedule": (None, None, (204, 404)),
-    "schedules.run_schedule": (None, schemas.JobSchema, (201, 404, 409, 429)),
-    "schedules.pause_schedule": (None, schemas.ScheduleSchema, (404,)),
-    "schedules.resume_schedule": (None, schemas.ScheduleSchema, (404,)),
+    "schedules.run_schedule": (None, job_schemas.JobSchema, (201, 404, 409, 429)),
+    "schedules.pause_schedule": (None, schedule_schemas.ScheduleSchema, (404,)),
+    "schedules.resume_schedule": (None, schedule_schemas.ScheduleSchema, (404,)),
 }
 # Answered 204 on success, never 200.
 NO_CONTENT_ENDPOINTS = {"schedules.delete_schedule", "queue.remove_workload"}
@@ -155,11 +183,11 @@ IDEMPOTENCY_KEY_PARAMETER = {
 }
 LEASE_TOKEN_PARAMETER = {
     "in": "header",
-    "name": schemas.LEASE_TOKEN_HEADER,
+    "name": task_schemas.LEASE_TOKEN_HEADER,
     "required": True,
     "description": "the lease_token the claim returned with this task; a missing or malformed "
     "one is 422, another lease's is 409 lease_lost",
-    "schema": {"type": "string", **schemas.LEASE_TOKEN["metadata"]},
+    "schema": {"type": "string", **task_schemas.LEASE_TOKEN["metadata"]},
 }
 IF_NONE_MATCH_PARAMETER = {
     "in": "header",
@@ -255,7 +283,7 @@ def build_spec(app: Flask) -> dict:
     marshmallow = MarshmallowPlugin()
     spec = APISpec(title="Chunkwise", version="1", openapi_version="3.0.3", plugins=[marshmallow])
     spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
-    spec.components.schema("Error", schema=schemas.ErrorSchema)
+    spec.components.schema("Error", schema=base_schemas.ErrorSchema)
     spec.components.header("TraceId", TRACE_HEADER)
     spec.components.header("ETag", ETAG_HEADER)
     spec.components.header("RetryAfter", RETRY_AFTER_HEADER)
@@ -276,9 +304,11 @@ def build_spec(app: Flask) -> dict:
             if in_query:
                 parameters.append({"in": "query", "schema": request_schema})
             if rule.endpoint == "tasks.results":
-                parameters.append({"in": "query", "schema": schemas.ResultBatchQuerySchema})
+                parameters.append({"in": "query", "schema": task_schemas.ResultBatchQuerySchema})
             if rule.endpoint in OWNER_ENDPOINTS:
-                parameters.append({"in": "query", "schema": schemas.ScheduleOwnerQuerySchema})
+                parameters.append(
+                    {"in": "query", "schema": schedule_schemas.ScheduleOwnerQuerySchema}
+                )
             parameters.append(TRACEPARENT_PARAMETER)
             if rule.endpoint in ("jobs.create_job", "schedules.run_schedule"):
                 parameters.append(IDEMPOTENCY_KEY_PARAMETER)
@@ -309,7 +339,7 @@ def build_spec(app: Flask) -> dict:
 def _csv_query_parameters(marshmallow: MarshmallowPlugin) -> list[dict]:
     """The query parameters of a CSV job sent as the text/csv body."""
     parameters = []
-    for field_name, field in schemas.CsvJobQuerySchema().fields.items():
+    for field_name, field in job_schemas.CsvJobQuerySchema().fields.items():
         # Query parameters cannot depend on the media type: they are optional here, and the
         # ones the form requires are required with a text/csv body.
         when = " (required then)" if field.required else ""

@@ -35,7 +35,7 @@ _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 # What an Authorization header can carry as a bearer token (RFC 6750's b64token and more).
 _TOKEN = re.compile(r"[!-~]+")
 _RANGE_START = re.compile(r"bytes (\d+)-")
-# The outcomes each batch endpoint may answer an item with (app/schemas.py).
+# The outcomes each batch endpoint may answer an item with (app/schemas/tasks.py).
 BATCH_OUTCOMES = {
     "results": frozenset({"accepted", "replayed", "rejected"}),
     "heartbeats": frozenset({"renewed", "rejected"}),
@@ -71,11 +71,11 @@ def _normalise_trace_id(trace_id: str | None) -> str:
 
 
 # The most items the coordinator takes in one batch of results or heartbeats
-# (app/schemas.py, MAX_BATCH_RESULTS).
+# (app/schemas/tasks.py, MAX_BATCH_RESULTS).
 MAX_BATCH = 1000
-# The coordinator's largest page of a job's chunks (app/schemas.py, ChunkPageQuerySchema).
+# The coordinator's largest page of a job's chunks (app/schemas/chunks.py, ChunkPageQuerySchema).
 CHUNK_PAGE = 1000
-# The coordinator's largest page of a job's results (app/schemas.py, MAX_RESULT_PAGE).
+# The coordinator's largest page of a job's results (app/schemas/jobs.py, MAX_RESULT_PAGE).
 RESULT_PAGE = 10_000
 
 

@@ -12,7 +12,7 @@ from worker_cli.schedule import Backoff
 from worker_cli.settings import USER_TOKEN_VARIABLE, coordinator_settings
 
 FINISHED = frozenset({"succeeded", "failed", "cancelled"})
-# The longest a job watch may wait on the coordinator (app/schemas.py, JobWaitQuerySchema).
+# The longest a job watch may wait on the coordinator (app/schemas/jobs.py, JobWaitQuerySchema).
 WATCH_SECONDS = 30.0
 # Tries of one call while the coordinator is unavailable: a restart, not an outage.
 TRIES = 5

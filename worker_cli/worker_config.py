@@ -72,7 +72,7 @@ class WorkerConfig:
     submit_backoff_cap: float = 8.0
 
     def __post_init__(self) -> None:
-        # The coordinator's own bounds (app/schemas.py), so a worker it would refuse at its
+        # The coordinator's own bounds (app/schemas/tasks.py), so a worker it would refuse at its
         # first claim refuses to start instead.
         if not 1 <= len(self.worker_id) <= 200 or not self.worker_id.isprintable():
             raise ValueError("worker_id must be 1 to 200 printable characters")

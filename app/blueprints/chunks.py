@@ -6,18 +6,19 @@ from uuid import UUID
 
 from flask import Blueprint, request
 
-from app import auth, input_rules, schemas
+from app import auth, input_rules
 from app.auth import current_principal
 from app.runtime import get_runtime
+from app.schemas import chunks as chunk_schemas
 from services import chunks
 
 bp = Blueprint("chunks", __name__, url_prefix="/api/v1/jobs/<uuid:job_id>/chunks")
 bp.before_request(auth.users_only)
 
 # Built once: building a schema deep-copies every field it declares.
-CHUNK_PAGE_QUERY = schemas.ChunkPageQuerySchema()
-CHUNK_LIST = schemas.ChunkListSchema()
-CHUNK = schemas.ChunkSchema()
+CHUNK_PAGE_QUERY = chunk_schemas.ChunkPageQuerySchema()
+CHUNK_LIST = chunk_schemas.ChunkListSchema()
+CHUNK = chunk_schemas.ChunkSchema()
 
 
 @bp.get("")

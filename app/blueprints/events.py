@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from flask import Blueprint, request
 
-from app import auth, input_rules, schemas
+from app import auth, input_rules
 from app.auth import current_principal
 from app.runtime import get_runtime
+from app.schemas import events as event_schemas
 from services import jobs
 
 bp = Blueprint("events", __name__, url_prefix="/api/v1/events")
 bp.before_request(auth.users_only)
 
 # Built once: building a schema deep-copies every field it declares.
-EVENT_QUERY = schemas.EventQuerySchema()
-EVENT_LIST = schemas.EventListSchema()
+EVENT_QUERY = event_schemas.EventQuerySchema()
+EVENT_LIST = event_schemas.EventListSchema()
 
 
 @bp.get("")

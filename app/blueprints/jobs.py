@@ -7,9 +7,11 @@ from uuid import UUID
 from flask import Blueprint, Response, request
 from werkzeug.exceptions import UnsupportedMediaType
 
-from app import auth, input_rules, schemas
+from app import auth, input_rules
 from app.auth import current_principal
 from app.runtime import get_runtime
+from app.schemas import chunks as chunk_schemas
+from app.schemas import jobs as job_schemas
 from app.tracing import current_trace_id
 from app.uploads import spooled_body, uploaded
 from services import csvjobs, jobs, task_values
@@ -19,18 +21,18 @@ bp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
 bp.before_request(auth.users_only)
 
 # Built once: building a schema deep-copies every field it declares.
-JOB_CREATE = schemas.JobCreateSchema()
-CSV_JOB_FORM = schemas.CsvJobFormSchema()
-CSV_JOB_QUERY = schemas.CsvJobQuerySchema()
-JOB = schemas.JobSchema()
-JOB_LIST_QUERY = schemas.JobListQuerySchema()
-JOB_LIST = schemas.JobListSchema()
-JOB_WAIT_QUERY = schemas.JobWaitQuerySchema()
-JOB_CANCEL = schemas.JobCancelSchema()
-JOB_CANCEL_RESULT = schemas.JobCancelResultSchema()
-CHUNK_PAGE_QUERY = schemas.ChunkPageQuerySchema()
-RESULT_PAGE_QUERY = schemas.ResultPageQuerySchema()
-RESULT_LIST = schemas.ResultListSchema()
+JOB_CREATE = job_schemas.JobCreateSchema()
+CSV_JOB_FORM = job_schemas.CsvJobFormSchema()
+CSV_JOB_QUERY = job_schemas.CsvJobQuerySchema()
+JOB = job_schemas.JobSchema()
+JOB_LIST_QUERY = job_schemas.JobListQuerySchema()
+JOB_LIST = job_schemas.JobListSchema()
+JOB_WAIT_QUERY = job_schemas.JobWaitQuerySchema()
+JOB_CANCEL = job_schemas.JobCancelSchema()
+JOB_CANCEL_RESULT = job_schemas.JobCancelResultSchema()
+CHUNK_PAGE_QUERY = chunk_schemas.ChunkPageQuerySchema()
+RESULT_PAGE_QUERY = job_schemas.ResultPageQuerySchema()
+RESULT_LIST = job_schemas.ResultListSchema()
 
 
 @bp.post("")

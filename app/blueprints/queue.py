@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from app import auth, input_rules, schemas
+from app import auth, input_rules
 from app.auth import current_principal
 from app.runtime import get_runtime
+from app.schemas import queue as queue_schemas
 from app.tracing import current_trace_id
 from services import queue, workload_registry
 
@@ -14,12 +15,12 @@ bp = Blueprint("queue", __name__, url_prefix="/api/v1")
 bp.before_request(auth.operators_only)
 
 # Built once: building a schema deep-copies every field it declares.
-QUEUE = schemas.QueueSchema()
-WORKLOAD = schemas.WorkloadSchema()
-WORKLOAD_LIST = schemas.WorkloadListSchema()
-WORKLOAD_ADD = schemas.WorkloadAddSchema()
-WORKLOAD_CHANGE = schemas.WorkloadChangeSchema()
-WORKER_LIST = schemas.WorkerListSchema()
+QUEUE = queue_schemas.QueueSchema()
+WORKLOAD = queue_schemas.WorkloadSchema()
+WORKLOAD_LIST = queue_schemas.WorkloadListSchema()
+WORKLOAD_ADD = queue_schemas.WorkloadAddSchema()
+WORKLOAD_CHANGE = queue_schemas.WorkloadChangeSchema()
+WORKER_LIST = queue_schemas.WorkerListSchema()
 
 
 @bp.get("/queue")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from flask import Blueprint, request
 
-from app import auth, input_rules, schemas
+from app import auth, input_rules
 from app.auth import current_principal
 from app.runtime import get_runtime
+from app.schemas import jobs as job_schemas
+from app.schemas import schedules as schedule_schemas
 from app.tracing import current_trace_id
 from services import jobs, schedules
 
@@ -14,11 +16,11 @@ bp = Blueprint("schedules", __name__, url_prefix="/api/v1/schedules")
 bp.before_request(auth.users_only)
 
 # Built once: building a schema deep-copies every field it declares.
-SCHEDULE_PUT = schemas.SchedulePutSchema()
-OWNER_QUERY = schemas.ScheduleOwnerQuerySchema()
-SCHEDULE = schemas.ScheduleSchema()
-SCHEDULE_LIST = schemas.ScheduleListSchema()
-JOB = schemas.JobSchema()
+SCHEDULE_PUT = schedule_schemas.SchedulePutSchema()
+OWNER_QUERY = schedule_schemas.ScheduleOwnerQuerySchema()
+SCHEDULE = schedule_schemas.ScheduleSchema()
+SCHEDULE_LIST = schedule_schemas.ScheduleListSchema()
+JOB = job_schemas.JobSchema()
 
 
 @bp.put("/<schedule_name:name>")

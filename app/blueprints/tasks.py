@@ -8,8 +8,9 @@ from uuid import UUID
 from flask import Blueprint, Response, request
 from marshmallow import ValidationError
 
-from app import auth, errors, input_rules, schemas
+from app import auth, errors, input_rules
 from app.runtime import get_runtime
+from app.schemas import tasks as task_schemas
 from services import tasks
 from services.csvjobs import WORKLOAD as CSV_WORKLOAD
 from services.errors import WaitRefused
@@ -19,17 +20,17 @@ bp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks")
 bp.before_request(auth.workers_only)
 
 # Built once: building a schema deep-copies every field it declares.
-CLAIM = schemas.ClaimSchema()
-LEASE = schemas.LeaseSchema()
-LEASE_TOKEN_HEADER = schemas.LeaseTokenHeaderSchema()
-HEARTBEAT = schemas.HeartbeatSchema()
-LEASE_RENEWED = schemas.LeaseRenewedSchema()
-HEARTBEAT_BATCH = schemas.HeartbeatBatchSchema()
-RESULT = schemas.ResultSchema()
-TASK = schemas.TaskSchema()
-RESULT_BATCH = schemas.ResultBatchSchema()
-RESULT_BATCH_QUERY = schemas.ResultBatchQuerySchema()
-FAILURE = schemas.FailureSchema()
+CLAIM = task_schemas.ClaimSchema()
+LEASE = task_schemas.LeaseSchema()
+LEASE_TOKEN_HEADER = task_schemas.LeaseTokenHeaderSchema()
+HEARTBEAT = task_schemas.HeartbeatSchema()
+LEASE_RENEWED = task_schemas.LeaseRenewedSchema()
+HEARTBEAT_BATCH = task_schemas.HeartbeatBatchSchema()
+RESULT = task_schemas.ResultSchema()
+TASK = task_schemas.TaskSchema()
+RESULT_BATCH = task_schemas.ResultBatchSchema()
+RESULT_BATCH_QUERY = task_schemas.ResultBatchQuerySchema()
+FAILURE = task_schemas.FailureSchema()
 
 
 @bp.post("/claim")
@@ -54,8 +55,8 @@ def read_input(task_id: UUID):
     """Stream a chunk's bytes, or the Range asked for (206), to the worker holding its lease."""
     query = LEASE.load(input_rules.single_values(request.args))
     # A header, never the query string: access logs keep URLs.
-    header = request.headers.get(schemas.LEASE_TOKEN_HEADER)
-    sent = {} if header is None else {schemas.LEASE_TOKEN_HEADER: header}
+    header = request.headers.get(task_schemas.LEASE_TOKEN_HEADER)
+    sent = {} if header is None else {task_schemas.LEASE_TOKEN_HEADER: header}
     token = LEASE_TOKEN_HEADER.load(sent)["lease_token"]
     call = tasks.LeaseCall(query["worker_id"], _credential_id(), query["attempt"], token)
     asked = input_rules.byte_range()

@@ -21,9 +21,13 @@ from werkzeug.exceptions import (
     UnsupportedMediaType,
 )
 
-from app import errors, input_rules, schemas, ui_forms, ui_session
+from app import errors, input_rules, ui_forms, ui_session
 from app.attempt_timeline import build_timeline
 from app.runtime import get_runtime
+from app.schemas import chunks as chunk_schemas
+from app.schemas import jobs as job_schemas
+from app.schemas import queue as queue_schemas
+from app.schemas import schedules as schedule_schemas
 from app.tracing import current_trace_id
 from app.uploads import uploaded
 from repositories.chunks import PREVIEW_CHARS
@@ -55,14 +59,14 @@ bp = Blueprint(
 )
 
 # Built once: building a schema deep-copies every field it declares.
-JOB_LIST = schemas.JobListSchema()
-JOB_LIST_QUERY = schemas.JobListQuerySchema()
-JOB = schemas.JobSchema()
-CHUNK_PAGE_QUERY = schemas.ChunkPageQuerySchema()
-CSV_JOB_FORM = schemas.CsvJobFormSchema()
-SCHEDULE_OWNER_QUERY = schemas.ScheduleOwnerQuerySchema()
-WORKLOAD_ADD = schemas.WorkloadAddSchema()
-WORKLOAD_CHANGE = schemas.WorkloadChangeSchema()
+JOB_LIST = job_schemas.JobListSchema()
+JOB_LIST_QUERY = job_schemas.JobListQuerySchema()
+JOB = job_schemas.JobSchema()
+CHUNK_PAGE_QUERY = chunk_schemas.ChunkPageQuerySchema()
+CSV_JOB_FORM = job_schemas.CsvJobFormSchema()
+SCHEDULE_OWNER_QUERY = schedule_schemas.ScheduleOwnerQuerySchema()
+WORKLOAD_ADD = queue_schemas.WorkloadAddSchema()
+WORKLOAD_CHANGE = queue_schemas.WorkloadChangeSchema()
 # The caps the workload forms ask for, in the order they show them; an empty box lifts a cap
 # that may be lifted.
 WORKLOAD_CAPS = tuple(WORKLOAD_CHANGE.fields)

@@ -18,7 +18,8 @@ import pytest
 from marshmallow import ValidationError
 from werkzeug.datastructures import MultiDict
 
-from app import input_rules, schemas
+from app import input_rules
+from app.schemas import jobs as job_schemas
 from tests.integration.manifests import WORKER, manifest
 
 NUL = "a\x00b"
@@ -544,7 +545,7 @@ def test_the_form_schema_refuses_a_surrogate_the_http_parser_would_have_replaced
     # werkzeug decodes form fields with errors="replace", so no surrogate arrives over HTTP
     # today; the rule lives in the schema all the same.
     with pytest.raises(ValidationError) as refused:
-        schemas.CsvJobFormSchema().load({"column": SURROGATES[0]})
+        job_schemas.CsvJobFormSchema().load({"column": SURROGATES[0]})
 
     assert refused.value.messages == {"column": ["must not contain an unpaired surrogate"]}
 

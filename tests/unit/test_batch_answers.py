@@ -8,8 +8,9 @@ from uuid import uuid4
 import pytest
 from flask import Flask
 
-from app import errors, schemas
+from app import errors
 from app.blueprints.tasks import claimed_of
+from app.schemas import tasks as task_schemas
 from repositories.tasks import ClaimedTask, Task
 from services.csvjobs import WORKLOAD as CSV_WORKLOAD
 from services.errors import InvalidInput, LeaseLost, NotFound
@@ -33,7 +34,7 @@ def request_context():
 def test_a_renewed_heartbeat_is_what_its_schema_dumps() -> None:
     task_id = uuid4()
     answer = errors.renewal_of(RenewalOutcome(task_id, lease_expires_at=EXPIRES))
-    expected = schemas.RenewalOutcomeSchema().dump(
+    expected = task_schemas.RenewalOutcomeSchema().dump(
         {
             "task_id": task_id,
             "outcome": "renewed",
@@ -49,7 +50,7 @@ def test_a_renewed_heartbeat_is_what_its_schema_dumps() -> None:
 def test_a_refused_heartbeat_is_what_its_schema_dumps(refusal) -> None:
     task_id = uuid4()
     answer = errors.renewal_of(RenewalOutcome(task_id, error=refusal))
-    expected = schemas.RenewalOutcomeSchema().dump(
+    expected = task_schemas.RenewalOutcomeSchema().dump(
         {
             "task_id": task_id,
             "outcome": "rejected",
@@ -66,7 +67,7 @@ def test_a_refused_heartbeat_is_what_its_schema_dumps(refusal) -> None:
 def test_an_accepted_or_replayed_result_is_what_its_schema_dumps(replayed: bool) -> None:
     task_id = uuid4()
     answer = errors.outcome_of(CompletionOutcome(task_id, task=object(), replayed=replayed))
-    expected = schemas.ResultOutcomeSchema().dump(
+    expected = task_schemas.ResultOutcomeSchema().dump(
         {
             "task_id": task_id,
             "outcome": "replayed" if replayed else "accepted",
@@ -81,7 +82,7 @@ def test_an_accepted_or_replayed_result_is_what_its_schema_dumps(replayed: bool)
 def test_a_refused_result_is_what_its_schema_dumps(refusal) -> None:
     task_id = uuid4()
     answer = errors.outcome_of(CompletionOutcome(task_id, error=refusal))
-    expected = schemas.ResultOutcomeSchema().dump(
+    expected = task_schemas.ResultOutcomeSchema().dump(
         {
             "task_id": task_id,
             "outcome": "rejected",
@@ -142,7 +143,7 @@ def test_a_leased_task_is_what_the_claims_schema_dumps(claimed: ClaimedTask) -> 
         "heartbeat_seconds": 30,
         "max_result_bytes": 1024,
     }
-    expected = schemas.ClaimResponseSchema().dump(
+    expected = task_schemas.ClaimResponseSchema().dump(
         {"tasks": [claimed], "heartbeat_seconds": 30, "max_result_bytes": 1024}
     )
     assert list(answer.items()) == list(expected.items())

@@ -7,7 +7,9 @@ import time
 import pytest
 from marshmallow import Schema, ValidationError, fields
 
-from app import input_rules, openapi, schemas
+from app import input_rules, openapi
+from app.schemas import jobs as job_schemas
+from app.schemas import tasks as task_schemas
 
 
 def all_fields(field: fields.Field):
@@ -56,7 +58,7 @@ def test_every_request_schema_refuses_text_postgresql_cannot_store(schema):
     ("schema", "body", "path"),
     [
         (
-            schemas.JobCreateSchema,
+            job_schemas.JobCreateSchema,
             {
                 "workload": "echo",
                 "input_uri": "s3://in",
@@ -65,7 +67,7 @@ def test_every_request_schema_refuses_text_postgresql_cannot_store(schema):
             ("tasks", 0, "input_uri"),
         ),
         (
-            schemas.ResultBatchSchema,
+            task_schemas.ResultBatchSchema,
             {
                 "worker_id": "w",
                 "results": [{"task_id": "0" * 32, "attempt": 1, "metrics": {"note": "\ud800"}}],
