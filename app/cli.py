@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
 
 import click
 from flask import Flask
@@ -20,6 +22,14 @@ SEED_VARIABLES = {
     "operator_token": "CHUNKWISE_SEED_OPERATOR_TOKEN",
     "worker_token": "CHUNKWISE_SEED_WORKER_TOKEN",
 }
+# seed-local's argument (so its variable) for each principal it seeds.
+SEEDED_BY = {
+    "compute_user": "user_token",
+    "operator": "operator_token",
+    "local-worker": "worker_token",
+}
+# Where seed-local keeps the tokens it mints: the file make up writes and flask reads.
+ENV_FILE = Path(".env")
 
 
 def init_app(app: Flask) -> None:
@@ -27,15 +37,22 @@ def init_app(app: Flask) -> None:
 
     @app.cli.command("seed-local")
     def seed_local() -> None:
-        """Create compute_user, operator and a worker credential (idempotent)."""
+        """Create compute_user, operator and a worker credential (idempotent); print no token."""
         given = {arg: os.environ.get(name) or None for arg, name in SEED_VARIABLES.items()}
-        try:
-            issued = credentials.seed_local(get_runtime().pool, **given)
-        except InvalidInput as exc:
-            raise click.ClickException(_named_by_variable(exc)) from exc
-        for token in issued:
-            state = "registered" if token.created else "already registered"
-            click.echo(f"{token.kind:6} {token.name:14} {state:18} {token.token}")
+        # Opened before anything is registered: a token minted but kept nowhere would be lost.
+        with _env_file() if None in given.values() else nullcontext() as kept:
+            try:
+                issued = credentials.seed_local(get_runtime().pool, **given)
+            except InvalidInput as exc:
+                raise click.ClickException(_named_by_variable(exc)) from exc
+            minted = [t for t in issued if given[SEEDED_BY[t.name]] is None]
+            if minted:
+                kept.writelines(f"{_variable(t)}={t.token}\n" for t in minted)
+        # Never a token itself: this output ends up in logs (docker compose logs).
+        for t in issued:
+            state = "registered" if t.created else "already registered"
+            where = f"written to {ENV_FILE}" if t in minted else "given"
+            click.echo(f"{t.kind:6} {t.name:14} {state:18} {_variable(t)} ({where})")
         if not issued:
             click.echo("every local principal already has a token; nothing to do")
 
@@ -86,6 +103,29 @@ def _refusal_as_error() -> Iterator[None]:
         yield
     except ChunkwiseError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _env_file() -> TextIO:
+    """Open .env to append to, created private (0600); a refusal is the command's error."""
+    try:
+        fd = os.open(ENV_FILE, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot keep new tokens in {ENV_FILE.resolve()} ({exc.strerror}): nothing registered;"
+            f" set {', '.join(SEED_VARIABLES.values())} instead"
+        ) from exc
+    kept = os.fdopen(fd, "a")
+    # An older .env made readable to others would hand them the tokens: private from now on.
+    os.fchmod(fd, 0o600)
+    size = os.fstat(fd).st_size
+    # A last line without its newline would run into the first token's.
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        kept.write("\n")
+    return kept
+
+
+def _variable(token: credentials.IssuedToken) -> str:
+    return SEED_VARIABLES[SEEDED_BY[token.name]]
 
 
 def _named_by_variable(exc: InvalidInput) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 import uuid
 
 import pytest
@@ -299,6 +300,12 @@ GIVEN = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _in_scratch_directory(tmp_path, monkeypatch):
+    # seed-local keeps the tokens it mints in ./.env: the test's own, never the checkout's.
+    monkeypatch.chdir(tmp_path)
+
+
 def seed(app) -> str:
     """Run `flask --app app seed-local` and return its output."""
     result = app.test_cli_runner().invoke(args=["seed-local"])
@@ -315,8 +322,8 @@ def states(output: str) -> dict[str, str]:
     }
 
 
-def test_seed_local_with_given_tokens_is_idempotent_and_the_tokens_work(
-    app, rt, client, db, monkeypatch
+def test_seed_local_with_given_tokens_is_idempotent_the_tokens_work_and_none_is_printed(
+    app, rt, client, db, monkeypatch, tmp_path
 ):
     for name, token in GIVEN.items():
         monkeypatch.setenv(name, token)
@@ -327,8 +334,11 @@ def test_seed_local_with_given_tokens_is_idempotent_and_the_tokens_work(
     seeded = {"compute_user", "operator", "local-worker"}
     assert states(first) == dict.fromkeys(seeded, "registered")
     assert states(second) == dict.fromkeys(seeded, "already")
-    for token in GIVEN.values():
-        assert token in first and token in second
+    # Its output lands in docker compose logs: each line names the variable, not the token.
+    for name, token in GIVEN.items():
+        assert token not in first and token not in second
+        assert f"{name} (given)" in first and f"{name} (given)" in second
+    assert not (tmp_path / ".env").exists()
     users = db.execute("SELECT name, role FROM users ORDER BY name").fetchall()
     assert users == [
         {"name": "compute_user", "role": "user"},
@@ -356,24 +366,51 @@ def test_seed_local_with_given_tokens_is_idempotent_and_the_tokens_work(
     assert claim.status_code == 204
 
 
-def test_seed_local_without_tokens_mints_each_credential_once(app, rt, db, monkeypatch):
+def test_seed_local_without_tokens_mints_each_once_into_a_private_env_file_not_the_output(
+    app, rt, db, monkeypatch, tmp_path
+):
     for name in GIVEN:
         monkeypatch.delenv(name, raising=False)
+    env_file = tmp_path / ".env"
+    env_file.write_text("OTHER=kept")  # an older .env, its last line unended
 
     first = seed(app)
+    after_first = env_file.read_text()
     second = seed(app)
 
-    minted = [line.split()[-1] for line in first.splitlines() if line.split()[2] == "registered"]
-    assert len(minted) == 3
+    lines = after_first.splitlines()
+    assert lines[0] == "OTHER=kept"
+    minted = dict(line.split("=", 1) for line in lines[1:])
+    assert set(minted) == set(GIVEN)
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert states(first) == dict.fromkeys(
+        {"compute_user", "operator", "local-worker"}, "registered"
+    )
+    for name, token in minted.items():
+        assert f"{name} (written to .env)" in first
+        assert token not in first
     assert "nothing to do" in second
+    assert env_file.read_text() == after_first
     assert db.execute("SELECT count(*) AS n FROM api_tokens").fetchone()["n"] == 3
     assert db.execute("SELECT count(*) AS n FROM users").fetchone()["n"] == 2
-    for token in minted:
-        assert auth.authenticate(rt.pool, token).name in {
-            "compute_user",
-            "operator",
-            "local-worker",
-        }
+    principals = {name: auth.authenticate(rt.pool, token) for name, token in minted.items()}
+    assert principals["CHUNKWISE_SEED_USER_TOKEN"].name == "compute_user"
+    assert principals["CHUNKWISE_SEED_OPERATOR_TOKEN"].role == "operator"
+    assert principals["CHUNKWISE_SEED_WORKER_TOKEN"].name == "local-worker"
+
+
+def test_seed_local_that_cannot_keep_a_minted_token_registers_nothing(
+    app, db, monkeypatch, tmp_path
+):
+    for name in GIVEN:
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / ".env").mkdir()
+
+    result = app.test_cli_runner().invoke(args=["seed-local"])
+
+    assert result.exit_code == 1
+    assert "cannot keep new tokens in" in result.output
+    assert db.execute("SELECT count(*) AS n FROM api_tokens").fetchone()["n"] == 0
 
 
 def test_a_job_submitted_by_one_user_is_owned_by_that_user(submit, db, rt, tokens):

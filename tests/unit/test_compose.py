@@ -2,7 +2,10 @@
 S3 bucket, workers) with commands the image provides, stopped and restarted as they promise."""
 
 import configparser
+import os
 import re
+import stat
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -19,6 +22,10 @@ COORDINATORS = ("coordinator-1", "coordinator-2")
 WORKERS = ("worker-1", "worker-2")
 # Services that run the project's image (every one but postgres, minio and nginx).
 PROJECT_IMAGE = "chunkwise:local"
+# Settings whose value is a secret: a password, key, token or MinIO's root user (half its login).
+SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|KEY|MINIO_ROOT_USER")
+# A value compose refuses to start without: ${NAME:?why}.
+REQUIRED = re.compile(r"\$\{[A-Z_]+:\?[^}]+\}")
 
 
 def console_scripts() -> set[str]:
@@ -110,6 +117,36 @@ def test_no_token_placeholder_is_left_in_compose():
     assert "change-me" not in (REPO / "compose.yaml").read_text()
 
 
+def test_every_password_secret_and_token_in_compose_is_a_required_variable():
+    secrets_seen = set()
+    for name, service in SERVICES.items():
+        for setting, value in service.get("environment", {}).items():
+            if setting == "DATABASE_URL":
+                # Not urlsplit: the ? of ${...:?...} would end its host part.
+                url = re.fullmatch(r"postgresql://chunkwise:(.+)@postgres:5432/chunkwise", value)
+                assert url, (name, value)
+                assert url.group(1) == SERVICES["postgres"]["environment"]["POSTGRES_PASSWORD"]
+            elif SECRET_NAME.search(setting):
+                secrets_seen.add(setting)
+                # Unset, the scrape token is no token at all: /metrics takes operators' alone.
+                if value != "${CHUNKWISE_METRICS_TOKEN:-}":
+                    assert REQUIRED.fullmatch(value), (name, setting, value)
+    assert SERVICES["postgres"]["environment"]["POSTGRES_PASSWORD"].startswith(
+        "${POSTGRES_PASSWORD:?"
+    )
+    assert {
+        "POSTGRES_PASSWORD",
+        "MINIO_ROOT_USER",
+        "MINIO_ROOT_PASSWORD",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "CHUNKWISE_SECRET_KEY",
+        "CHUNKWISE_SEED_USER_TOKEN",
+        "CHUNKWISE_WORKER_TOKEN",
+    } <= secrets_seen, secrets_seen
+    assert "chunkwise:chunkwise@" not in (REPO / "compose.yaml").read_text()
+
+
 def test_workers_never_receive_database_or_bucket_credentials():
     for name in WORKERS:
         env = SERVICES[name]["environment"]
@@ -119,7 +156,7 @@ def test_workers_never_receive_database_or_bucket_credentials():
 
 
 def test_workers_share_a_network_with_nginx_alone():
-    # Without credentials is not enough: the database's password is no secret inside compose.
+    # Without credentials is not enough: a worker could still reach PostgreSQL and try passwords.
     networks = {name: set(s.get("networks", ["default"])) for name, s in SERVICES.items()}
     for name in WORKERS:
         assert networks[name] == {"workers"}, networks[name]
@@ -233,13 +270,45 @@ def test_no_project_name_so_each_checkout_runs_a_stack_of_its_own():
     assert "name" not in COMPOSE
 
 
-def test_make_up_writes_every_secret_compose_requires():
+def make_up(directory: Path) -> dict[str, str]:
+    """Run the Makefile's up target in directory, docker a no-op, and return the .env it left."""
+    fake = directory / "bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "docker").write_text("#!/bin/sh\nexit 0\n")
+    (fake / "docker").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    makefile = str(REPO / "Makefile")
+    subprocess.run(["make", "-s", "-f", makefile, "up"], cwd=directory, env=env, check=True)
+    lines = (directory / ".env").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def test_make_up_writes_every_secret_compose_requires_privately_and_url_safe(tmp_path):
     required = set(re.findall(r"\$\{([A-Z_]+):\?", (REPO / "compose.yaml").read_text()))
-    makefile = (REPO / "Makefile").read_text()
-    up = makefile[makefile.index("\nup:") : makefile.index("\ndown:")]
-    assert required, "expected required variables in compose.yaml"
-    assert required <= set(re.findall(r'"([A-Z_]+)": ', up)), required
-    assert "CHUNKWISE_METRICS_TOKEN" in up
+    assert "POSTGRES_PASSWORD" in required, required
+
+    written = make_up(tmp_path)
+
+    assert required | {"CHUNKWISE_METRICS_TOKEN"} <= set(written), required - set(written)
+    assert stat.S_IMODE((tmp_path / ".env").stat().st_mode) == 0o600
+    # No two alike, and each long enough to guess no sooner than a 32-byte token.
+    assert len(set(written.values())) == len(written)
+    for name, value in written.items():
+        if name != "MINIO_ROOT_USER":
+            assert len(value) >= 43, name
+    # It sits inside DATABASE_URL as it is, so nothing in it may need quoting.
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43}", written["POSTGRES_PASSWORD"])
+
+
+def test_make_up_keeps_the_secrets_an_env_file_has_and_adds_those_it_lacks(tmp_path):
+    (tmp_path / ".env").write_text("CHUNKWISE_SECRET_KEY=mine\n")
+
+    first = make_up(tmp_path)
+    second = make_up(tmp_path)
+
+    assert first["CHUNKWISE_SECRET_KEY"] == "mine"
+    assert "POSTGRES_PASSWORD" in first
+    assert second == first
 
 
 def test_the_dockerfile_installs_the_locked_versions():
