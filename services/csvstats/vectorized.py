@@ -119,6 +119,7 @@ class VectorLayout:
         self.proven = False  # UTF-8, every quote well placed, none left open
         self._last: tuple[int, BlockScan] | None = None
         size, pos, odd, records, lines = len(data), start, 0, 0, 0
+        before = _EDGE
         while pos < size:
             end = block_end(data, pos, BLOCK_BYTES)
             self.starts.append(pos)
@@ -128,14 +129,17 @@ class VectorLayout:
             block = data[pos:end]
             if not _is_utf8(block):
                 return
-            scan = self._scan(block, pos, end, odd, offsets=False)
+            after = data[end : end + 1] or _EDGE
+            scan = scan_block(block, before, after, odd, delimiter, offsets=False)
             if not scan.well_placed:
                 return
             records += scan.terminators
             lines += scan.lines
             odd ^= scan.quotes_odd
+            # The byte before the next block is kept, not read again: reading a released page
+            # maps it back, with its neighbours.
             release(data, pos, end)
-            pos = end
+            pos, before = end, block[-1:]
         self.starts.append(size)
         self.records_before.append(records)
         self.lines_before.append(lines)
@@ -146,17 +150,15 @@ class VectorLayout:
         """Record terminators outside quotes in the whole buffer."""
         return self.records_before[-1]
 
-    def _scan(self, block: bytes, pos: int, end: int, odd: int, offsets: bool) -> BlockScan:
-        before = self.data[pos - 1 : pos] if pos > self.start else _EDGE
-        after = self.data[end : end + 1] or _EDGE
-        return scan_block(block, before, after, odd, self.delimiter, offsets)
-
     def _block(self, i: int) -> BlockScan:
         """Block i scanned again with its terminators' offsets (the last one asked is kept)."""
         if self._last is None or self._last[0] != i:
-            pos, end = self.starts[i], self.starts[i + 1]
-            self._last = i, self._scan(self.data[pos:end], pos, end, self.odd[i], offsets=True)
-            release(self.data, pos, end)
+            data, pos, end = self.data, self.starts[i], self.starts[i + 1]
+            before = data[pos - 1 : pos] if pos > self.start else _EDGE
+            after = data[end : end + 1] or _EDGE
+            scan = scan_block(data[pos:end], before, after, self.odd[i], self.delimiter, True)
+            self._last = i, scan
+            release(data, max(0, pos - 1), min(len(data), end + 1))
         return self._last[1]
 
     def boundary(self, terminator: int) -> tuple[int, int]:
