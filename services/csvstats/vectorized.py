@@ -156,7 +156,9 @@ class VectorLayout:
             data, pos, end = self.data, self.starts[i], self.starts[i + 1]
             before = data[pos - 1 : pos] if pos > self.start else _EDGE
             after = data[end : end + 1] or _EDGE
-            scan = scan_block(data[pos:end], before, after, self.odd[i], self.delimiter, True)
+            scan = scan_block(
+                data[pos:end], before, after, self.odd[i], self.delimiter, offsets=True
+            )
             self._last = i, scan
             release(data, max(0, pos - 1), min(len(data), end + 1))
         return self._last[1]
