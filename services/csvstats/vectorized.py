@@ -3,7 +3,8 @@ and line breaks, no Python object per field.
 
 numpy is optional (the `fast` extra) and imported on first use, so importing this module still
 loads only the standard library. Each block of the buffer (a copy of about BLOCK_BYTES, with
-the byte before and after it) gives numpy the offsets of its quotes, LFs and CRs. A quote's
+the delimiter's length in bytes before and after it) gives numpy the offsets of its quotes,
+LFs and CRs. A quote's
 rank from the start of the file tells whether it opens or closes a field (even ranks open),
 so the quote check of the exact scan becomes two lookups per quote: an opening quote follows
 the start, the delimiter, a CR, an LF or a closing quote; a closing quote comes before the
@@ -11,9 +12,9 @@ delimiter, a CR, an LF, the end or an opening quote (a doubled quote is a closin
 an opening one side by side). A line break (LF, CRLF, a lone CR) is a record terminator when
 an even number of quotes comes before it. Only the blocks where a chunk ends are scanned a
 second time, for their terminators' offsets; each chunk is hashed in a thread as soon as its
-end is known. Returns None for what it does not prove (a delimiter of more than one byte) and
-where the exact scan must decide (a misplaced or unterminated quote, bytes that are not UTF-8,
-an empty file): the caller then plans by the parity counts of services.csvstats.parity.
+end is known. Returns None where the exact scan must decide (a misplaced or unterminated quote,
+bytes that are not UTF-8, an empty file): the caller then plans by the parity counts of
+services.csvstats.parity, which hand those to the exact scan.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ _QUOTE, _LF, _CR = 0x22, 0x0A, 0x0D
 # Stands for the start before the first byte and the end after the last: a CR, because a
 # quote may open after it or close before it, and a CR just before it is not half a CRLF.
 _EDGE = b"\r"
+# Pads the context beyond the edge to the delimiter's length: never part of a delimiter (one
+# of several bytes is a non-ASCII character, whose UTF-8 bytes are never zero).
+_PAD = b"\x00"
 
 
 @functools.cache
@@ -61,19 +65,23 @@ class BlockScan:
 
 
 def scan_block(
-    block: bytes, before: bytes, after: bytes, odd: int, delimiter: int, offsets: bool
+    block: bytes, before: bytes, after: bytes, odd: int, delimiter: bytes, offsets: bool
 ) -> BlockScan:
-    """Scan a block after `odd` open quotes; before and after are the bytes around it."""
-    np = engine()
+    """Scan a block after `odd` open quotes; before and after are the bytes around it, as
+    many as the delimiter has."""
+    np, width = engine(), len(delimiter)
     padded = np.frombuffer(before + block + after, np.uint8)
-    body = padded[1:-1]
+    body = padded[width:-width]
     special = body == _QUOTE
     special |= body == _LF
     has_cr = b"\r" in block
     if has_cr:
         special |= body == _CR
     at = np.flatnonzero(special)
-    kind = body[at]
+    # near[j][n] is padded[j + at[n]]: near[width] is each special byte itself, the others the
+    # bytes from `width` before it to `width` after it.
+    near = [padded[shift:][at] for shift in range(2 * width + 1)]
+    kind = near[width]
     is_quote = kind == _QUOTE
     # Whether each special byte lies inside quotes: the parity of the quotes before it (a
     # count that wraps at 256 keeps its parity).
@@ -82,15 +90,15 @@ def scan_block(
     inside += odd
     inside &= 1
     inside = inside.view(bool)
-    previous, following = padded[at], padded[2:][at]
+    previous, following = near[width - 1], near[width + 1]
     is_break = ~is_quote  # without CRs, every special byte but a quote is an LF
     if has_cr:
         # A CR is a break of its own unless an LF follows (then that LF is the break).
         is_break &= (kind != _CR) | (following != _LF)
     terminator = is_break & ~inside
-    misplaced = is_quote & np.where(
-        inside, ~_separates(following, delimiter), ~_separates(previous, delimiter)
-    )
+    after_separator = _separator(previous, near[:width], delimiter)
+    before_separator = _separator(following, near[width + 1 :], delimiter)
+    misplaced = is_quote & np.where(inside, ~before_separator, ~after_separator)
     ends = lines_through = None
     if offsets:
         ends = at[terminator] + 1
@@ -108,7 +116,7 @@ def scan_block(
 class VectorLayout:
     """Per-block counts of a buffer, from numpy's scan of each block."""
 
-    def __init__(self, data, start: int, delimiter: int):
+    def __init__(self, data, start: int, delimiter: bytes):
         self.data = data
         self.start = start
         self.delimiter = delimiter
@@ -119,7 +127,8 @@ class VectorLayout:
         self.proven = False  # UTF-8, every quote well placed, none left open
         self._last: tuple[int, BlockScan] | None = None
         size, pos, odd, records, lines = len(data), start, 0, 0, 0
-        before = _EDGE
+        width = len(delimiter)
+        before = _PAD * (width - 1) + _EDGE
         while pos < size:
             end = block_end(data, pos, BLOCK_BYTES)
             self.starts.append(pos)
@@ -129,17 +138,16 @@ class VectorLayout:
             block = data[pos:end]
             if not _is_utf8(block):
                 return
-            after = data[end : end + 1] or _EDGE
-            scan = scan_block(block, before, after, odd, delimiter, offsets=False)
+            scan = scan_block(block, before, self._after(end), odd, delimiter, offsets=False)
             if not scan.well_placed:
                 return
             records += scan.terminators
             lines += scan.lines
             odd ^= scan.quotes_odd
-            # The byte before the next block is kept, not read again: reading a released page
+            # The bytes before the next block are kept, not read again: reading a released page
             # maps it back, with its neighbours.
             release(data, pos, end)
-            pos, before = end, block[-1:]
+            pos, before = end, (before + block)[-width:]
         self.starts.append(size)
         self.records_before.append(records)
         self.lines_before.append(lines)
@@ -154,14 +162,22 @@ class VectorLayout:
         """Block i scanned again with its terminators' offsets (the last one asked is kept)."""
         if self._last is None or self._last[0] != i:
             data, pos, end = self.data, self.starts[i], self.starts[i + 1]
-            before = data[pos - 1 : pos] if pos > self.start else _EDGE
-            after = data[end : end + 1] or _EDGE
-            scan = scan_block(
-                data[pos:end], before, after, self.odd[i], self.delimiter, offsets=True
-            )
+            width = len(self.delimiter)
+            edge = _PAD * (width - 1) + _EDGE
+            before = (edge + data[max(self.start, pos - width) : pos])[-width:]
+            block, after = data[pos:end], self._after(end)
+            scan = scan_block(block, before, after, self.odd[i], self.delimiter, offsets=True)
             self._last = i, scan
-            release(data, max(0, pos - 1), min(len(data), end + 1))
+            release(data, max(0, pos - width), min(len(data), end + width))
         return self._last[1]
+
+    def _after(self, end: int) -> bytes:
+        """The delimiter's length in bytes from end on, the file's end standing as _EDGE."""
+        width = len(self.delimiter)
+        after = self.data[end : end + width]
+        if len(after) < width:
+            after += (_EDGE + _PAD * width)[: width - len(after)]
+        return after
 
     def boundary(self, terminator: int) -> tuple[int, int]:
         """The offset just past record terminator number `terminator` (from 1), and the
@@ -172,12 +188,16 @@ class VectorLayout:
         return self.starts[i] + int(scan.ends[k]), line
 
 
-def _separates(neighbours, delimiter: int):
-    """Whether each byte may stand beside a quote: the delimiter, CR, LF or another quote."""
-    allowed = neighbours == delimiter
-    for byte in (_CR, _LF, _QUOTE):
-        allowed |= neighbours == byte
-    return allowed
+def _separator(neighbour, run: list, delimiter: bytes):
+    """Whether what stands beside each quote lets it open or close a field: a CR, an LF,
+    another quote (a doubled quote's other half), or the delimiter (the bytes of run)."""
+    allowed = neighbour == _CR
+    for byte in (_LF, _QUOTE):
+        allowed |= neighbour == byte
+    is_delimiter = run[0] == delimiter[0]
+    for byte, delimiter_byte in zip(run[1:], delimiter[1:], strict=True):
+        is_delimiter &= byte == delimiter_byte
+    return allowed | is_delimiter
 
 
 def block_end(data, pos: int, size: int) -> int:
@@ -206,13 +226,12 @@ def _is_utf8(block: bytes) -> bool:
 
 def plan_by_vectors(data, delimiter: str, chunks: int) -> ParityPlan | None:
     """The file's chunk plan by quote parity in numpy, or None where it does not decide."""
-    separator = delimiter.encode()
-    if engine() is None or len(separator) != 1:
+    if engine() is None:
         return None
     start = len(codecs.BOM_UTF8) if data[:3] == codecs.BOM_UTF8 else 0
     if start == len(data):
         return None
-    layout = VectorLayout(data, start, separator[0])
+    layout = VectorLayout(data, start, delimiter.encode())
     if not layout.proven:
         return None
     total, size_of_data = layout.terminators, len(data)
