@@ -107,3 +107,19 @@ def test_without_numpy_split_plans_by_parity_counts_exactly_alike(monkeypatch):
         assert len(messages) == 2 and messages[0] == messages[1]
     finally:
         vectorized.engine.cache_clear()
+
+
+def test_a_delimiter_of_three_bytes_is_checked_whole_across_block_edges():
+    well_placed = '"value"€x\n1€"a€""b"""€"c\r\nd"\r\n"2"€""\n'.encode()
+    misplaced = 'value€x\n1€"a"§\n'.encode()  # § shares no byte with €
+    alike = 'value€x\n1€"a"₂\n'.encode()  # ₂ is E2 82 82, € is E2 82 AC
+    for block in (1, 2, 3, 4, 5, 7, 64):
+        with mock.patch.object(vectorized, "BLOCK_BYTES", block):
+            assert vectorized.plan_by_vectors(well_placed, "€", 2) == parity.plan_by_parity(
+                well_placed, "€", 2
+            )
+            assert split(well_placed, "value", "€", 2) == split_exactly(
+                well_placed, "value", "€", 2
+            )
+            assert vectorized.plan_by_vectors(misplaced, "€", 2) is None
+            assert vectorized.plan_by_vectors(alike, "€", 2) is None
