@@ -147,7 +147,7 @@ class VectorLayout:
             # The bytes before the next block are kept, not read again: reading a released page
             # maps it back, with its neighbours.
             release(data, pos, end)
-            pos, before = end, (before + block)[-width:]
+            pos, before = end, block[-width:] if len(block) >= width else (before + block)[-width:]
         self.starts.append(size)
         self.records_before.append(records)
         self.lines_before.append(lines)
