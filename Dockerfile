@@ -8,7 +8,7 @@ WORKDIR /srv/chunkwise
 # The versions CI tested (requirements.lock), not whatever setup.cfg's open ranges find today.
 # The dependencies get a layer of their own, so editing the code reinstalls only the project
 # (seconds) rather than downloading every dependency again: setup.cfg's install_requires and
-# the fast extra (the worker's compiled CSV engine) first.
+# the fast extra (the worker's compiled CSV engine, the coordinator's numpy split) first.
 COPY setup.cfg requirements.lock ./
 RUN python -c 'import configparser; c = configparser.ConfigParser(); c.read("setup.cfg"); \
       print(c["options"]["install_requires"], c["options.extras_require"]["fast"])' \

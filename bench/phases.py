@@ -4,8 +4,9 @@ python -m bench.phases [--records 1000000] [--runs 5]. The upload's steps run in
 process on the sample's bytes (the client's body, werkzeug's multipart parser, the raw-body
 reader, spooling, hashing, split); the chunk's steps run against a real coordinator (this
 process claims the chunks as a worker, so it can time the fetch, summarise and the result
-apart). Every figure is the best of --runs, the steps taken in turns so that a machine that
-changes speed moves them alike, beside a plain csv.reader pass timed the same way.
+apart). Every figure is the median and range of --runs turns, the steps taken in turns so
+that a machine that changes speed moves them alike, beside a plain csv.reader pass timed the
+same way.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from werkzeug.test import EnvironBuilder
 
 from app.uploads import BODY_BLOCK_SIZE, HashingSpool, init_app, spooled_body, uploaded
 from bench.csv_core import SAMPLES
+from bench.turns import spread
 from bench.yardsticks import plain_pass
 from devstack.stack import REPO, LocalStack, database_url, stop_on_sigterm
 from services import csvstats
-from services.csvstats import columnar
+from services.csvstats import columnar, parity
 from services.csvstats.planning import scan_file
 from worker_cli.client import CoordinatorClient
 from worker_cli.uploads import FileBody, MultipartUpload
@@ -47,16 +49,16 @@ class _Discard(io.RawIOBase):
         return len(data)
 
 
-def best_of(runs: int, steps: dict[str, Callable[[], object]]) -> dict[str, tuple[float, float]]:
-    """Each step run `runs` times in turns; name -> (best wall seconds, best CPU seconds)."""
-    best = {name: (float("inf"), float("inf")) for name in steps}
+def in_turns(runs: int, steps: dict[str, Callable[[], object]]) -> dict[str, tuple[list, list]]:
+    """Each step run `runs` times in turns; name -> (wall seconds, CPU seconds) of every turn."""
+    timed: dict[str, tuple[list, list]] = {name: ([], []) for name in steps}
     for _ in range(runs):
         for name, step in steps.items():
             wall, cpu = time.perf_counter(), time.process_time()
             step()
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
-    return best
+            timed[name][0].append(time.perf_counter() - wall)
+            timed[name][1].append(time.process_time() - cpu)
+    return timed
 
 
 def upload_steps(path: Path, data: bytes, spool_dir: Path) -> dict[str, Callable[[], object]]:
@@ -126,8 +128,9 @@ def upload_steps(path: Path, data: bytes, spool_dir: Path) -> dict[str, Callable
         "spool: write + sha256": spool_and_hash,
         "hash: sha256 of the file": lambda: hashlib.sha256(data).hexdigest(),
         "split: quote scan (scan_file)": lambda: scan_file(data, ","),
-        "split: all (scan, plans, chunk digests)": lambda: csvstats.split(
-            data, COLUMN, ",", CHUNKS
+        "split: all (numpy plan, chunk digests)": lambda: csvstats.split(data, COLUMN, ",", CHUNKS),
+        "split: parity counts, no numpy (the fallback)": lambda: parity.plan_by_parity(
+            data, ",", CHUNKS
         ),
     }
 
@@ -208,27 +211,27 @@ def main(argv: list[str] | None = None) -> None:
     for name, generate in SAMPLES.items():
         paths[name] = run_dir / f"{name}.csv"
         paths[name].write_bytes(generate(args.records, seed=SEED))
-    print(f"{os.cpu_count()} cores; best of {args.runs}, in turns; seconds (wall / CPU)")
+    print(f"{os.cpu_count()} cores; {args.runs} turns; seconds, median (range)")
     for name, path in paths.items():
         data = path.read_bytes()
-        timed = best_of(args.runs, upload_steps(path, data, run_dir / "spool"))
+        timed = in_turns(args.runs, upload_steps(path, data, run_dir / "spool"))
         print(f"\n{name} sample: {args.records:,} records, {len(data) / 2**20:.1f} MiB")
-        print(f"{'upload step':52s} {'wall':>6s} {'cpu':>6s}")
+        print(f"{'upload step':52s} {'wall':>22s} {'cpu':>22s}")
         for step, (wall, cpu) in timed.items():
-            print(f"{step:52s} {wall:6.3f} {cpu:6.3f}")
+            print(f"{step:52s} {spread(wall, ' s', 3):>22s} {spread(cpu, ' s', 3):>22s}")
     stack = LocalStack(database_url=database_url(run_dir), run_dir=run_dir / "stack")
     stack.prepare()
     stack.start_coordinator()
     try:
         for name, path in paths.items():
-            best: dict[str, float] = {}
+            turns: dict[str, list[float]] = {}
             for _ in range(args.runs):
                 for form in (False, True):
                     for step, seconds in chunk_steps(stack, path, form).items():
-                        best[step] = min(best.get(step, float("inf")), seconds)
+                        turns.setdefault(step, []).append(seconds)
             print(f"\n{name} sample: the POST, then the {CHUNKS} chunks one by one, summed (wall)")
-            for step, seconds in best.items():
-                print(f"{step:52s} {seconds:6.3f}")
+            for step, seconds in turns.items():
+                print(f"{step:52s} {spread(seconds, ' s', 3):>22s}")
     finally:
         stack.stop()
 

@@ -26,6 +26,7 @@ def ratios(numerator: list[float], denominator: list[float]) -> list[float]:
     return [a / b for a, b in zip(numerator, denominator, strict=True)]
 
 
-def spread(values: list[float], unit: str = "x") -> str:
+def spread(values: list[float], unit: str = "x", digits: int = 2) -> str:
     """'median (min-max)' of the values, every one of which was measured."""
-    return f"{statistics.median(values):.2f}{unit} ({min(values):.2f}-{max(values):.2f})"
+    median, low, high = statistics.median(values), min(values), max(values)
+    return f"{median:.{digits}f}{unit} ({low:.{digits}f}-{high:.{digits}f})"

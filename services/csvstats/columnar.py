@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import ModuleType
@@ -29,6 +30,8 @@ _BOM = b"\xef\xbb\xbf"
 # Below this the int64 running sum of the values cannot wrap: the sum of their magnitudes,
 # added in float64 (relative error far below 2**-10 for any chunk), bounds every prefix.
 _SAFE_MAGNITUDE = float(2**62)
+_LONE_CR = re.compile(rb"\r(?!\n)")
+_EMPTY_LINE = re.compile(rb"\n\r?\n")
 
 
 def summarise_chunk(
@@ -164,10 +167,9 @@ def _same_records(data: bytes, separator: bytes, split_checked: bool) -> bool:
         except UnicodeDecodeError:
             return False
     # A lone CR ends a record for the core, not for polars; an empty line is a record for the
-    # core whose fields polars would not tell from a short record's.
-    if b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
-        return False
-    if data.startswith((b"\n", b"\r\n")) or b"\n\n" in data or b"\n\r\n" in data:
+    # core whose fields polars would not tell from a short record's. (One search each: counting
+    # CRs and CRLFs and two substring searches took a third of the engine's time.)
+    if _LONE_CR.search(data) or data.startswith((b"\n", b"\r\n")) or _EMPTY_LINE.search(data):
         return False
     if split_checked or QUOTE not in data:
         return True

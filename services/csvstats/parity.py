@@ -183,7 +183,7 @@ def plan_by_parity(data, delimiter: str, chunks: int) -> ParityPlan | None:
     view = memoryview(data)
     try:
         with ThreadPoolExecutor(max_workers=1) as hashing:
-            digests = hashing.submit(_digests, data, view, ranges)
+            digests = hashing.submit(_digests, data, ranges)
             well_placed = all(
                 _quotes_well_placed(data, view, a, b, delimiter) for a, b in _segments(layout)
             )
@@ -207,15 +207,19 @@ def release(data, start: int, end: int) -> None:
         data.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
-def _digests(data, view: memoryview, ranges: list) -> list[str]:
-    digests = []
-    for a, b, _ in ranges:
-        sha = hashlib.sha256()
-        for at in range(a, b, BLOCK_BYTES):
-            sha.update(view[at : min(b, at + BLOCK_BYTES)])
-            release(data, at, min(b, at + BLOCK_BYTES))
-        digests.append(sha.hexdigest())
-    return digests
+def _digests(data, ranges: list) -> list[str]:
+    return [digest_range(data, a, b) for a, b, _ in ranges]
+
+
+def digest_range(data, start: int, end: int) -> str:
+    """The SHA-256 of data[start:end], read a block at a time (a memory map's pages let go)."""
+    sha = hashlib.sha256()
+    with memoryview(data) as view:
+        for at in range(start, end, BLOCK_BYTES):
+            stop = min(end, at + BLOCK_BYTES)
+            sha.update(view[at:stop])
+            release(data, at, stop)
+    return sha.hexdigest()
 
 
 def _segments(layout: ParityLayout):

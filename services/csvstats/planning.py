@@ -21,6 +21,7 @@ from services.csvstats.syntax import (
     terminator_view,
     walk_to_special_fields,
 )
+from services.csvstats.vectorized import plan_by_vectors
 
 MAX_CHUNKS = 64
 _UTF8_STEP = 1 << 20
@@ -144,10 +145,11 @@ def find_column(header: tuple[str, ...], column: str) -> int:
 
 def split(data, column: str, delimiter: str = ",", chunks: int = 1) -> SplitResult:
     """Check a CSV file (bytes or a memory map) and plan up to `chunks` chunks of equally
-    many records: by quote parity, or by the exact scan where that declines."""
+    many records: by quote parity (in numpy where it is installed), or by the exact scan
+    where that declines."""
     validate_delimiter(delimiter)
     validate_chunks(chunks)
-    planned = plan_by_parity(data, delimiter, chunks)
+    planned = plan_by_vectors(data, delimiter, chunks) or plan_by_parity(data, delimiter, chunks)
     if planned is None:
         return split_exactly(bytes(data), column, delimiter, chunks)
     records = planned.records

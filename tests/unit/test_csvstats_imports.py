@@ -42,3 +42,19 @@ def test_the_compiled_engine_module_imports_polars_only_when_first_used():
         check=True,
     )
     assert done.stdout.strip() == "False"
+
+
+def test_the_numpy_split_module_imports_numpy_only_when_first_used():
+    probe = (
+        "import sys; import services.csvstats, services.csvstats.vectorized; "
+        "print(any(n == 'numpy' or n.startswith('numpy.') for n in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "False"

@@ -1,4 +1,5 @@
-"""split by quote parity plans exactly what the exact scan plans, over bytes or a memory map."""
+"""split by quote parity counts (numpy hidden) plans exactly what the exact scan plans, over
+bytes or a memory map."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from devstack.sample_csv import generate_export_csv
-from services.csvstats import CsvFormatError, parity, split
+from services.csvstats import CsvFormatError, parity, split, vectorized
 from services.csvstats.planning import split_exactly
 from tests.unit.test_csvstats_properties import (
     PROPERTY_SETTINGS,
@@ -46,6 +47,7 @@ any_case = st.one_of(csv_cases(), quote_heavy_cases(), export_cases(), adversari
 def test_split_by_quote_parity_plans_what_the_exact_scan_plans(case, chunks, block):
     # Tiny blocks put a block boundary inside quoted fields, CRLFs and UTF-8 characters.
     with (
+        mock.patch.object(vectorized, "engine", lambda: None),
         mock.patch.object(parity, "BLOCK_BYTES", block),
         mock.patch.object(parity, "_STEP_BYTES", max(1, block // 3)),
     ):
@@ -69,5 +71,9 @@ def test_split_reads_a_memory_map_of_the_spool_like_its_bytes(tmp_path):
     data = generate_export_csv(3_000, seed=4)
     path = tmp_path / "upload.csv"
     path.write_bytes(data)
-    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+    with (
+        path.open("rb") as f,
+        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped,
+        mock.patch.object(vectorized, "engine", lambda: None),
+    ):
         assert split(mapped, "value", ",", 7) == split_exactly(data, "value", ",", 7)

@@ -1,0 +1,256 @@
+"""Plan a file's chunks by quote parity with numpy: array operations over each block's quotes
+and line breaks, no Python object per field.
+
+numpy is optional (the `fast` extra) and imported on first use, so importing this module still
+loads only the standard library. Each block of the buffer (a copy of about BLOCK_BYTES, with
+the delimiter's length in bytes before and after it) gives numpy the offsets of its quotes,
+LFs and CRs. A quote's
+rank from the start of the file tells whether it opens or closes a field (even ranks open),
+so the quote check of the exact scan becomes two lookups per quote: an opening quote follows
+the start, the delimiter, a CR, an LF or a closing quote; a closing quote comes before the
+delimiter, a CR, an LF, the end or an opening quote (a doubled quote is a closing quote and
+an opening one side by side). A line break (LF, CRLF, a lone CR) is a record terminator when
+an even number of quotes comes before it. Only the blocks where a chunk ends are scanned a
+second time, for their terminators' offsets; each chunk is hashed in a thread as soon as its
+end is known. Returns None where the exact scan must decide (a misplaced or unterminated quote,
+bytes that are not UTF-8, an empty file): the caller then plans by the parity counts of
+services.csvstats.parity, which hand those to the exact scan.
+"""
+
+from __future__ import annotations
+
+import codecs
+import functools
+from array import array
+from bisect import bisect_left
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from services.csvstats.parity import ParityPlan, digest_range, release
+
+# Small enough that numpy's offset arrays for a block of nothing but quotes and line breaks
+# stay a few MiB; per-block overhead is already negligible at this size.
+BLOCK_BYTES = 1 << 18
+_QUOTE, _LF, _CR = 0x22, 0x0A, 0x0D
+# Stands for the start before the first byte and the end after the last: a CR, because a
+# quote may open after it or close before it, and a CR just before it is not half a CRLF.
+_EDGE = b"\r"
+# Pads the context beyond the edge to the delimiter's length: never part of a delimiter (one
+# of several bytes is a non-ASCII character, whose UTF-8 bytes are never zero).
+_PAD = b"\x00"
+
+
+@functools.cache
+def engine() -> ModuleType | None:
+    """numpy if it is installed, else None (the parity counts plan the file)."""
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
+
+
+@dataclass(frozen=True)
+class BlockScan:
+    """One block's line breaks and quotes, given whether a quote was open before it."""
+
+    terminators: int  # record terminators outside quotes
+    lines: int  # physical line breaks
+    quotes_odd: bool  # whether it holds an odd number of quotes
+    well_placed: bool  # whether its quotes open and close fields as RFC 4180 allows
+    ends: Any  # offsets just past its terminators (only when asked for), from the block start
+    lines_through: Any  # physical line breaks up to and including each of those terminators
+
+
+def scan_block(
+    block: bytes, before: bytes, after: bytes, odd: int, delimiter: bytes, offsets: bool
+) -> BlockScan:
+    """Scan a block after `odd` open quotes; before and after are the bytes around it, as
+    many as the delimiter has."""
+    np, width = engine(), len(delimiter)
+    padded = np.frombuffer(before + block + after, np.uint8)
+    body = padded[width:-width]
+    special = body == _QUOTE
+    special |= body == _LF
+    has_cr = b"\r" in block
+    if has_cr:
+        special |= body == _CR
+    at = np.flatnonzero(special)
+    # near[j][n] is padded[j + at[n]]: near[width] is each special byte itself, the others the
+    # bytes from `width` before it to `width` after it.
+    near = [padded[shift:][at] for shift in range(2 * width + 1)]
+    kind = near[width]
+    is_quote = kind == _QUOTE
+    # Whether each special byte lies inside quotes: the parity of the quotes before it (a
+    # count that wraps at 256 keeps its parity).
+    inside = np.cumsum(is_quote, dtype=np.uint8)
+    inside -= is_quote
+    inside += odd
+    inside &= 1
+    inside = inside.view(bool)
+    previous, following = near[width - 1], near[width + 1]
+    is_break = ~is_quote  # without CRs, every special byte but a quote is an LF
+    if has_cr:
+        # A CR is a break of its own unless an LF follows (then that LF is the break).
+        is_break &= (kind != _CR) | (following != _LF)
+    terminator = is_break & ~inside
+    after_separator = _separator(previous, near[:width], delimiter)
+    before_separator = _separator(following, near[width + 1 :], delimiter)
+    misplaced = is_quote & np.where(inside, ~before_separator, ~after_separator)
+    ends = lines_through = None
+    if offsets:
+        ends = at[terminator] + 1
+        lines_through = np.cumsum(is_break)[terminator]
+    return BlockScan(
+        terminators=int(np.count_nonzero(terminator)),
+        lines=int(np.count_nonzero(is_break)),
+        quotes_odd=bool(np.count_nonzero(is_quote) & 1),
+        well_placed=not misplaced.any(),
+        ends=ends,
+        lines_through=lines_through,
+    )
+
+
+class VectorLayout:
+    """Per-block counts of a buffer, from numpy's scan of each block."""
+
+    def __init__(self, data, start: int, delimiter: bytes):
+        self.data = data
+        self.start = start
+        self.delimiter = delimiter
+        self.starts = array("q")  # each block's first byte
+        self.odd = array("b")  # whether an odd number of quotes comes before it
+        self.records_before = array("q")  # terminators outside quotes before it
+        self.lines_before = array("q")  # physical line breaks before it
+        self.proven = False  # UTF-8, every quote well placed, none left open
+        self._last: tuple[int, BlockScan] | None = None
+        size, pos, odd, records, lines = len(data), start, 0, 0, 0
+        width = len(delimiter)
+        before = _PAD * (width - 1) + _EDGE
+        while pos < size:
+            end = block_end(data, pos, BLOCK_BYTES)
+            self.starts.append(pos)
+            self.odd.append(odd)
+            self.records_before.append(records)
+            self.lines_before.append(lines)
+            block = data[pos:end]
+            if not _is_utf8(block):
+                return
+            scan = scan_block(block, before, self._after(end), odd, delimiter, offsets=False)
+            if not scan.well_placed:
+                return
+            records += scan.terminators
+            lines += scan.lines
+            odd ^= scan.quotes_odd
+            # The bytes before the next block are kept, not read again: reading a released page
+            # maps it back, with its neighbours.
+            release(data, pos, end)
+            pos, before = end, block[-width:] if len(block) >= width else (before + block)[-width:]
+        self.starts.append(size)
+        self.records_before.append(records)
+        self.lines_before.append(lines)
+        self.proven = not odd
+
+    @property
+    def terminators(self) -> int:
+        """Record terminators outside quotes in the whole buffer."""
+        return self.records_before[-1]
+
+    def _block(self, i: int) -> BlockScan:
+        """Block i scanned again with its terminators' offsets (the last one asked is kept)."""
+        if self._last is None or self._last[0] != i:
+            data, pos, end = self.data, self.starts[i], self.starts[i + 1]
+            width = len(self.delimiter)
+            edge = _PAD * (width - 1) + _EDGE
+            before = (edge + data[max(self.start, pos - width) : pos])[-width:]
+            block, after = data[pos:end], self._after(end)
+            scan = scan_block(block, before, after, self.odd[i], self.delimiter, offsets=True)
+            self._last = i, scan
+            release(data, max(0, pos - width), min(len(data), end + width))
+        return self._last[1]
+
+    def _after(self, end: int) -> bytes:
+        """The delimiter's length in bytes from end on, the file's end standing as _EDGE."""
+        width = len(self.delimiter)
+        after = self.data[end : end + width]
+        if len(after) < width:
+            after += (_EDGE + _PAD * width)[: width - len(after)]
+        return after
+
+    def boundary(self, terminator: int) -> tuple[int, int]:
+        """The offset just past record terminator number `terminator` (from 1), and the
+        physical line that starts there."""
+        i = bisect_left(self.records_before, terminator) - 1
+        scan, k = self._block(i), terminator - self.records_before[i] - 1
+        line = 1 + self.lines_before[i] + int(scan.lines_through[k])
+        return self.starts[i] + int(scan.ends[k]), line
+
+
+def _separator(neighbour, run: list, delimiter: bytes):
+    """Whether what stands beside each quote lets it open or close a field: a CR, an LF,
+    another quote (a doubled quote's other half), or the delimiter (the bytes of run)."""
+    allowed = neighbour == _CR
+    for byte in (_LF, _QUOTE):
+        allowed |= neighbour == byte
+    is_delimiter = run[0] == delimiter[0]
+    for byte, delimiter_byte in zip(run[1:], delimiter[1:], strict=True):
+        is_delimiter &= byte == delimiter_byte
+    return allowed | is_delimiter
+
+
+def block_end(data, pos: int, size: int) -> int:
+    """About size on from pos, never inside a UTF-8 character (one longer than size whole)."""
+    limit = len(data)
+    end = back = min(pos + size, limit)
+    while pos < back < limit and 0x80 <= data[back] < 0xC0:
+        back -= 1
+    if back > pos:
+        return back
+    # Past a character's continuation bytes (only three may follow in UTF-8; more fail later).
+    while end < min(limit, pos + size + 3) and 0x80 <= data[end] < 0xC0:
+        end += 1
+    return end
+
+
+def _is_utf8(block: bytes) -> bool:
+    if block.isascii():
+        return True
+    try:
+        str(block, "utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def plan_by_vectors(data, delimiter: str, chunks: int) -> ParityPlan | None:
+    """The file's chunk plan by quote parity in numpy, or None where it does not decide."""
+    if engine() is None:
+        return None
+    start = len(codecs.BOM_UTF8) if data[:3] == codecs.BOM_UTF8 else 0
+    if start == len(data):
+        return None
+    layout = VectorLayout(data, start, delimiter.encode())
+    if not layout.proven:
+        return None
+    total, size_of_data = layout.terminators, len(data)
+    body_start, body_line = (
+        layout.boundary(1) if total else (size_of_data, 1 + layout.lines_before[-1])
+    )
+    records = max(0, total - 1) + (body_start < size_of_data and data[-1:] not in (b"\n", b"\r"))
+    size = max(1, -(-records // chunks))
+    count = max(1, -(-records // size))
+    ranges, byte_start, line = [], body_start, body_line
+    with ThreadPoolExecutor(max_workers=1) as hashing:
+        digests = []
+        for index in range(count):
+            if index == count - 1:
+                byte_end, next_line = size_of_data, 0
+            else:
+                byte_end, next_line = layout.boundary(1 + (index + 1) * size)
+            ranges.append((byte_start, byte_end, line))
+            digests.append(hashing.submit(digest_range, data, byte_start, byte_end))
+            byte_start, line = byte_end, next_line
+        hexdigests = [digest.result() for digest in digests]
+    return ParityPlan(start, body_start - 1 if total else -1, records, ranges, hexdigests)
