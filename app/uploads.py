@@ -21,6 +21,7 @@ from services.archive import (
     storage_failure,
     sync_to_disk,
 )
+from services.csvstats import vectorized as csvstats_vectors
 from services.errors import StorageFull, StorageUnavailable
 
 
@@ -152,6 +153,10 @@ def uploaded(field: str) -> Upload | None:
 def init_app(app: Flask, temp_dir: Path, max_upload_bytes: int) -> None:
     """Install the spooling request class and remove spools no service took over."""
     app.request_class = SpoolingRequest
+    # numpy, where the fast extra installed it, loaded now rather than by the first upload's
+    # split: a coordinator's memory does not jump by its ~17 MiB mid-request, and that upload
+    # does not wait for the import.
+    csvstats_vectors.engine()
     app.config["CHUNKWISE_TEMP_DIR"] = temp_dir
     # Room for the other form fields; the file itself is checked against the exact limit.
     app.config["MAX_CONTENT_LENGTH"] = max_upload_bytes + 1024 * 1024

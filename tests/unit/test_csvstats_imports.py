@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = ("flask", "psycopg", "requests")
 
@@ -58,3 +60,21 @@ def test_the_numpy_split_module_imports_numpy_only_when_first_used():
         check=True,
     )
     assert done.stdout.strip() == "False"
+
+
+def test_a_coordinator_loads_numpy_when_its_uploads_are_set_up_not_on_its_first_split():
+    pytest.importorskip("numpy")
+    probe = (
+        "import sys, tempfile, pathlib; from flask import Flask; from app import uploads; "
+        "uploads.init_app(Flask('probe'), pathlib.Path(tempfile.gettempdir()), 1024); "
+        "print('numpy' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "True"
