@@ -17,6 +17,7 @@ import io
 import os
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,7 +39,9 @@ from worker_cli.uploads import FileBody, MultipartUpload
 COLUMN = "value"
 CHUNKS = 8
 SEED = 20261202
-WORKER = "phases-bench"
+# A worker id is bound to the credential that first used it, and each run seeds new tokens into
+# the database .run/phases keeps: a name of its own per run.
+WORKER = f"phases-bench-{uuid.uuid4().hex[:8]}"
 
 
 class _Discard(io.RawIOBase):
