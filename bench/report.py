@@ -104,10 +104,14 @@ def run_job(stack: LocalStack, csv_path: Path) -> Run:
 def start(url: str, run_dir: Path, env: dict, workers: dict[str, tuple[str, ...]]) -> LocalStack:
     """A coordinator and the named workers over the database."""
     stack = LocalStack(database_url=url, run_dir=run_dir, env=env)
-    stack.prepare()
-    stack.start_coordinator()
-    for name, args in workers.items():
-        stack.start_worker(name, "--capacity", str(CAPACITY), *args)
+    try:
+        stack.prepare()
+        stack.start_coordinator()
+        for name, args in workers.items():
+            stack.start_worker(name, "--capacity", str(CAPACITY), *args)
+    except BaseException:
+        stack.stop()  # a coordinator that never became ready is not left running
+        raise
     return stack
 
 
