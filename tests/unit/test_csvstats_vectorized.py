@@ -7,6 +7,7 @@ import mmap
 import sys
 from unittest import mock
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,6 +22,8 @@ from tests.unit.test_csvstats_properties import (
     quote_heavy_cases,
 )
 
+# numpy is the fast extra's: where it is not installed, only the fallback's test runs.
+NEEDS_NUMPY = pytest.mark.skipif(vectorized.engine() is None, reason="numpy is not installed")
 # What a block edge may cut or an upload may hold: BOMs, CRLFs, lone CRs, multibyte and
 # invalid UTF-8, quotes at a field's edge or in its middle.
 EDGE_BYTES = [b"\xef\xbb\xbf", b"\r\n", b"\r", b"\n", b"\xc3\xa9", b"\xe2\x82\xac", b"\xc3"]
@@ -50,6 +53,7 @@ def exact_outcome(case: CsvCase, chunks: int) -> tuple:
         return ("format", str(exc))
 
 
+@NEEDS_NUMPY
 @PROPERTY_SETTINGS
 @given(case=any_case, chunks=st.integers(1, 64), block=st.sampled_from([1, 2, 3, 5, 64, 1 << 18]))
 def test_numpy_plan_is_the_exact_plan_and_declines_only_what_parity_declines(case, chunks, block):
@@ -66,6 +70,7 @@ def test_numpy_plan_is_the_exact_plan_and_declines_only_what_parity_declines(cas
     assert planned == parity.plan_by_parity(case.data, case.delimiter, chunks)
 
 
+@NEEDS_NUMPY
 def test_numpy_plans_the_export_sample_in_many_blocks_as_the_exact_scan_does():
     data = generate_export_csv(20_000, seed=7)
     with mock.patch.object(vectorized, "BLOCK_BYTES", 4096):
@@ -75,6 +80,7 @@ def test_numpy_plans_the_export_sample_in_many_blocks_as_the_exact_scan_does():
             assert split(data, "value", ",", chunks) == split_exactly(data, "value", ",", chunks)
 
 
+@NEEDS_NUMPY
 def test_numpy_plan_reads_a_memory_map_and_leaves_it_closable(tmp_path):
     data = generate_export_csv(3_000, seed=5)
     path = tmp_path / "upload.csv"
@@ -109,6 +115,7 @@ def test_without_numpy_split_plans_by_parity_counts_exactly_alike(monkeypatch):
         vectorized.engine.cache_clear()
 
 
+@NEEDS_NUMPY
 def test_a_delimiter_of_three_bytes_is_checked_whole_across_block_edges():
     well_placed = '"value"€x\n1€"a€""b"""€"c\r\nd"\r\n"2"€""\n'.encode()
     misplaced = 'value€x\n1€"a"§\n'.encode()  # § shares no byte with €
