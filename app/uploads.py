@@ -156,7 +156,7 @@ def init_app(app: Flask, temp_dir: Path, max_upload_bytes: int) -> None:
     # numpy, where the fast extra installed it, loaded now rather than by the first upload's
     # split: a coordinator's memory does not jump by its ~17 MiB mid-request, and that upload
     # does not wait for the import.
-    csvstats_vectors.engine()
+    csvstats_vectors.preload()
     app.config["CHUNKWISE_TEMP_DIR"] = temp_dir
     # Room for the other form fields; the file itself is checked against the exact limit.
     app.config["MAX_CONTENT_LENGTH"] = max_upload_bytes + 1024 * 1024

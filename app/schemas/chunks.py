@@ -6,7 +6,7 @@ from marshmallow import Schema, fields
 
 from app.input_rules import Int, RequestSchema
 from app.schemas.base import ResponseSchema
-from app.schemas.fields import NULLABLE_DATETIME, NULLABLE_INTEGER, NULLABLE_OBJECT
+from app.schemas.field_rules import NULLABLE_DATETIME, NULLABLE_INTEGER, NULLABLE_OBJECT
 from app.schemas.tasks import retry_time
 from services.csvjobs import WORKLOAD as CSV_WORKLOAD
 

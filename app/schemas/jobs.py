@@ -9,7 +9,7 @@ from marshmallow import Schema, ValidationError, fields, missing, validate, vali
 from app.input_rules import Int, RequestSchema
 from app.schemas.base import ResponseSchema
 from app.schemas.chunks import ChunkPageQuerySchema
-from app.schemas.fields import (
+from app.schemas.field_rules import (
     ANY_JSON,
     HEX64,
     JSON_OBJECT_OR_ARRAY,

@@ -6,7 +6,7 @@ from marshmallow import Schema, fields, validate
 
 from app.input_rules import Int, RequestSchema
 from app.schemas.base import ResponseSchema
-from app.schemas.fields import whole_text
+from app.schemas.field_rules import whole_text
 from services import workloads as workload_rules
 
 

@@ -14,7 +14,7 @@ from marshmallow import (
 
 from app.input_rules import COLUMN_RANGES, Bool, Int, RequestSchema
 from app.schemas.base import ErrorBodySchema, ResponseSchema
-from app.schemas.fields import ANY_JSON, HEX64, NULLABLE_DATETIME, Json, whole_text
+from app.schemas.field_rules import ANY_JSON, HEX64, NULLABLE_DATETIME, Json, whole_text
 from services.csvjobs import WORKLOAD as CSV_WORKLOAD
 from services.runtime import MAX_RETRY_DELAY_SECONDS
 

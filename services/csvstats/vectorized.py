@@ -1,20 +1,19 @@
-"""Plan a file's chunks by quote parity with numpy: array operations over each block's quotes
-and line breaks, no Python object per field.
+"""Plan a file's chunks by quote parity with numpy: array operations over each block's quotes and
+line breaks, no Python object per field.
 
-numpy is optional (the `fast` extra) and imported on first use, so importing this module still
-loads only the standard library. Each block of the buffer (a copy of about BLOCK_BYTES, with
-the delimiter's length in bytes before and after it) gives numpy the offsets of its quotes,
-LFs and CRs. A quote's
-rank from the start of the file tells whether it opens or closes a field (even ranks open),
-so the quote check of the exact scan becomes two lookups per quote: an opening quote follows
+numpy is optional (the `fast` extra) and imported on first use, so importing this module still loads
+only the standard library. Each block of the buffer (a copy of about BLOCK_BYTES, with the
+delimiter's length in bytes before and after it) gives numpy the offsets of its quotes, LFs and CRs.
+A quote's rank from the start of the file tells whether it opens or closes a field (even ranks
+open), so the quote check of the exact scan becomes two lookups per quote: an opening quote follows
 the start, the delimiter, a CR, an LF or a closing quote; a closing quote comes before the
-delimiter, a CR, an LF, the end or an opening quote (a doubled quote is a closing quote and
-an opening one side by side). A line break (LF, CRLF, a lone CR) is a record terminator when
-an even number of quotes comes before it. Only the blocks where a chunk ends are scanned a
-second time, for their terminators' offsets; each chunk is hashed in a thread as soon as its
-end is known. Returns None where the exact scan must decide (a misplaced or unterminated quote,
-bytes that are not UTF-8, an empty file): the caller then plans by the parity counts of
-services.csvstats.parity, which hand those to the exact scan.
+delimiter, a CR, an LF, the end or an opening quote (a doubled quote is a closing quote and an
+opening one side by side). A line break (LF, CRLF, a lone CR) is a record terminator when an even
+number of quotes comes before it. Only the blocks where a chunk ends are scanned a second time, for
+their terminators' offsets; each chunk is hashed in a thread as soon as its end is known. Returns
+None where the exact scan must decide (a misplaced or unterminated quote, bytes that are not UTF-8,
+an empty file): the caller then runs it, and it names the error. Without numpy the parity counts of
+services.csvstats.parity plan the file instead.
 """
 
 from __future__ import annotations
@@ -50,6 +49,11 @@ def engine() -> ModuleType | None:
     except ImportError:
         return None
     return numpy
+
+
+def preload() -> None:
+    """Import numpy now where it is installed (a coordinator's start, not its first upload)."""
+    engine()
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,7 @@ class VectorLayout:
         width = len(delimiter)
         before = _PAD * (width - 1) + _EDGE
         while pos < size:
-            end = block_end(data, pos, BLOCK_BYTES)
+            end = _block_end(data, pos, BLOCK_BYTES)
             self.starts.append(pos)
             self.odd.append(odd)
             self.records_before.append(records)
@@ -200,7 +204,7 @@ def _separator(neighbour, run: list, delimiter: bytes):
     return allowed | is_delimiter
 
 
-def block_end(data, pos: int, size: int) -> int:
+def _block_end(data, pos: int, size: int) -> int:
     """About size on from pos, never inside a UTF-8 character (one longer than size whole)."""
     limit = len(data)
     end = back = min(pos + size, limit)
