@@ -1,9 +1,10 @@
 """The CSV workload's pure core: split a file into chunks, summarise each, merge the summaries.
 
-Standard library only, and no I/O beyond the bytes it is given. Decisions the spec left open:
-an empty line is a record whose value is empty; a lone CR outside quotes ends a record, as it
-does for csv.reader; values may be padded with spaces and tabs; a quote anywhere but around a
-whole field (or doubled inside one) makes split reject the file.
+Imports only the standard library (numpy and polars, where installed, on first use), and no I/O
+beyond the bytes it is given. Decisions the spec left open: an empty line is a record whose value is
+empty; a lone CR outside quotes ends a record, as it does for csv.reader; values may be padded with
+spaces and tabs; a quote anywhere but around a whole field (or doubled inside one) makes split
+reject the file.
 """
 
 from services.csvstats.errors import BadRecord, CsvFormatError, MergeError, SumOverflow
