@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devstack.sample_csv import HEADER, generate_csv
 from devstack.stack import LocalStack
 from services.csvstats import sequential_totals
-from worker_cli.commands.jobs import FINISHED
+from worker_cli.jobs import FINISHED
 
 # Short timings keep the suite quick; the test of the default timings overrides them.
 FAST = {

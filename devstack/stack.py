@@ -24,7 +24,7 @@ import requests
 
 from app import migrations
 from worker_cli.client import CoordinatorClient
-from worker_cli.commands.jobs import FINISHED
+from worker_cli.jobs import FINISHED
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

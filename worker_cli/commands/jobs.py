@@ -20,8 +20,8 @@ from worker_cli.commands.arguments import (
 )
 from worker_cli.commands.idempotency_keys import default_idempotency_key, file_sha256, key_naming
 from worker_cli.commands.invocation import EXIT_JOB_UNSUCCESSFUL, EXIT_OK, Invocation
+from worker_cli.jobs import FINISHED
 
-FINISHED = frozenset({"succeeded", "failed", "cancelled"})
 UNSUCCESSFUL = frozenset({"failed", "cancelled"})
 JOB_STATUSES = ("queued", "running", "merging", "succeeded", "failed", "cancelled")
 UNFINISHED_STATUSES = tuple(status for status in JOB_STATUSES if status not in FINISHED)
