@@ -65,13 +65,26 @@ def test_coordinators_wait_for_migrate_and_the_bucket_and_check_readyz():
 
 
 def test_every_command_is_an_entry_point_of_the_image():
-    # gunicorn, flask and yoyo come with their packages; ours come from setup.cfg.
-    provided = console_scripts() | {"gunicorn", "flask", "yoyo", "sh", "python"}
+    # gunicorn and flask come with their packages; ours come from setup.cfg.
+    provided = console_scripts() | {"gunicorn", "flask", "python"}
     for name, service in SERVICES.items():
         if service.get("image") == PROJECT_IMAGE:
             assert service["command"][0] in provided, name
     assert SERVICES["seed"]["command"][-1] == "seed-local"
-    assert "yoyo apply" in SERVICES["migrate"]["command"][-1]
+    assert SERVICES["migrate"]["command"] == ["python", "-m", "app.migrations", "apply"]
+
+
+def test_no_secret_is_put_on_a_command_line():
+    # Interpolated by compose (${X}) or by a shell ($${X}), it would show in ps and docker top.
+    secret = re.compile(r"\$\$?\{?[A-Z_]*(" + SECRET_NAME.pattern + r"|DATABASE_URL)")
+    for path in (REPO / "compose.yaml", REPO / "deploy" / "compose.s3-standin.yaml"):
+        for name, service in yaml.safe_load(path.read_text())["services"].items():
+            for argv in (
+                service.get("command", []),
+                service.get("healthcheck", {}).get("test", []),
+            ):
+                line = argv if isinstance(argv, str) else " ".join(argv)
+                assert not secret.search(line), (path.name, name, line)
 
 
 def test_only_nginx_is_published_and_on_loopback_unless_told_otherwise():
