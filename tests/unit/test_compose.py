@@ -324,6 +324,24 @@ def test_make_up_keeps_the_secrets_an_env_file_has_and_adds_those_it_lacks(tmp_p
     assert second == first
 
 
+def test_make_up_makes_an_older_env_file_private_and_keeps_its_lines(tmp_path):
+    env_file = tmp_path / ".env"
+    env_file.write_text("# mine\nCHUNKWISE_SECRET_KEY=mine\nOTHER=kept")  # last line unended
+    env_file.chmod(0o644)
+
+    make_up(tmp_path)
+    after_first = env_file.read_text()
+    mode_after_first = stat.S_IMODE(env_file.stat().st_mode)
+    env_file.chmod(0o644)  # as an editor or a copy might leave it
+    make_up(tmp_path)  # with nothing left to add
+
+    assert after_first.startswith("# mine\nCHUNKWISE_SECRET_KEY=mine\nOTHER=kept\n")
+    assert "POSTGRES_PASSWORD=" in after_first
+    assert mode_after_first == 0o600
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert env_file.read_text() == after_first
+
+
 def test_the_dockerfile_installs_the_locked_versions():
     dockerfile = (REPO / "Dockerfile").read_text()
     installs = re.findall(r"pip install[^&\n]*", dockerfile)
