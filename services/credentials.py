@@ -49,7 +49,7 @@ def seed_local(
     user_token: str | None,
     operator_token: str | None,
     worker_token: str | None,
-    keep: Callable[[list[IssuedToken]], None],
+    keep: Callable[[list[IssuedToken]], None] | None = None,
 ) -> list[IssuedToken]:
     """Create compute_user, operator and a worker credential; idempotent.
 
@@ -58,7 +58,8 @@ def seed_local(
     is generated only when the principal has no token yet, so re-running never mints a second
     credential by surprise. The generated ones are handed to keep before the registration
     commits, and only when there are some: whatever keep raises rolls every change back, so a
-    token is never registered without its owner having it.
+    token is never registered without its owner having it. Without keep, the caller keeps them
+    from the returned list (in-process callers: tests, benchmarks).
     """
     given = {"user_token": user_token, "operator_token": operator_token}
     problems = {field: weakness_of(token, "user") for field, token in given.items()}
@@ -83,7 +84,7 @@ def seed_local(
             issued.append(IssuedToken(name=name, kind=kind, token=secret, created=created))
             if token is None:
                 minted.append(issued[-1])
-        if minted:
+        if minted and keep:
             keep(minted)
     return issued
 
