@@ -91,18 +91,21 @@ bench-peers: $(STAMP)
 
 # The secrets compose.yaml requires (seed tokens, MinIO's root credentials, the coordinators'
 # shared session key, the scrape token, PostgreSQL's password): random ones appended to .env
-# (mode 0600) for each it does not have yet, so an older .env gains the new ones and keeps its
-# own. URL-safe, as the password sits inside DATABASE_URL.
+# for each it does not have yet, so an older .env gains the new ones and keeps its own. .env is
+# made 0600 every time (an older one may be readable to others, and holds the database
+# password); appended and synced, never rewritten, so a crash cannot lose what it held.
+# URL-safe, as the password sits inside DATABASE_URL.
 up:
-	@umask 077; $(PYTHON) -c 'import pathlib, secrets; t = lambda: secrets.token_urlsafe(32); \
-	  env = pathlib.Path(".env"); text = env.read_text() if env.exists() else ""; \
+	@$(PYTHON) -c 'import os, pathlib, secrets; t = lambda: secrets.token_urlsafe(32); \
+	  env = pathlib.Path(".env"); env.touch(0o600); env.chmod(0o600); text = env.read_text(); \
 	  have = {line.split("=", 1)[0].strip() for line in text.splitlines() if "=" in line}; \
 	  want = {"CHUNKWISE_SEED_USER_TOKEN": "cwu_" + t(), "CHUNKWISE_SEED_OPERATOR_TOKEN": "cwu_" + t(), \
 	    "CHUNKWISE_SEED_WORKER_TOKEN": "cww_" + t(), "MINIO_ROOT_USER": "chunkwise-" + secrets.token_hex(4), \
 	    "MINIO_ROOT_PASSWORD": t(), "CHUNKWISE_SECRET_KEY": t(), "CHUNKWISE_METRICS_TOKEN": t(), \
 	    "POSTGRES_PASSWORD": t()}; \
-	  new = [f"{k}={v}" for k, v in want.items() if k not in have]; \
-	  new and env.write_text(text + ("" if text.endswith("\n") or not text else "\n") + "\n".join(new) + "\n"); \
+	  new = [f"{k}={v}\n" for k, v in want.items() if k not in have]; \
+	  lead = "\n" if new and text and not text.endswith("\n") else ""; \
+	  f = open(env, "a"); f.write(lead + "".join(new)); f.flush(); os.fsync(f.fileno()); f.close(); \
 	  new and print("wrote to .env (keep it private):", ", ".join(n.split("=")[0] for n in new))'
 	docker compose up --build -d
 

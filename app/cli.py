@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
 
 import click
 from flask import Flask
@@ -39,15 +39,11 @@ def init_app(app: Flask) -> None:
     def seed_local() -> None:
         """Create compute_user, operator and a worker credential (idempotent); print no token."""
         given = {arg: os.environ.get(name) or None for arg, name in SEED_VARIABLES.items()}
-        # Opened before anything is registered: a token minted but kept nowhere would be lost.
-        with _env_file() if None in given.values() else nullcontext() as kept:
-            try:
-                issued = credentials.seed_local(get_runtime().pool, **given)
-            except InvalidInput as exc:
-                raise click.ClickException(_named_by_variable(exc)) from exc
-            minted = [t for t in issued if given[SEEDED_BY[t.name]] is None]
-            if minted:
-                kept.writelines(f"{_variable(t)}={t.token}\n" for t in minted)
+        try:
+            issued = credentials.seed_local(get_runtime().pool, **given, keep=_keep_in_env_file)
+        except InvalidInput as exc:
+            raise click.ClickException(_named_by_variable(exc)) from exc
+        minted = [t for t in issued if given[SEEDED_BY[t.name]] is None]
         # Never a token itself: this output ends up in logs (docker compose logs).
         for t in issued:
             state = "registered" if t.created else "already registered"
@@ -105,23 +101,28 @@ def _refusal_as_error() -> Iterator[None]:
         raise click.ClickException(str(exc)) from exc
 
 
-def _env_file() -> TextIO:
-    """Open .env to append to, created private (0600); a refusal is the command's error."""
+def _keep_in_env_file(minted: list[credentials.IssuedToken]) -> None:
+    """Append minted tokens to .env (created 0600) and sync them to disk; else the command fails."""
+    # Run before the tokens are registered: a failure here registers none of them.
     try:
         fd = os.open(ENV_FILE, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as kept:
+            info = os.fstat(fd)
+            # An older .env made readable to others would hand them the tokens: private from
+            # now on. Only a file: through a link to a device, chmod would change the device.
+            if stat.S_ISREG(info.st_mode):
+                os.fchmod(fd, 0o600)
+            # A last line without its newline would run into the first token's.
+            if info.st_size and os.pread(fd, 1, info.st_size - 1) != b"\n":
+                kept.write("\n")
+            kept.writelines(f"{_variable(t)}={t.token}\n" for t in minted)
+            kept.flush()
+            os.fsync(fd)
     except OSError as exc:
         raise click.ClickException(
             f"cannot keep new tokens in {ENV_FILE.resolve()} ({exc.strerror}): nothing registered;"
             f" set {', '.join(SEED_VARIABLES.values())} instead"
         ) from exc
-    kept = os.fdopen(fd, "a")
-    # An older .env made readable to others would hand them the tokens: private from now on.
-    os.fchmod(fd, 0o600)
-    size = os.fstat(fd).st_size
-    # A last line without its newline would run into the first token's.
-    if size and os.pread(fd, 1, size - 1) != b"\n":
-        kept.write("\n")
-    return kept
 
 
 def _variable(token: credentials.IssuedToken) -> str:

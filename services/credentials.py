@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from psycopg import Connection
@@ -48,13 +49,17 @@ def seed_local(
     user_token: str | None,
     operator_token: str | None,
     worker_token: str | None,
+    keep: Callable[[list[IssuedToken]], None] | None = None,
 ) -> list[IssuedToken]:
     """Create compute_user, operator and a worker credential; idempotent.
 
     A given token is registered as is, unless it is a placeholder or too short to be secret
     (InvalidInput naming each bad one: user_token, operator_token, worker_token); a missing one
     is generated only when the principal has no token yet, so re-running never mints a second
-    credential by surprise.
+    credential by surprise. The generated ones are handed to keep before the registration
+    commits, and only when there are some: whatever keep raises rolls every change back, so a
+    token is never registered without its owner having it. Without keep, the caller keeps them
+    from the returned list (in-process callers: tests, benchmarks).
     """
     given = {"user_token": user_token, "operator_token": operator_token}
     problems = {field: weakness_of(token, "user") for field, token in given.items()}
@@ -68,15 +73,19 @@ def seed_local(
         ("operator", "user", "operator", operator_token),
         ("local-worker", "worker", None, worker_token),
     ]
-    issued = []
+    issued, minted = [], []
     with pool.connection() as conn, conn.transaction():
         for name, kind, role, token in wanted:
             user_id = users.upsert_user(conn, name, role) if role else None
             if token is None and users.has_token(conn, kind, name):
                 continue
-            token = token or new_token(kind)
-            created = _register(conn, token, kind, name, user_id)
-            issued.append(IssuedToken(name=name, kind=kind, token=token, created=created))
+            secret = token or new_token(kind)
+            created = _register(conn, secret, kind, name, user_id)
+            issued.append(IssuedToken(name=name, kind=kind, token=secret, created=created))
+            if token is None:
+                minted.append(issued[-1])
+        if minted and keep:
+            keep(minted)
     return issued
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 import uuid
 
@@ -399,18 +400,50 @@ def test_seed_local_without_tokens_mints_each_once_into_a_private_env_file_not_t
     assert principals["CHUNKWISE_SEED_WORKER_TOKEN"].name == "local-worker"
 
 
+@pytest.mark.parametrize(
+    "env_file_is",
+    [
+        "a directory",  # cannot be opened
+        "/dev/full",  # opens, but every write fails (ENOSPC): registered, the tokens were lost
+    ],
+)
 def test_seed_local_that_cannot_keep_a_minted_token_registers_nothing(
-    app, db, monkeypatch, tmp_path
+    app, db, monkeypatch, tmp_path, env_file_is
 ):
     for name in GIVEN:
         monkeypatch.delenv(name, raising=False)
-    (tmp_path / ".env").mkdir()
+    (tmp_path / "a directory").mkdir()
+    (tmp_path / ".env").symlink_to(tmp_path / env_file_is)
+    device_mode = os.stat("/dev/full").st_mode
 
     result = app.test_cli_runner().invoke(args=["seed-local"])
 
     assert result.exit_code == 1
     assert "cannot keep new tokens in" in result.output
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
     assert db.execute("SELECT count(*) AS n FROM api_tokens").fetchone()["n"] == 0
+    assert db.execute("SELECT count(*) AS n FROM users").fetchone()["n"] == 0
+    assert os.stat("/dev/full").st_mode == device_mode
+    # Nothing was registered, so a re-run able to write mints them rather than finding them.
+    (tmp_path / ".env").unlink()
+    assert "nothing to do" not in seed(app)
+
+
+def test_seed_local_with_nothing_to_mint_leaves_no_env_file_behind(app, db, monkeypatch, tmp_path):
+    for name, token in GIVEN.items():
+        monkeypatch.setenv(name, token)
+    seed(app)
+    for name in GIVEN:
+        monkeypatch.delenv(name)
+    tmp_path.chmod(0o500)  # (root writes here regardless: the assertion below is what counts)
+
+    try:
+        output = seed(app)
+    finally:
+        tmp_path.chmod(0o700)
+
+    assert "nothing to do" in output
+    assert not (tmp_path / ".env").exists()
 
 
 def test_a_job_submitted_by_one_user_is_owned_by_that_user(submit, db, rt, tokens):

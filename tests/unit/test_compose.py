@@ -65,13 +65,26 @@ def test_coordinators_wait_for_migrate_and_the_bucket_and_check_readyz():
 
 
 def test_every_command_is_an_entry_point_of_the_image():
-    # gunicorn, flask and yoyo come with their packages; ours come from setup.cfg.
-    provided = console_scripts() | {"gunicorn", "flask", "yoyo", "sh", "python"}
+    # gunicorn and flask come with their packages; ours come from setup.cfg.
+    provided = console_scripts() | {"gunicorn", "flask", "python"}
     for name, service in SERVICES.items():
         if service.get("image") == PROJECT_IMAGE:
             assert service["command"][0] in provided, name
     assert SERVICES["seed"]["command"][-1] == "seed-local"
-    assert "yoyo apply" in SERVICES["migrate"]["command"][-1]
+    assert SERVICES["migrate"]["command"] == ["python", "-m", "app.migrations", "apply"]
+
+
+def test_no_secret_is_put_on_a_command_line():
+    # Interpolated by compose (${X}) or by a shell ($${X}), it would show in ps and docker top.
+    secret = re.compile(r"\$\$?\{?[A-Z_]*(" + SECRET_NAME.pattern + r"|DATABASE_URL)")
+    for path in (REPO / "compose.yaml", REPO / "deploy" / "compose.s3-standin.yaml"):
+        for name, service in yaml.safe_load(path.read_text())["services"].items():
+            for argv in (
+                service.get("command", []),
+                service.get("healthcheck", {}).get("test", []),
+            ):
+                line = argv if isinstance(argv, str) else " ".join(argv)
+                assert not secret.search(line), (path.name, name, line)
 
 
 def test_only_nginx_is_published_and_on_loopback_unless_told_otherwise():
@@ -309,6 +322,24 @@ def test_make_up_keeps_the_secrets_an_env_file_has_and_adds_those_it_lacks(tmp_p
     assert first["CHUNKWISE_SECRET_KEY"] == "mine"
     assert "POSTGRES_PASSWORD" in first
     assert second == first
+
+
+def test_make_up_makes_an_older_env_file_private_and_keeps_its_lines(tmp_path):
+    env_file = tmp_path / ".env"
+    env_file.write_text("# mine\nCHUNKWISE_SECRET_KEY=mine\nOTHER=kept")  # last line unended
+    env_file.chmod(0o644)
+
+    make_up(tmp_path)
+    after_first = env_file.read_text()
+    mode_after_first = stat.S_IMODE(env_file.stat().st_mode)
+    env_file.chmod(0o644)  # as an editor or a copy might leave it
+    make_up(tmp_path)  # with nothing left to add
+
+    assert after_first.startswith("# mine\nCHUNKWISE_SECRET_KEY=mine\nOTHER=kept\n")
+    assert "POSTGRES_PASSWORD=" in after_first
+    assert mode_after_first == 0o600
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert env_file.read_text() == after_first
 
 
 def test_the_dockerfile_installs_the_locked_versions():
