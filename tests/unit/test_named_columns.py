@@ -4,7 +4,9 @@ psycopg prepares a statement once a connection has run it five times, and Postgr
 refuses it (`cached plan must not change result type`) when a migration adds a column to a
 table it returns with `*`, until that connection goes. Only what a statement itself returns
 counts: a `*` inside parentheses (a CTE whose columns the statement names again, a subquery,
-count(*), EXISTS) leaves the result type as it was (tests/integration/test_prepared_*.py).
+count(*), EXISTS) leaves the result type as it was (tests/integration/test_prepared_*.py). The
+rule is stricter than PostgreSQL's: a `*` outside parentheses counts even where nothing is
+returned (`INSERT ... SELECT * FROM unnest(...)`), so such inputs name their columns too.
 """
 
 from __future__ import annotations
