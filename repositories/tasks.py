@@ -103,12 +103,11 @@ class ExpiredLease:
     worker_id: str
 
 
-def recount_unfinished(conn: Connection, workload: str) -> int:
-    """Count a workload's pending and leased tasks, and start its queue bound again from there.
+def hold_queue_bound(conn: Connection, workload: str) -> None:
+    """Lock a workload's queue bound, creating it (at 0) if it has none yet.
 
-    Two statements: the count must see every admission that took the bound's row before this
-    transaction did, so it is taken only once the row is locked. The caller's transaction
-    keeps the lock, so no admission of the workload overtakes the count until it commits.
+    Creating it makes a transaction that is inserting it too wait for that one: a workload's
+    removal so serialises with every admission of it, even the first (services.workload_registry).
     """
     conn.execute(
         """
@@ -117,6 +116,19 @@ def recount_unfinished(conn: Connection, workload: str) -> int:
         """,
         {"workload": workload},
     )
+
+
+def recount_unfinished(conn: Connection, workload: str) -> int | None:
+    """Count a served workload's pending and leased tasks, and start its queue bound again from
+    there; None if the workloads table no longer serves it (nothing to count for).
+
+    Two statements: the count must see every admission that took the bound's row before this
+    transaction did, so it is taken only once the row is locked. The caller's transaction
+    keeps the lock, so no admission of the workload overtakes the count until it commits. The
+    count's own snapshot also sees a removal that held the row before this one: the caller
+    must then write nothing (the removal deleted the row; holding it re-created it).
+    """
+    hold_queue_bound(conn, workload)
     # Three counts, so each reads the partial index of its own rows (see sql/0007 and 0019).
     row = conn.execute(
         """
@@ -127,11 +139,13 @@ def recount_unfinished(conn: Connection, workload: str) -> int:
              WHERE status = 'pending' AND workload = %(workload)s AND not_before IS NOT NULL)
           + (SELECT count(*) FROM tasks WHERE status = 'leased' AND workload = %(workload)s)
         WHERE workload = %(workload)s
+          AND EXISTS (SELECT FROM workloads
+                      WHERE name = %(workload)s AND removed_at IS NULL)
         RETURNING unfinished
         """,
         {"workload": workload},
     ).fetchone()
-    return row["unfinished"]
+    return None if row is None else row["unfinished"]
 
 
 # The claim statement, part by part; each part is one CTE of it, named as in the statement.

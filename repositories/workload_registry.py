@@ -132,7 +132,8 @@ def unfinished_jobs(conn: Connection, name: str) -> int:
 
 
 def remove(conn: Connection, name: str, removed_by: str) -> None:
-    """Mark a workload removed (a seed never brings it back) and forget its pause and bucket."""
+    """Mark a workload removed (a seed never brings it back) and forget its pause, its bucket
+    and its queue bound (admission finds no room without one, and counts again)."""
     conn.execute(
         """
         UPDATE workloads SET removed_at = now(), changed_by = %(by)s, changed_at = now()
@@ -142,6 +143,7 @@ def remove(conn: Connection, name: str, removed_by: str) -> None:
     )
     conn.execute("DELETE FROM workload_pauses WHERE workload = %(name)s", {"name": name})
     conn.execute("DELETE FROM workload_buckets WHERE workload = %(name)s", {"name": name})
+    conn.execute("DELETE FROM queue_bounds WHERE workload = %(name)s", {"name": name})
 
 
 _SERVED = (

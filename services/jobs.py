@@ -166,7 +166,7 @@ def plan_job(
     and build its rows; nothing is written."""
     rules = rt.workloads.get(spec.workload)
     if rules is None:
-        raise InvalidInput.field("workload", f"unknown workload {spec.workload!r}")
+        raise _unknown_workload(spec.workload)
     rules.check_manifest()
     indexes = [t.chunk_index for t in spec.tasks]
     if all(i is None for i in indexes):
@@ -343,6 +343,9 @@ def _admit_after_recount(
     # the owner's row first, the order admission takes them in.
     usage = job_rows.recount_owner(conn, new_job.workload, new_job.owner_id)
     queued = task_rows.recount_unfinished(conn, new_job.workload)
+    if queued is None:
+        # Removed since this coordinator last reloaded its workloads: refused as it will be.
+        raise _unknown_workload(new_job.workload)
     # A request with the same key may have filled the queue since the first look.
     replayed = _replay(conn, new_job)
     if replayed is not None:
@@ -357,6 +360,11 @@ def _admit_after_recount(
     if view is None:
         raise _queue_full(rt, new_job.workload, queued, len(new_tasks), limit)
     return view
+
+
+def _unknown_workload(workload: str) -> InvalidInput:
+    """The refusal of a job for a workload no coordinator serves."""
+    return InvalidInput.field("workload", f"unknown workload {workload!r}")
 
 
 def _check_share(rt: Runtime, new_job: NewJob, n: int, usage: OwnerUsage, caps: Caps) -> None:
@@ -663,6 +671,9 @@ def _requeue(
     fits, n = requeue()
     if not fits:
         queued = task_rows.recount_unfinished(conn, workload)
+        if queued is None:
+            # Removed since this coordinator last reloaded: no room, as its reload will say.
+            raise _queue_full(rt, workload, 0, n + already, 0)
         if queued + n > limit:
             raise _queue_full(rt, workload, queued - already, n + already, limit)
         # It fits now: the count holds the bound's row until this transaction ends.

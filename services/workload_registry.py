@@ -17,6 +17,7 @@ from psycopg_pool import ConnectionPool
 
 from repositories import events as event_rows
 from repositories import queue as queue_rows
+from repositories import tasks as task_rows
 from repositories import workload_registry as workload_rows
 from repositories.workload_registry import StoredWorkload
 from services import csvjobs, csvstats
@@ -164,6 +165,10 @@ def remove_workload(rt: Runtime, principal: Principal, name: str, *, trace_id: s
         # Locked first: a concurrent change waits, and the count below is what is removed.
         if workload_rows.get(conn, name, for_update=True) is None:
             raise NotFound(f"workload {name} is not served")
+        # Then its queue bound, which every admission of it takes: one that took it first has
+        # committed by the count below, and one still to take it finds it deleted and, counting
+        # again, this removal (services/jobs), on coordinators that still serve the workload too.
+        task_rows.hold_queue_bound(conn, name)
         unfinished = workload_rows.unfinished_jobs(conn, name)
         if unfinished:
             raise Conflict(

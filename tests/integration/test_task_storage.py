@@ -53,6 +53,11 @@ def stale_queue(db) -> None:
     3,000 tasks queued that ANALYZE has not seen (a queue's statistics are always behind)."""
     owner = db.execute("INSERT INTO users (name, role) VALUES ('u', 'user') RETURNING id")
     owner_id = owner.fetchone()["id"]
+    # Served, or the recount below has nothing to count for.
+    db.execute(
+        "INSERT INTO workloads (name, max_queued_tasks, max_tasks_per_job)"
+        " VALUES ('echo', 5000, 5000)"
+    )
     for status, count in (("completed", 2000), ("pending", 3000)):
         job = db.execute(
             """
