@@ -14,6 +14,7 @@ from flask import Flask
 
 from app.runtime import get_runtime
 from services import credentials
+from services.archive import sync_to_disk
 from services.errors import ChunkwiseError, InvalidInput
 
 # seed-local's arguments, by the variable each is read from.
@@ -104,25 +105,42 @@ def _refusal_as_error() -> Iterator[None]:
 def _keep_in_env_file(minted: list[credentials.IssuedToken]) -> None:
     """Append minted tokens to .env (created 0600) and sync them to disk; else the command fails."""
     # Run before the tokens are registered: a failure here registers none of them.
+    created = not ENV_FILE.exists()
     try:
         fd = os.open(ENV_FILE, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "a") as kept:
-            info = os.fstat(fd)
-            # An older .env made readable to others would hand them the tokens: private from
-            # now on. Only a file: through a link to a device, chmod would change the device.
-            if stat.S_ISREG(info.st_mode):
-                os.fchmod(fd, 0o600)
-            # A last line without its newline would run into the first token's.
-            if info.st_size and os.pread(fd, 1, info.st_size - 1) != b"\n":
-                kept.write("\n")
-            kept.writelines(f"{_variable(t)}={t.token}\n" for t in minted)
-            kept.flush()
-            os.fsync(fd)
+        try:
+            _append_tokens(fd, minted)
+        finally:
+            os.close(fd)
+        if created:  # the file's name is on disk too, not only its bytes
+            sync_to_disk(ENV_FILE.resolve().parent)
     except OSError as exc:
         raise click.ClickException(
             f"cannot keep new tokens in {ENV_FILE.resolve()} ({exc.strerror}): nothing registered;"
             f" set {', '.join(SEED_VARIABLES.values())} instead"
         ) from exc
+
+
+def _append_tokens(fd: int, minted: list[credentials.IssuedToken]) -> None:
+    """Write one line per token after the file's last line and sync it, or leave it as it was."""
+    info = os.fstat(fd)
+    # An older .env made readable to others would hand them the tokens: private from
+    # now on. Only a file: through a link to a device, chmod would change the device.
+    if stat.S_ISREG(info.st_mode):
+        os.fchmod(fd, 0o600)
+    # A last line without its newline would run into the first token's.
+    unended = info.st_size and os.pread(fd, 1, info.st_size - 1) != b"\n"
+    lines = "\n" * bool(unended) + "".join(f"{_variable(t)}={t.token}\n" for t in minted)
+    try:
+        data = memoryview(lines.encode())
+        while data:
+            data = data[os.write(fd, data) :]
+        os.fsync(fd)
+    except OSError:
+        if stat.S_ISREG(info.st_mode):
+            # No half-written line is left for a later run to read as a token.
+            os.ftruncate(fd, info.st_size)
+        raise
 
 
 def _variable(token: credentials.IssuedToken) -> str:

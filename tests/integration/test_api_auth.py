@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import uuid
 
 import pytest
 
+from app import cli
 from services import auth, credentials
 from tests.integration.csv_worker import settings
 from tests.integration.manifests import WORKER, manifest
@@ -427,6 +429,44 @@ def test_seed_local_that_cannot_keep_a_minted_token_registers_nothing(
     # Nothing was registered, so a re-run able to write mints them rather than finding them.
     (tmp_path / ".env").unlink()
     assert "nothing to do" not in seed(app)
+
+
+def test_seed_local_whose_write_fails_halfway_leaves_the_env_file_as_it_was(
+    app, db, monkeypatch, tmp_path
+):
+    for name in GIVEN:
+        monkeypatch.delenv(name, raising=False)
+    env_file = tmp_path / ".env"
+    env_file.write_text("OTHER=kept\n")
+    real_write = os.write
+
+    def disk_fills_after_a_few_bytes(fd, data):
+        if fd > 2 and real_write(fd, bytes(data[:7])):  # part of the first line lands
+            monkeypatch.setattr(cli.os, "write", real_write)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(cli.os, "write", disk_fills_after_a_few_bytes)
+
+    result = app.test_cli_runner().invoke(args=["seed-local"])
+
+    assert result.exit_code == 1 and "No space left on device" in result.output
+    assert env_file.read_text() == "OTHER=kept\n"
+    assert db.execute("SELECT count(*) AS n FROM api_tokens").fetchone()["n"] == 0
+
+
+def test_seed_local_that_creates_the_env_file_syncs_its_directory_entry(
+    app, db, monkeypatch, tmp_path
+):
+    for name in GIVEN:
+        monkeypatch.delenv(name, raising=False)
+    synced = []
+    monkeypatch.setattr(cli, "sync_to_disk", synced.append)
+
+    seed(app)
+    seed(app)
+
+    assert synced == [tmp_path.resolve()]
 
 
 def test_seed_local_with_nothing_to_mint_leaves_no_env_file_behind(app, db, monkeypatch, tmp_path):
