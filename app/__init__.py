@@ -31,7 +31,6 @@ from app.blueprints import (
     ui,
 )
 from app.config import load_settings
-from app.migrations import migration_ids
 
 
 def create_app(
@@ -48,6 +47,9 @@ def create_app(
     # dashboard's headers (CSP, nosniff, no framing).
     app = Flask(__name__, static_folder=None)
     app.config["CHUNKWISE_SETTINGS"] = settings
+    # Imported here, not with the package: `python -m app.migrations` must find it unimported.
+    from app.migrations import migration_ids
+
     app.config["CHUNKWISE_MIGRATIONS"] = migration_ids(settings.migrations_dir)
     rt = runtime.init_app(app, settings, storage_fatal=storage_fatal)
     metrics.init_app(app, rt, settings.metrics_token)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from app import migrations
 
 
@@ -32,3 +35,14 @@ def test_apply_without_database_url_exits_non_zero_naming_it(monkeypatch, capsys
 def test_a_checkout_reads_the_migrations_from_its_sql_directory():
     assert migrations.MIGRATIONS_DIR.name == "sql"
     assert migrations.migration_ids()[0] == "0001.queue"
+
+
+def test_running_it_as_a_module_warns_about_nothing(monkeypatch):
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    # runpy warns when the package imported the module before it runs as __main__.
+    run = [sys.executable, "-W", "error", "-m", "app.migrations", "apply"]
+
+    done = subprocess.run(run, capture_output=True, text=True, timeout=60, check=False)
+
+    assert "Warning" not in done.stderr
+    assert done.stderr.count("\n") == 1 and "DATABASE_URL" in done.stderr
