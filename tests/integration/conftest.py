@@ -9,6 +9,7 @@ import pytest
 
 from services import auth
 from tests.integration.csv_worker import CsvWorker
+from tests.integration.dashboard_forms import csrf_of
 from tests.integration.manifests import WORKER, result_body
 
 
@@ -128,3 +129,19 @@ def eventually() -> Callable[[float, Callable[[], bool]], bool]:
         return False
 
     return within
+
+
+@pytest.fixture
+def sign_in(app, tokens) -> Callable[[str], object]:
+    """A fresh test client signed in as one of the seeded principals."""
+
+    def signed_in(name: str):
+        browser = app.test_client()
+        form = browser.get("/ui/sign-in")
+        answer = browser.post(
+            "/ui/sign-in", data={"csrf_token": csrf_of(form), "token": tokens[name]}
+        )
+        assert answer.status_code == 303, answer.text
+        return browser
+
+    return signed_in

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from html import unescape
 from urllib.parse import parse_qs, urlsplit
@@ -16,33 +15,12 @@ from app.runtime import close
 from devstack.sample_csv import generate_csv
 from services import auth, schedules
 from tests.integration.csv_worker import settings
+from tests.integration.dashboard_forms import csrf_of
 from tests.integration.manifests import WORKER, manifest
 
 DATA = generate_csv(40, seed=3)
 HOSTILE = "<script>document.title='owned'</script>"
 RLO = "\u202e"
-CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
-
-
-def csrf_of(page) -> str:
-    """The CSRF token a rendered page carries in its forms."""
-    return CSRF_FIELD.search(page.text).group(1)
-
-
-@pytest.fixture
-def sign_in(app, tokens) -> Callable[[str], object]:
-    """A fresh test client signed in as one of the seeded principals."""
-
-    def signed_in(name: str):
-        browser = app.test_client()
-        form = browser.get("/ui/sign-in")
-        answer = browser.post(
-            "/ui/sign-in", data={"csrf_token": csrf_of(form), "token": tokens[name]}
-        )
-        assert answer.status_code == 303, answer.text
-        return browser
-
-    return signed_in
 
 
 def submit_through_form(

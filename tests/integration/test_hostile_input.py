@@ -20,6 +20,7 @@ from werkzeug.datastructures import MultiDict
 
 from app import input_rules
 from app.schemas import jobs as job_schemas
+from tests.integration.dashboard_forms import csrf_of
 from tests.integration.manifests import WORKER, manifest
 
 NUL = "a\x00b"
@@ -819,18 +820,11 @@ def test_a_value_the_database_refuses_past_the_schemas_is_422_not_500(sql, value
 
 # --- the dashboard's forms and filters --------------------------------------------------------
 
-CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
-
 
 @pytest.fixture
-def browser(app, tokens):
+def browser(sign_in):
     """A test client signed in to the dashboard as the user."""
-    browser = app.test_client()
-    form = browser.get("/ui/sign-in")
-    csrf = CSRF_FIELD.search(form.text).group(1)
-    answer = browser.post("/ui/sign-in", data={"csrf_token": csrf, "token": tokens["user"]})
-    assert answer.status_code == 303
-    return browser
+    return sign_in("user")
 
 
 @pytest.mark.parametrize(
@@ -840,7 +834,7 @@ def browser(app, tokens):
 def test_a_bad_field_of_the_dashboards_submit_form_is_422_on_the_form(field, value, browser, db):
     form = browser.get("/ui/submit")
     data = {
-        "csrf_token": CSRF_FIELD.search(form.text).group(1),
+        "csrf_token": csrf_of(form),
         "file": (io.BytesIO(b"a,b\n1,2\n"), "data.csv"),
         "column": "a",
         "delimiter": "comma",

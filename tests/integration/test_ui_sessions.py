@@ -9,26 +9,11 @@ import pytest
 from app import create_app
 from app.runtime import close
 from services import maintenance
+from tests.integration.dashboard_forms import csrf_of
 from tests.integration.test_credentials import flask
-from tests.integration.test_dashboard import csrf_of, submit_through_form
+from tests.integration.test_dashboard import submit_through_form
 
 COOKIE = "chunkwise_ui"
-
-
-@pytest.fixture
-def sign_in(app, tokens):
-    """A fresh test client signed in through the form as one of the seeded principals."""
-
-    def signed_in(name: str):
-        browser = app.test_client()
-        form = browser.get("/ui/sign-in")
-        answer = browser.post(
-            "/ui/sign-in", data={"csrf_token": csrf_of(form), "token": tokens[name]}
-        )
-        assert answer.status_code == 303, answer.text
-        return browser
-
-    return signed_in
 
 
 def cookie_of(browser) -> str:

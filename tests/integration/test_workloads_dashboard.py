@@ -8,14 +8,8 @@ import pytest
 
 from services import workload_registry
 from services.errors import Conflict
+from tests.integration.dashboard_forms import csrf_of
 from tests.integration.manifests import manifest
-
-CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
-
-
-def csrf_of(page) -> str:
-    """The CSRF token a rendered page carries in its forms."""
-    return CSRF_FIELD.search(page.text).group(1)
 
 
 def field_error(html: str, name: str) -> str:
@@ -24,29 +18,13 @@ def field_error(html: str, name: str) -> str:
     return found.group(1) if found else ""
 
 
-@pytest.fixture
-def browser(app, tokens):
-    """A test client signed in to the dashboard as the operator (or `as_`)."""
-
-    def signed_in(as_: str = "operator"):
-        client = app.test_client()
-        form = client.get("/ui/sign-in")
-        answer = client.post(
-            "/ui/sign-in", data={"csrf_token": csrf_of(form), "token": tokens[as_]}
-        )
-        assert answer.status_code == 303, answer.text
-        return client
-
-    return signed_in
-
-
 def post_form(client, path: str, data: dict, page: str = "/ui/queue"):
     """POST a dashboard form with the CSRF token its page carries."""
     return client.post(path, data={"csrf_token": csrf_of(client.get(page)), **data})
 
 
-def test_the_queue_page_offers_to_add_change_and_remove_workloads(browser):
-    page = browser().get("/ui/queue").text
+def test_the_queue_page_offers_to_add_change_and_remove_workloads(sign_in):
+    page = sign_in("operator").get("/ui/queue").text
 
     assert 'id="add-workload"' in page
     assert 'href="/ui/workloads/echo"' in page
@@ -54,8 +32,10 @@ def test_the_queue_page_offers_to_add_change_and_remove_workloads(browser):
     assert 'action="/ui/workloads/csv_stats/remove"' not in page
 
 
-def test_an_operator_adds_a_workload_from_the_form(browser, rt):
-    answer = post_form(browser(), "/ui/workloads", {"name": "square", "max_queued_tasks": "50"})
+def test_an_operator_adds_a_workload_from_the_form(sign_in, rt):
+    answer = post_form(
+        sign_in("operator"), "/ui/workloads", {"name": "square", "max_queued_tasks": "50"}
+    )
 
     assert answer.status_code == 303
     assert answer.headers["Location"].endswith("/ui/queue#workloads")
@@ -72,19 +52,19 @@ def test_an_operator_adds_a_workload_from_the_form(browser, rt):
     ],
 )
 def test_a_refused_workload_is_shown_at_its_field_and_nothing_is_added(
-    browser, rt, data, field, status
+    sign_in, rt, data, field, status
 ):
     served = rt.workloads.names()
 
-    answer = post_form(browser(), "/ui/workloads", data)
+    answer = post_form(sign_in("operator"), "/ui/workloads", data)
 
     assert answer.status_code == status
     assert field_error(answer.text, field)
     assert rt.workloads.names() == served
 
 
-def test_an_operator_changes_caps_and_an_empty_box_lifts_one(browser, rt):
-    client = browser()
+def test_an_operator_changes_caps_and_an_empty_box_lifts_one(sign_in, rt):
+    client = sign_in("operator")
     post_form(client, "/ui/workloads", {"name": "square", "max_leases_total": "4"})
     form = client.get("/ui/workloads/square")
     assert 'name="max_leases_total" inputmode="decimal" value="4"' in form.text
@@ -101,11 +81,11 @@ def test_an_operator_changes_caps_and_an_empty_box_lifts_one(browser, rt):
     assert (caps.max_queued_tasks, caps.max_tasks_per_job, caps.max_leases_total) == (40, 4, None)
 
 
-def test_a_refused_change_is_shown_at_its_field_and_changes_nothing(browser, rt):
+def test_a_refused_change_is_shown_at_its_field_and_changes_nothing(sign_in, rt):
     before = rt.workloads.of("echo").caps
 
     answer = post_form(
-        browser(),
+        sign_in("operator"),
         "/ui/workloads/echo",
         {"max_queued_tasks": "10", "max_tasks_per_job": "11"},
         page="/ui/workloads/echo",
@@ -116,8 +96,8 @@ def test_a_refused_change_is_shown_at_its_field_and_changes_nothing(browser, rt)
     assert rt.workloads.of("echo").caps == before
 
 
-def test_an_operator_removes_a_workload_and_a_busy_one_is_refused(browser, rt, submit):
-    client = browser()
+def test_an_operator_removes_a_workload_and_a_busy_one_is_refused(sign_in, rt, submit):
+    client = sign_in("operator")
     submit(manifest(1))
 
     removed = post_form(client, "/ui/workloads/render/remove", {})
@@ -130,15 +110,15 @@ def test_an_operator_removes_a_workload_and_a_busy_one_is_refused(browser, rt, s
     assert rt.workloads.get("echo") is not None
 
 
-def test_a_form_without_the_csrf_token_changes_nothing(browser, rt):
-    answer = browser().post("/ui/workloads", data={"name": "square"})
+def test_a_form_without_the_csrf_token_changes_nothing(sign_in, rt):
+    answer = sign_in("operator").post("/ui/workloads", data={"name": "square"})
 
     assert answer.status_code in (400, 403)
     assert rt.workloads.get("square") is None
 
 
-def test_users_may_not_add_change_or_remove_workloads(browser, rt):
-    client = browser("user")
+def test_users_may_not_add_change_or_remove_workloads(sign_in, rt):
+    client = sign_in("user")
     token = csrf_of(client.get("/ui/submit"))
 
     for path, data in (
@@ -152,7 +132,7 @@ def test_users_may_not_add_change_or_remove_workloads(browser, rt):
 
 
 def test_a_refusal_of_a_subclass_of_a_mapped_error_is_shown_with_its_bases_status(
-    browser, monkeypatch
+    sign_in, monkeypatch
 ):
     class NameTaken(Conflict):
         """A Conflict of its own kind, with no status of its own in app/errors.py."""
@@ -162,7 +142,7 @@ def test_a_refusal_of_a_subclass_of_a_mapped_error_is_shown_with_its_bases_statu
 
     monkeypatch.setattr(workload_registry, "add_workload", refuse)
 
-    answer = post_form(browser(), "/ui/workloads", {"name": "square"})
+    answer = post_form(sign_in("operator"), "/ui/workloads", {"name": "square"})
 
     assert answer.status_code == 409
     assert "already served" in field_error(answer.text, "name")
