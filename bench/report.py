@@ -10,6 +10,8 @@ printed and kept, and the ratios are given as median and range.
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -293,8 +295,16 @@ class Sample:
         return min(self.runs, key=lambda run: run.wall_seconds)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Generate, run both samples in turns and then the recovery run, write the report."""
+    argparse.ArgumentParser(
+        prog="python -m bench.report",
+        description=__doc__.splitlines()[0],
+        epilog=f"TURNS=N sets the number of turns per sample ({RUNS} now).",
+    ).parse_args(argv)
+    # Needed only for the timeline at the end: missing, it would fail after every turn had run.
+    if importlib.util.find_spec("matplotlib") is None:
+        raise SystemExit("bench.report draws with matplotlib: run `make report`, which installs it")
     stop_on_sigterm()
     shutil.rmtree(RUN_DIR, ignore_errors=True)
     RUN_DIR.mkdir(parents=True)
