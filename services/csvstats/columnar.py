@@ -1,14 +1,16 @@
 """Summarise a chunk with polars' compiled CSV reader where it reads the bytes as the core does.
 
-polars is optional (the `fast` extra) and imported on first use, so importing this module
-still loads only the standard library. The reader is used only when cheap whole-buffer checks
-prove it splits the chunk into the same records and fields as the core: UTF-8, a one-byte
-delimiter, LF or CRLF terminators (no lone CR), no empty line, well-placed quotes, the expected
-number of records, each with as many fields as the first. The quote walk is skipped when the
-chunk's digest is that of a plan split() made: split rejected the file unless every quote in it
-was well placed, and digest-equal bytes are those bytes. Every other chunk, every chunk with
-a value that is not an int64, one whose running sum may leave int64, and a resumed checkpoint
-go to the core's summarise, which stays the reference and decides every error.
+polars and numpy are optional (the `fast` extra) and imported on first use, so importing this
+module still loads only the standard library. polars reads the value column alone, and only
+when cheap whole-buffer checks prove it splits the chunk into the same records as the core:
+UTF-8, a one-byte delimiter, LF or CRLF terminators (no lone CR), well-placed quotes, the
+expected number of records, each with as many fields as the first and none an empty line
+(numpy counts every record's delimiters outside quotes: a projected read would pad a short
+record or read a long one without a word). The quote walk is skipped when the chunk's digest
+is that of a plan split() made: split rejected the file unless every quote in it was well
+placed, and digest-equal bytes are those bytes. Every other chunk, every chunk with a value
+that is not an int64, one whose running sum may leave int64, and a resumed checkpoint go to
+the core's summarise, which stays the reference and decides every error.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ _BOM = b"\xef\xbb\xbf"
 _SAFE_MAGNITUDE = float(2**62)
 _LONE_CR = re.compile(rb"\r(?!\n)")
 _EMPTY_LINE = re.compile(rb"\n\r?\n")
+_LF = 0x0A
 
 
 def summarise_chunk(
@@ -78,13 +81,14 @@ def summarise_chunk(
 
 
 @functools.cache
-def engine() -> ModuleType | None:
-    """polars if it is installed, else None (the core does all the work)."""
+def engine() -> tuple[ModuleType, ModuleType] | None:
+    """polars and numpy if both are installed, else None (the core does all the work)."""
     try:
+        import numpy
         import polars
     except ImportError:
         return None
-    return polars
+    return polars, numpy
 
 
 @dataclass(frozen=True)
@@ -119,15 +123,21 @@ def compiled_column(
     planned_sha256: str | None = None,
 ) -> CompiledColumn | None:
     """The chunk's column through polars, or None where it might differ from the core's."""
-    pl = engine()
+    engines = engine()
     separator = delimiter.encode()
     valid_index = isinstance(column_index, int) and column_index >= 0
-    if pl is None or not valid_index or records < 1 or len(separator) != 1:
+    if engines is None or not valid_index or records < 1 or len(separator) != 1:
         return None
+    pl, np = engines
     digest = hashlib.sha256(data).hexdigest()
     if not _same_records(data, separator, split_checked=digest == planned_sha256):
         return None
+    layout = record_layout(np, data, separator)
+    if layout is None or layout.records != records or layout.width <= column_index:
+        return None
     try:
+        # Only the value column, as strings: polars still finds every record's end (quotes
+        # included) but materialises one field per record.
         frame = pl.read_csv(
             data,
             has_header=False,
@@ -135,17 +145,11 @@ def compiled_column(
             quote_char='"',
             infer_schema=False,
             empty_string_is_null=False,
+            columns=[column_index],
         )
-        if frame.height != records or frame.width <= column_index:
+        if frame.height != records:
             return None
-        # Every row has frame.width fields when the delimiters outside quotes number exactly
-        # (width - 1) per record (a longer row fails the read; a short one would be padded).
-        inside = sum(frame.select(pl.all().str.count_matches(delimiter, literal=True).sum()).row(0))
-        if data.count(separator) - inside != records * (frame.width - 1):
-            return None
-        text = frame.select(
-            pl.nth(column_index).str.strip_chars(BLANKS).replace("", None)
-        ).to_series()
+        text = frame.to_series().str.strip_chars(BLANKS).replace("", None)
         if not text.str.contains(r"^[+-]?[0-9]+$").all():
             return None
         values = text.cast(pl.Int64, strict=True)
@@ -156,8 +160,50 @@ def compiled_column(
         return None
 
 
+@dataclass(frozen=True)
+class RecordLayout:
+    """How many records a chunk holds, each with `width` fields, none of them an empty line."""
+
+    records: int
+    width: int
+
+
+def record_layout(np: ModuleType, data: bytes, separator: bytes) -> RecordLayout | None:
+    """The chunk's layout if every record has as many fields as the first, else None; the
+    chunk's quotes must be well placed and its line breaks LFs or CRLFs.
+
+    A projected read pads a short record with an empty value and reads a long one without a
+    word, so every record's delimiters outside quotes are counted here instead: one array of
+    the offsets of its quotes, delimiters and LFs, and the parity of the quotes before each.
+    """
+    table = bytearray(256)
+    table[ord(QUOTE)] = table[_LF] = table[separator[0]] = 1
+    special = np.flatnonzero(np.frombuffer(data.translate(table), np.bool_))
+    kind = np.frombuffer(data, np.uint8)[special]
+    is_quote = kind == ord(QUOTE)
+    outside = np.cumsum(is_quote, dtype=np.uint8)  # wraps at 256, keeping its parity
+    outside &= 1
+    outside = outside == 0
+    outside &= ~is_quote
+    kind = kind[outside]
+    ends = np.flatnonzero(kind == _LF)  # the LFs' places among the delimiters and LFs
+    # Delimiters before each record's end, and the last record's if no LF ends it.
+    before = ends - np.arange(ends.size)
+    if not data.endswith(b"\n"):
+        before = np.append(before, kind.size - ends.size)
+    fields = np.diff(before, prepend=0) + 1
+    width = int(fields[0])
+    if not (fields == width).all():
+        return None
+    # An empty line is a record of one empty field, so only a width of 1 lets one through:
+    # the core reads its empty value, polars might not.
+    if width == 1 and (_EMPTY_LINE.search(data) or data.startswith((b"\n", b"\r\n"))):
+        return None
+    return RecordLayout(int(fields.size), width)
+
+
 def _same_records(data: bytes, separator: bytes, split_checked: bool) -> bool:
-    """Whether polars and the core cut these bytes into the same records and fields;
+    """Whether polars and the core cut these bytes into the same records;
     split_checked if split() already found them UTF-8 with well-placed quotes."""
     if data.startswith(_BOM) or not data:
         return False
@@ -166,10 +212,8 @@ def _same_records(data: bytes, separator: bytes, split_checked: bool) -> bool:
             str(data, "utf-8")
         except UnicodeDecodeError:
             return False
-    # A lone CR ends a record for the core, not for polars; an empty line is a record for the
-    # core whose fields polars would not tell from a short record's. (One search each: counting
-    # CRs and CRLFs and two substring searches took a third of the engine's time.)
-    if _LONE_CR.search(data) or data.startswith((b"\n", b"\r\n")) or _EMPTY_LINE.search(data):
+    # A lone CR ends a record for the core, not for polars.
+    if _LONE_CR.search(data):
         return False
     if split_checked or QUOTE not in data:
         return True

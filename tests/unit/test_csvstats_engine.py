@@ -198,3 +198,69 @@ def test_a_bad_value_names_the_same_record_and_line_as_the_core(body, reason):
     assert engine == core
     assert reason in engine.error.reason
     assert (engine.error.record, engine.error.line) == (13, 23)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'1,"a,b",3\n2,x\n3,"c\nd",5\n',  # a short record in the middle
+        b'1,"a,b",3\n2,"c\nd",4\n3,x\n',  # a short record at the end
+        b'1,"a,b",3\n2,"c\nd",4\n3,x',  # a short record at the end, unterminated
+        b'1,"a,b",3\n2,x,4,y\n3,"c\nd",5\n',  # a long record in the middle
+        b'1,"a,b",3\n2,"c\nd",4\n3,x,5,\n',  # a long record at the end
+        b'1,"a,b",3\n2,"c\nd",4\n3,x,5,',  # a long one at the end, unterminated
+        b"1,x,3\n2,x\n3,x,5,6\n",  # a short and a long record: the delimiters add up
+        b"1,x,3\n\n3,x,5\n",  # an empty line
+    ],
+)
+def test_a_record_wider_or_narrower_than_the_first_goes_to_the_core(body):
+    # A read of the value column alone pads a short record and reads past a long one without
+    # an error, so the engine must see the ragged record for itself.
+    options = dict(column_index=2, column="value", record_start=4, first_line=9)
+    core = summarise([body], **options)
+    assert columnar.compiled_column(body, 3, 2, ",") is None  # every body holds 3 records
+    assert columnar.summarise_chunk([body], records=3, **options) == core
+
+
+@pytest.mark.parametrize(
+    "body, column_index",
+    [
+        (b'"a,b",1,"x\n,y"\n"c,,d",2,","\n', 1),  # delimiters inside quotes are not fields
+        (b'1,"a ""b"", c"\r\n2,"d,e"\r\n', 0),  # doubled quotes and CRLFs
+        (b"5\n-6\n 7 \n", 0),  # one column
+        (b'x,"1"\ny," 2 "\nz,\n', 1),  # quoted, padded and empty values
+    ],
+)
+def test_records_as_wide_as_the_first_are_read_by_polars_as_the_core_reads_them(body, column_index):
+    options = dict(column_index=column_index, column="value")
+    core = summarise([body], **options)
+    assert columnar.compiled_column(body, core.records, column_index, ",") is not None
+    assert columnar.summarise_chunk([body], records=core.records, **options) == core
+
+
+def test_without_numpy_every_chunk_goes_to_the_core_with_identical_results(monkeypatch):
+    data = generate_export_csv(2_000, seed=5)
+    result = split(data, "value", ",", 4)
+
+    def run() -> list:
+        return [
+            columnar.summarise_chunk(
+                [data[p.byte_start : p.byte_end]],
+                records=p.record_end - p.record_start,
+                planned_sha256=p.sha256,
+                column_index=result.column_index,
+                column="value",
+            )
+            for p in result.plans
+        ]
+
+    with_numpy = run()
+    monkeypatch.setitem(sys.modules, "numpy", None)  # import numpy raises ImportError
+    columnar.engine.cache_clear()
+    try:
+        assert columnar.engine() is None
+        without = run()
+    finally:
+        columnar.engine.cache_clear()
+    assert without == with_numpy
+    assert merge(result.plans, without) == sequential_totals(data, "value")
