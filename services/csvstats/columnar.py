@@ -8,7 +8,8 @@ expected number of records, each with as many fields as the first and none an em
 (numpy counts every record's delimiters outside quotes: a projected read would pad a short
 record or read a long one without a word). The quote walk is skipped when the chunk's digest
 is that of a plan split() made: split rejected the file unless every quote in it was well
-placed, and digest-equal bytes are those bytes. Every other chunk, every chunk with a value
+placed (but for one left open at its end, which the numpy count refuses), and digest-equal
+bytes are those bytes. Every other chunk, every chunk with a value
 that is not an int64, one whose running sum may leave int64, and a resumed checkpoint go to
 the core's summarise, which stays the reference and decides every error.
 """
@@ -169,8 +170,9 @@ class RecordLayout:
 
 
 def record_layout(np: ModuleType, data: bytes, separator: bytes) -> RecordLayout | None:
-    """The chunk's layout if every record has as many fields as the first, else None; the
-    chunk's quotes must be well placed and its line breaks LFs or CRLFs.
+    """The chunk's layout if every record has as many fields as the first and no quote is left
+    open, else None; the chunk's quotes must open and close fields only, and its line breaks
+    be LFs or CRLFs.
 
     A projected read pads a short record with an empty value and reads a long one without a
     word, so every record's delimiters outside quotes are counted here instead: one array of
@@ -183,6 +185,8 @@ def record_layout(np: ModuleType, data: bytes, separator: bytes) -> RecordLayout
     is_quote = kind == ord(QUOTE)
     outside = np.cumsum(is_quote, dtype=np.uint8)  # wraps at 256, keeping its parity
     outside &= 1
+    if outside.size and outside[-1]:
+        return None  # a quote left open to the end, which split() leaves to the core to name
     outside = outside == 0
     outside &= ~is_quote
     kind = kind[outside]

@@ -224,6 +224,28 @@ def test_a_record_wider_or_narrower_than_the_first_goes_to_the_core(body):
     assert columnar.summarise_chunk([body], records=3, **options) == core
 
 
+def test_a_quote_left_open_at_a_planned_chunks_end_goes_to_the_core():
+    # split() plans it (only summarise names an unterminated quote), so the plan's digest does
+    # not prove every quote closed; read alone, the value column would look empty.
+    data = b'"value"\n' + b"\n" * 24 + b',"'
+    result = split(data, "value", ",", 7)
+    plan = result.plans[-1]
+    chunk = data[plan.byte_start : plan.byte_end]
+    assert chunk == b',"'
+    core = summarise([chunk], column_index=0, column="value", record_start=plan.record_start)
+    assert core.error.reason == "unterminated quote"
+    assert columnar.compiled_column(chunk, 1, 0, ",", plan.sha256) is None
+    engine = columnar.summarise_chunk(
+        [chunk],
+        records=1,
+        planned_sha256=plan.sha256,
+        column_index=0,
+        column="value",
+        record_start=plan.record_start,
+    )
+    assert engine == core
+
+
 @pytest.mark.parametrize(
     "body, column_index",
     [
