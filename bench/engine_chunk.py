@@ -1,9 +1,10 @@
 """Time the compiled engine per chunk: this checkout's compiled_column against another revision's.
 
 python -m bench.engine_chunk [--records 1000000] [--turns 5] [--against main]. Each sample
-(plain and export) is split into 8 chunks; every turn runs both versions of
-services/csvstats/columnar.py over every chunk, one after the other, then times this
-checkout's steps one by one. Every turn is printed, with the median and range per chunk.
+(plain and export) is split into 8 chunks; in every turn both versions of
+services/csvstats/columnar.py summarise every chunk, alternating chunk by chunk; then this
+checkout's steps are timed one by one. Every turn is printed, with the median and range per
+chunk, and the turn-by-turn ratio. POLARS_MAX_THREADS=1 steadies the turns on a busy machine.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import time
 import types
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from bench.turns import ratios, spread, take_turns
+from bench.turns import ratios, spread
 from devstack.sample_csv import generate_csv, generate_export_csv
 from services.csvstats import columnar, split
-from services.csvstats.syntax import BLANKS
 
 CHUNKS = 8
 SAMPLES = {"plain": generate_csv, "export": generate_export_csv}
@@ -57,43 +58,45 @@ def chunks_of(data: bytes) -> list[Chunk]:
     ]
 
 
-def every_chunk(module: types.ModuleType, chunks: list[Chunk]) -> Callable[[], list]:
-    """Run a columnar module's compiled_column over every chunk."""
-    return lambda: [module.compiled_column(c, n, i, ",", sha) for c, n, i, sha in chunks]
+def paired_turns(
+    sides: dict[str, types.ModuleType], chunks: list[Chunk], turns: int
+) -> dict[str, list[float]]:
+    """Each side's compiled_column over every chunk, per turn: the sides alternate chunk by
+    chunk, and which goes first swaps every turn, so a burst of load on the shared machine
+    falls on both; side name -> seconds over every chunk, per turn."""
+    seconds = {name: [0.0] * turns for name in sides}
+    for turn in range(turns):
+        order = list(sides.items())[:: 1 if turn % 2 == 0 else -1]
+        for c, records, index, sha in chunks:
+            for name, module in order:
+                started = time.perf_counter()
+                module.compiled_column(c, records, index, ",", sha)
+                seconds[name][turn] += time.perf_counter() - started
+    return seconds
 
 
-def steps(chunks: list[Chunk]) -> dict[str, Callable[[], object]]:
-    """This checkout's compiled_column cut into its steps, each over every chunk."""
+def step_turns(chunks: list[Chunk], turns: int) -> dict[str, list[float]]:
+    """This checkout's compiled_column cut into its steps, timed chunk by chunk in the order
+    the function runs them; step name -> seconds over every chunk, per turn."""
     pl, np = columnar.engine()
-    texts, values = [], []
+    seconds: dict[str, list[float]] = {}
 
-    def read_column() -> None:
-        texts[:] = [
-            pl.read_csv(
-                c, has_header=False, infer_schema=False, empty_string_is_null=False, columns=[i]
-            ).to_series()
-            for c, _, i, _ in chunks
-        ]
+    def timed(turn: int, name: str, action: Callable[..., Any], *args: Any) -> Any:
+        started = time.perf_counter()
+        result = action(*args)
+        seconds.setdefault(name, [0.0] * turns)[turn] += time.perf_counter() - started
+        return result
 
-    def integers() -> None:
-        values.clear()
-        for text in texts:
-            text = text.str.strip_chars(BLANKS).replace("", None)
-            values.append(text.cast(pl.Int64, strict=True))
-
-    def sums() -> None:
-        for value in values:
-            value.cast(pl.Float64).abs().sum()
-            value.cum_sum()
-
-    return {
-        "sha256": lambda: [hashlib.sha256(c).hexdigest() for c, *_ in chunks],
-        "BOM, lone CR": lambda: [columnar._same_records(c, b",", True) for c, *_ in chunks],
-        "record layout (numpy)": lambda: [columnar.record_layout(np, c, b",") for c, *_ in chunks],
-        "read_csv, value column": read_column,
-        "strip, cast": integers,
-        "magnitude sum, cum_sum": sums,
-    }
+    for turn in range(turns):
+        for c, _, i, _ in chunks:
+            timed(turn, "sha256", hashlib.sha256, c)
+            timed(turn, "BOM, lone CR", columnar._same_records, c, b",", True)
+            timed(turn, "record layout (numpy)", columnar.record_layout, np, c, b",")
+            text = timed(turn, "read_csv, value column", columnar.read_column, pl, c, i, ",")
+            values = timed(turn, "integers", columnar.integers, pl, text)
+            timed(turn, "sum stays in int64", columnar.sum_stays_in_int64, pl, values)
+            timed(turn, "cum_sum", values.cum_sum)
+    return seconds
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -109,13 +112,15 @@ def main(argv: list[str] | None = None) -> None:
     print(f"polars {pl.__version__}, {pl.thread_pool_size()} threads; ms per chunk")
     for name, generate in SAMPLES.items():
         chunks = chunks_of(generate(args.records))
-        sides = {args.against: every_chunk(before, chunks), "this": every_chunk(columnar, chunks)}
-        for old, new in zip(sides[args.against](), sides["this"](), strict=True):
+        sides = {args.against: before, "this": columnar}
+        for c, records, index, sha in chunks:
+            old = before.compiled_column(c, records, index, ",", sha)
+            new = columnar.compiled_column(c, records, index, ",", sha)
             if new is None or not old.values.equals(new.values):
                 raise SystemExit(f"{name}: the two versions read a chunk differently")
         started = time.perf_counter()
-        seconds = take_turns(args.turns, sides)
-        seconds.update(take_turns(args.turns, steps(chunks)))
+        seconds = paired_turns(sides, chunks, args.turns)
+        seconds.update(step_turns(chunks, args.turns))
         print(f"\n{name} sample, {CHUNKS} chunks ({time.perf_counter() - started:.0f} s)")
         for side, times in seconds.items():
             each = " ".join(f"{1e3 * t / CHUNKS:.1f}" for t in times)

@@ -137,28 +137,54 @@ def compiled_column(
     if layout is None or layout.records != records or layout.width <= column_index:
         return None
     try:
-        # Only the value column, as strings: polars still finds every record's end (quotes
-        # included) but materialises one field per record.
-        frame = pl.read_csv(
-            data,
-            has_header=False,
-            separator=delimiter,
-            quote_char='"',
-            infer_schema=False,
-            empty_string_is_null=False,
-            columns=[column_index],
-        )
-        if frame.height != records:
+        text = read_column(pl, data, column_index, delimiter)
+        if text.len() != records:
             return None
-        # The cast reads exactly the spec's integers, [+-]?[0-9]+ within int64, and fails on
-        # anything else (a test holds it to read_integer), so no regular expression is needed.
-        text = frame.to_series().str.strip_chars(BLANKS).replace("", None)
-        values = text.cast(pl.Int64, strict=True)
-        if (values.cast(pl.Float64).abs().sum() or 0.0) >= _SAFE_MAGNITUDE:
+        values = integers(pl, text)
+        if not sum_stays_in_int64(pl, values):
             return None
         return CompiledColumn(values, values.cum_sum(), digest)
     except pl.exceptions.PolarsError:
         return None
+
+
+def read_column(pl: ModuleType, data: bytes, column_index: int, delimiter: str) -> Any:
+    """The column's fields, as strings, one per record as polars' CSV reader cuts them."""
+    # Only the value column: polars still finds every record's end, quotes included, but
+    # materialises one field per record.
+    return pl.read_csv(
+        data,
+        has_header=False,
+        separator=delimiter,
+        quote_char='"',
+        infer_schema=False,
+        empty_string_is_null=False,
+        columns=[column_index],
+    ).to_series()
+
+
+def integers(pl: ModuleType, text: Any) -> Any:
+    """The values as int64, null where empty or blank; a PolarsError where one is not an
+    integer as the core reads one."""
+    # The cast reads exactly the spec's integers, [+-]?[0-9]+ within int64, and nothing else
+    # (a test holds it to read_integer): no regular expression is needed, and only the values
+    # it could not read (empty, blank, padded or bad) are stripped and cast again, strictly.
+    values = text.cast(pl.Int64, strict=False)
+    unread = values.is_null()
+    if unread.any():
+        at = unread.arg_true()
+        stripped = text.gather(at).str.strip_chars(BLANKS).replace("", None)
+        values = values.scatter(at, stripped.cast(pl.Int64, strict=True))
+    return values
+
+
+def sum_stays_in_int64(pl: ModuleType, values: Any) -> bool:
+    """Whether no running sum of the values can leave int64: their magnitudes sum below 2**62."""
+    count = values.count()
+    # count x the largest magnitude bounds that sum exactly, in two reductions; only where the
+    # bound is not below 2**62 are the magnitudes summed (in float64).
+    bound = count * max(-values.min(), values.max()) if count else 0
+    return bound < _SAFE_MAGNITUDE or values.cast(pl.Float64).abs().sum() < _SAFE_MAGNITUDE
 
 
 @dataclass(frozen=True)
