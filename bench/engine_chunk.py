@@ -4,7 +4,8 @@ python -m bench.engine_chunk [--records 1000000] [--turns 5] [--against main]. E
 (plain and export) is split into 8 chunks; in every turn both versions of
 services/csvstats/columnar.py summarise every chunk, alternating chunk by chunk; then this
 checkout's steps are timed one by one. Every turn is printed, with the median and range per
-chunk, and the turn-by-turn ratio. POLARS_MAX_THREADS=1 steadies the turns on a busy machine.
+chunk, and the turn-by-turn ratio. On a busy machine POLARS_MAX_THREADS=1 steadies the turns,
+and --clock cpu times this process's CPU instead of the wall.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from devstack.sample_csv import generate_csv, generate_export_csv
 from services.csvstats import columnar, split
 
 CHUNKS = 8
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 SAMPLES = {"plain": generate_csv, "export": generate_export_csv}
 Chunk = tuple[bytes, int, int, str]  # bytes, records, column index, planned digest
 
@@ -59,7 +61,10 @@ def chunks_of(data: bytes) -> list[Chunk]:
 
 
 def paired_turns(
-    sides: dict[str, types.ModuleType], chunks: list[Chunk], turns: int
+    sides: dict[str, types.ModuleType],
+    chunks: list[Chunk],
+    turns: int,
+    clock: Callable[[], float],
 ) -> dict[str, list[float]]:
     """Each side's compiled_column over every chunk, per turn: the sides alternate chunk by
     chunk, and which goes first swaps every turn, so a burst of load on the shared machine
@@ -69,22 +74,24 @@ def paired_turns(
         order = list(sides.items())[:: 1 if turn % 2 == 0 else -1]
         for c, records, index, sha in chunks:
             for name, module in order:
-                started = time.perf_counter()
+                started = clock()
                 module.compiled_column(c, records, index, ",", sha)
-                seconds[name][turn] += time.perf_counter() - started
+                seconds[name][turn] += clock() - started
     return seconds
 
 
-def step_turns(chunks: list[Chunk], turns: int) -> dict[str, list[float]]:
+def step_turns(
+    chunks: list[Chunk], turns: int, clock: Callable[[], float]
+) -> dict[str, list[float]]:
     """This checkout's compiled_column cut into its steps, timed chunk by chunk in the order
     the function runs them; step name -> seconds over every chunk, per turn."""
     pl, np = columnar.engine()
     seconds: dict[str, list[float]] = {}
 
     def timed(turn: int, name: str, action: Callable[..., Any], *args: Any) -> Any:
-        started = time.perf_counter()
+        started = clock()
         result = action(*args)
-        seconds.setdefault(name, [0.0] * turns)[turn] += time.perf_counter() - started
+        seconds.setdefault(name, [0.0] * turns)[turn] += clock() - started
         return result
 
     for turn in range(turns):
@@ -105,11 +112,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--against", default="main")
+    parser.add_argument(
+        "--clock", choices=CLOCKS, default="wall", help="cpu: this process's CPU time, all threads"
+    )
     args = parser.parse_args(argv)
     before = columnar_at(args.against)
     before.engine()
     pl, _ = columnar.engine()
-    print(f"polars {pl.__version__}, {pl.thread_pool_size()} threads; ms per chunk")
+    print(f"polars {pl.__version__}, {pl.thread_pool_size()} threads; {args.clock} ms per chunk")
     for name, generate in SAMPLES.items():
         chunks = chunks_of(generate(args.records))
         sides = {args.against: before, "this": columnar}
@@ -119,8 +129,8 @@ def main(argv: list[str] | None = None) -> None:
             if new is None or not old.values.equals(new.values):
                 raise SystemExit(f"{name}: the two versions read a chunk differently")
         started = time.perf_counter()
-        seconds = paired_turns(sides, chunks, args.turns)
-        seconds.update(step_turns(chunks, args.turns))
+        seconds = paired_turns(sides, chunks, args.turns, CLOCKS[args.clock])
+        seconds.update(step_turns(chunks, args.turns, CLOCKS[args.clock]))
         print(f"\n{name} sample, {CHUNKS} chunks ({time.perf_counter() - started:.0f} s)")
         for side, times in seconds.items():
             each = " ".join(f"{1e3 * t / CHUNKS:.1f}" for t in times)

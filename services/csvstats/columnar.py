@@ -209,13 +209,11 @@ def record_layout(np: ModuleType, data: bytes, separator: bytes) -> RecordLayout
     special = np.flatnonzero(np.frombuffer(data.translate(table), np.bool_))
     kind = np.frombuffer(data, np.uint8)[special]
     is_quote = kind == ord(QUOTE)
-    outside = np.cumsum(is_quote, dtype=np.uint8)  # wraps at 256, keeping its parity
-    outside &= 1
-    if outside.size and outside[-1]:
+    inside = np.logical_xor.accumulate(is_quote)  # after an odd number of quotes
+    if inside.size and inside[-1]:
         return None  # a quote left open to the end, which split() leaves to the core to name
-    outside = outside == 0
-    outside &= ~is_quote
-    kind = kind[outside]
+    inside |= is_quote
+    kind = kind[~inside]
     ends = np.flatnonzero(kind == _LF)  # the LFs' places among the delimiters and LFs
     # Delimiters before each record's end, and the last record's if no LF ends it.
     before = ends - np.arange(ends.size)
