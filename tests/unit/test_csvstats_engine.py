@@ -224,6 +224,30 @@ def test_a_record_wider_or_narrower_than_the_first_goes_to_the_core(body):
     assert columnar.summarise_chunk([body], records=3, **options) == core
 
 
+ragged_fields = st.one_of(
+    st.integers(-999, 999).map(str),
+    st.sampled_from(["", " ", " 7 ", '"8"', '" -9 "', '""', '"a,b"', '"c\nd"', '"e""f"', "x"]),
+)
+
+
+@PROPERTY_SETTINGS
+@given(
+    rows=st.lists(st.lists(ragged_fields, min_size=1, max_size=5), min_size=1, max_size=12),
+    column_index=st.integers(0, 4),
+    terminator=st.sampled_from(["\n", "\r\n"]),
+    terminated=st.booleans(),
+)
+def test_records_of_any_widths_get_the_cores_summary(rows, column_index, terminator, terminated):
+    # Short, long and empty records anywhere among others, quoted delimiters and line breaks:
+    # where the value column alone would hide a ragged record, the engine must decline.
+    body = terminator.join(",".join(fields) for fields in rows) + (terminator if terminated else "")
+    data = body.encode()
+    options = dict(column_index=column_index, column="value")
+    core = summarise([data], **options)
+    engine = columnar.summarise_chunk([data], records=len(rows), **options)
+    assert engine == core
+
+
 def test_a_quote_left_open_at_a_planned_chunks_end_goes_to_the_core():
     # split() plans it (only summarise names an unterminated quote), so the plan's digest does
     # not prove every quote closed; read alone, the value column would look empty.
