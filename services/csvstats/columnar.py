@@ -1,14 +1,17 @@
 """Summarise a chunk with polars' compiled CSV reader where it reads the bytes as the core does.
 
-polars is optional (the `fast` extra) and imported on first use, so importing this module
-still loads only the standard library. The reader is used only when cheap whole-buffer checks
-prove it splits the chunk into the same records and fields as the core: UTF-8, a one-byte
-delimiter, LF or CRLF terminators (no lone CR), no empty line, well-placed quotes, the expected
-number of records, each with as many fields as the first. The quote walk is skipped when the
-chunk's digest is that of a plan split() made: split rejected the file unless every quote in it
-was well placed, and digest-equal bytes are those bytes. Every other chunk, every chunk with
-a value that is not an int64, one whose running sum may leave int64, and a resumed checkpoint
-go to the core's summarise, which stays the reference and decides every error.
+polars and numpy are optional (the `fast` extra) and imported on first use, so importing this
+module still loads only the standard library. polars reads the value column alone, and only
+when cheap whole-buffer checks prove it splits the chunk into the same records as the core:
+UTF-8, a one-byte delimiter, LF or CRLF terminators (no lone CR), well-placed quotes, the
+expected number of records, each with as many fields as the first and none an empty line
+(numpy counts every record's delimiters outside quotes: a projected read would pad a short
+record or read a long one without a word). The quote walk is skipped when the chunk's digest
+is that of a plan split() made: split rejected the file unless every quote in it was well
+placed (but for one left open at its end, which the numpy count refuses), and digest-equal
+bytes are those bytes. Every other chunk, every chunk with a value
+that is not an int64, one whose running sum may leave int64, and a resumed checkpoint go to
+the core's summarise, which stays the reference and decides every error.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ _BOM = b"\xef\xbb\xbf"
 _SAFE_MAGNITUDE = float(2**62)
 _LONE_CR = re.compile(rb"\r(?!\n)")
 _EMPTY_LINE = re.compile(rb"\n\r?\n")
+_LF = 0x0A
 
 
 def summarise_chunk(
@@ -78,13 +82,14 @@ def summarise_chunk(
 
 
 @functools.cache
-def engine() -> ModuleType | None:
-    """polars if it is installed, else None (the core does all the work)."""
+def engine() -> tuple[ModuleType, ModuleType] | None:
+    """polars and numpy if both are installed, else None (the core does all the work)."""
     try:
+        import numpy
         import polars
     except ImportError:
         return None
-    return polars
+    return polars, numpy
 
 
 @dataclass(frozen=True)
@@ -119,45 +124,114 @@ def compiled_column(
     planned_sha256: str | None = None,
 ) -> CompiledColumn | None:
     """The chunk's column through polars, or None where it might differ from the core's."""
-    pl = engine()
+    engines = engine()
     separator = delimiter.encode()
     valid_index = isinstance(column_index, int) and column_index >= 0
-    if pl is None or not valid_index or records < 1 or len(separator) != 1:
+    if engines is None or not valid_index or records < 1 or len(separator) != 1:
         return None
+    pl, np = engines
     digest = hashlib.sha256(data).hexdigest()
     if not _same_records(data, separator, split_checked=digest == planned_sha256):
         return None
+    layout = record_layout(np, data, separator)
+    if layout is None or layout.records != records or layout.width <= column_index:
+        return None
     try:
-        frame = pl.read_csv(
-            data,
-            has_header=False,
-            separator=delimiter,
-            quote_char='"',
-            infer_schema=False,
-            empty_string_is_null=False,
-        )
-        if frame.height != records or frame.width <= column_index:
+        text = read_column(pl, data, column_index, delimiter)
+        if text.len() != records:
             return None
-        # Every row has frame.width fields when the delimiters outside quotes number exactly
-        # (width - 1) per record (a longer row fails the read; a short one would be padded).
-        inside = sum(frame.select(pl.all().str.count_matches(delimiter, literal=True).sum()).row(0))
-        if data.count(separator) - inside != records * (frame.width - 1):
-            return None
-        text = frame.select(
-            pl.nth(column_index).str.strip_chars(BLANKS).replace("", None)
-        ).to_series()
-        if not text.str.contains(r"^[+-]?[0-9]+$").all():
-            return None
-        values = text.cast(pl.Int64, strict=True)
-        if (values.cast(pl.Float64).abs().sum() or 0.0) >= _SAFE_MAGNITUDE:
+        values = integers(pl, text)
+        if not sum_stays_in_int64(pl, values):
             return None
         return CompiledColumn(values, values.cum_sum(), digest)
     except pl.exceptions.PolarsError:
         return None
 
 
+def read_column(pl: ModuleType, data: bytes, column_index: int, delimiter: str) -> Any:
+    """The column's fields, as strings, one per record as polars' CSV reader cuts them."""
+    # Only the value column: polars still finds every record's end, quotes included, but
+    # materialises one field per record.
+    return pl.read_csv(
+        data,
+        has_header=False,
+        separator=delimiter,
+        quote_char='"',
+        infer_schema=False,
+        empty_string_is_null=False,
+        columns=[column_index],
+    ).to_series()
+
+
+def integers(pl: ModuleType, text: Any) -> Any:
+    """The values as int64, null where empty or blank; a PolarsError where one is not an
+    integer as the core reads one."""
+    # The cast reads exactly the spec's integers, [+-]?[0-9]+ within int64, and nothing else
+    # (a test holds it to read_integer): no regular expression is needed, and only the values
+    # it could not read (empty, blank, padded or bad) are stripped and cast again, strictly.
+    values = text.cast(pl.Int64, strict=False)
+    unread = values.is_null()
+    if unread.any():
+        at = unread.arg_true()
+        stripped = text.gather(at).str.strip_chars(BLANKS).replace("", None)
+        values = values.scatter(at, stripped.cast(pl.Int64, strict=True))
+    return values
+
+
+def sum_stays_in_int64(pl: ModuleType, values: Any) -> bool:
+    """Whether no running sum of the values can leave int64: their magnitudes sum below 2**62."""
+    count = values.count()
+    # count x the largest magnitude bounds that sum exactly, in two reductions; only where the
+    # bound is not below 2**62 are the magnitudes summed (in float64).
+    bound = count * max(-values.min(), values.max()) if count else 0
+    return bound < _SAFE_MAGNITUDE or values.cast(pl.Float64).abs().sum() < _SAFE_MAGNITUDE
+
+
+@dataclass(frozen=True)
+class RecordLayout:
+    """How many records a chunk holds, each with `width` fields, none of them an empty line."""
+
+    records: int
+    width: int
+
+
+def record_layout(np: ModuleType, data: bytes, separator: bytes) -> RecordLayout | None:
+    """The chunk's layout if every record has as many fields as the first and no quote is left
+    open, else None; the chunk's quotes must open and close fields only, and its line breaks
+    be LFs or CRLFs.
+
+    A projected read pads a short record with an empty value and reads a long one without a
+    word, so every record's delimiters outside quotes are counted here instead: one array of
+    the offsets of its quotes, delimiters and LFs, and the parity of the quotes before each.
+    """
+    table = bytearray(256)
+    table[ord(QUOTE)] = table[_LF] = table[separator[0]] = 1
+    special = np.flatnonzero(np.frombuffer(data.translate(table), np.bool_))
+    kind = np.frombuffer(data, np.uint8)[special]
+    is_quote = kind == ord(QUOTE)
+    inside = np.logical_xor.accumulate(is_quote)  # after an odd number of quotes
+    if inside.size and inside[-1]:
+        return None  # a quote left open to the end, which split() leaves to the core to name
+    inside |= is_quote
+    kind = kind[~inside]
+    ends = np.flatnonzero(kind == _LF)  # the LFs' places among the delimiters and LFs
+    # Delimiters before each record's end, and the last record's if no LF ends it.
+    before = ends - np.arange(ends.size)
+    if not data.endswith(b"\n"):
+        before = np.append(before, kind.size - ends.size)
+    fields = np.diff(before, prepend=0) + 1
+    width = int(fields[0])
+    if not (fields == width).all():
+        return None
+    # An empty line is a record of one empty field, so only a width of 1 lets one through:
+    # the core reads its empty value, polars might not.
+    if width == 1 and (_EMPTY_LINE.search(data) or data.startswith((b"\n", b"\r\n"))):
+        return None
+    return RecordLayout(int(fields.size), width)
+
+
 def _same_records(data: bytes, separator: bytes, split_checked: bool) -> bool:
-    """Whether polars and the core cut these bytes into the same records and fields;
+    """Whether polars and the core cut these bytes into the same records;
     split_checked if split() already found them UTF-8 with well-placed quotes."""
     if data.startswith(_BOM) or not data:
         return False
@@ -166,10 +240,8 @@ def _same_records(data: bytes, separator: bytes, split_checked: bool) -> bool:
             str(data, "utf-8")
         except UnicodeDecodeError:
             return False
-    # A lone CR ends a record for the core, not for polars; an empty line is a record for the
-    # core whose fields polars would not tell from a short record's. (One search each: counting
-    # CRs and CRLFs and two substring searches took a third of the engine's time.)
-    if _LONE_CR.search(data) or data.startswith((b"\n", b"\r\n")) or _EMPTY_LINE.search(data):
+    # A lone CR ends a record for the core, not for polars.
+    if _LONE_CR.search(data):
         return False
     if split_checked or QUOTE not in data:
         return True
