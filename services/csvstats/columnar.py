@@ -43,6 +43,7 @@ def summarise_chunk(
     *,
     records: int,
     planned_sha256: str | None = None,
+    verified: bool = False,
     column_index: int,
     column: str,
     delimiter: str = ",",
@@ -54,8 +55,10 @@ def summarise_chunk(
 ) -> Summary:
     """Summarise a chunk of `records` records like summarise(), through polars when it can.
 
-    planned_sha256 is the digest split() gave the chunk's plan, if the bytes come from one.
-    The checkpoints the core would pass to on_checkpoint are passed too, in order.
+    planned_sha256 is the digest split() gave the chunk's plan, if the bytes come from one;
+    verified if the blocks raise before they end unless they hash to it (the worker's read_input
+    does), so that the engine need not hash them again. The checkpoints the core would pass to
+    on_checkpoint are passed too, in order.
     """
     validate_delimiter(delimiter)
     core = functools.partial(
@@ -72,7 +75,9 @@ def summarise_chunk(
     if engine() is None or checkpoint is not None or checkpoint_every < 1:
         return core(blocks)  # streamed: the chunk is never held whole
     data = b"".join(blocks)
-    compiled = compiled_column(data, records, column_index, delimiter, planned_sha256)
+    compiled = compiled_column(
+        data, records, column_index, delimiter, planned_sha256, verified=verified
+    )
     if compiled is None:
         return core([data])
     if on_checkpoint is not None:
@@ -122,15 +127,19 @@ def compiled_column(
     column_index: int,
     delimiter: str,
     planned_sha256: str | None = None,
+    *,
+    verified: bool = False,
 ) -> CompiledColumn | None:
-    """The chunk's column through polars, or None where it might differ from the core's."""
+    """The chunk's column through polars, or None where it might differ from the core's;
+    verified if the data are known to hash to planned_sha256."""
     engines = engine()
     separator = delimiter.encode()
     valid_index = isinstance(column_index, int) and column_index >= 0
     if engines is None or not valid_index or records < 1 or len(separator) != 1:
         return None
     pl, np = engines
-    digest = hashlib.sha256(data).hexdigest()
+    known = verified and planned_sha256
+    digest = planned_sha256 if known else hashlib.sha256(data).hexdigest()
     if not _same_records(data, separator, split_checked=digest == planned_sha256):
         return None
     layout = record_layout(np, data, separator)

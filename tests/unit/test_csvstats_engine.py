@@ -105,6 +105,22 @@ def test_the_export_sample_is_summarised_by_polars_and_equals_the_control():
     assert merge(result.plans, summaries) == sequential_totals(data, "value")
 
 
+def test_bytes_the_reader_verified_are_not_hashed_again_and_keep_the_planned_digest(
+    monkeypatch,
+):
+    data = generate_export_csv(2_000, seed=4)
+    (plan,) = split(data, "value", ",", 1).plans
+    chunk = data[plan.byte_start : plan.byte_end]
+    records = plan.record_end - plan.record_start
+    options = {"records": records, "planned_sha256": plan.sha256, "column_index": 2}
+    unverified = columnar.summarise_chunk([chunk], column="value", **options)
+    monkeypatch.setattr(columnar.hashlib, "sha256", None)  # any hash now fails
+
+    verified = columnar.summarise_chunk([chunk], column="value", verified=True, **options)
+
+    assert verified == unverified and verified.digest == plan.sha256
+
+
 def test_without_polars_every_chunk_goes_to_the_core_with_identical_results(monkeypatch):
     data = generate_csv(5_000, seed=8) + generate_export_csv(5_000, seed=8).split(b"\n", 1)[1]
     result = split(data, "value", ",", 8)
