@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import os
+import queue
+import threading
 import uuid
 from pathlib import Path
 from typing import BinaryIO
@@ -24,22 +27,39 @@ from services.archive import (
 from services.csvstats import vectorized as csvstats_vectors
 from services.errors import StorageFull, StorageUnavailable
 
+# The spool's thread hashes the body in batches of about this much (hashlib lets the GIL go for
+# each piece), and asks for the bytes written so far to go to disk each time this much more has
+# been written, so that the fsync when the spool finishes waits only for the last few.
+HASH_BATCH_BYTES = 1 << 20
+EARLY_SYNC_BYTES = 4 << 20
+# Batches written but not yet hashed: the request's thread waits rather than hold more.
+_BATCHES_IN_FLIGHT = 4
+
 
 class HashingSpool(io.RawIOBase):
-    """A write-only temp file that computes its SHA-256 and size as bytes arrive."""
+    """A write-only temp file that computes its SHA-256 and size as bytes arrive.
+
+    The request's thread writes the file; a thread of the spool's own hashes the bytes and
+    starts their writeback meanwhile (both let the GIL go), so neither waits for the other.
+    """
 
     _file: BinaryIO | None = None  # None until opened: close() runs even if opening failed
+    _hashing: threading.Thread | None = None  # started by the first write
 
     def __init__(self, directory: Path):
         self.path = directory / f"upload-{uuid.uuid4().hex}"
+        self._sha = hashlib.sha256()
+        self.size = 0
+        self._batch: list[bytes] = []
+        self._batch_bytes = 0
+        self._written: queue.Queue[list[bytes] | None] = queue.Queue(_BATCHES_IN_FLIGHT)
+        self._sync_failure: OSError | None = None
         try:
             make_private_directory(directory)
             # "x": a name already there is never written into.
             self._file = open(self.path, "xb", opener=private_opener)  # noqa: SIM115 - see close()
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
-        self._sha = hashlib.sha256()
-        self.size = 0
 
     def writable(self) -> bool:
         return True
@@ -51,12 +71,56 @@ class HashingSpool(io.RawIOBase):
         return False
 
     def write(self, data) -> int:
-        self._sha.update(data)
-        self.size += len(data)
+        # The hashing thread reads it later: a buffer the caller may reuse is copied now.
+        data = bytes(data)
         try:
-            return self._file.write(data)
+            written = self._file.write(data)
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
+        self.size += len(data)
+        self._batch.append(data)
+        self._batch_bytes += len(data)
+        if self._batch_bytes >= HASH_BATCH_BYTES:
+            self._hand_over()
+        return written
+
+    def _hand_over(self) -> None:
+        """Give the written bytes not yet handed over to the hashing thread."""
+        if self._hashing is None:
+            self._hashing = threading.Thread(target=self._hash_and_sync, daemon=True)
+            self._hashing.start()
+        self._written.put(self._batch)
+        self._batch, self._batch_bytes = [], 0
+
+    def _hash_and_sync(self) -> None:
+        """Hash each batch, and start the writeback of what reached the file each time
+        EARLY_SYNC_BYTES more were hashed."""
+        fd, unsynced = None, 0
+        with contextlib.suppress(OSError):
+            fd = os.open(self.path, os.O_RDONLY)
+        while (batch := self._written.get()) is not None:
+            for piece in batch:
+                self._sha.update(piece)
+                unsynced += len(piece)
+            if fd is not None and unsynced >= EARLY_SYNC_BYTES and self._sync_failure is None:
+                unsynced = 0
+                try:
+                    os.fdatasync(fd)
+                except OSError as exc:
+                    # This descriptor may be the only one told of a failed writeback: the
+                    # spool's finish must not pass it by.
+                    self._sync_failure = exc
+        if fd is not None:
+            os.close(fd)
+
+    def _stop_hashing(self) -> None:
+        """Hash what is left and wait for the hashing thread to end."""
+        if self._batch:
+            self._hand_over()
+        if self._hashing is not None:
+            self._written.put(None)
+            self._hashing.join()
+            self._hashing = None
 
     def seek(self, offset: int, whence: int = 0) -> int:
         # werkzeug rewinds a finished file part; nothing reads it back through this object.
@@ -64,6 +128,7 @@ class HashingSpool(io.RawIOBase):
 
     def close(self) -> None:
         try:
+            self._stop_hashing()
             # A buffered write may meet a full disk only here, when it is flushed.
             if self._file is not None:
                 self._file.close()
@@ -81,6 +146,8 @@ class HashingSpool(io.RawIOBase):
         """
         self.close()
         try:
+            if self._sync_failure is not None:
+                raise self._sync_failure
             sync_to_disk(self.path)
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
