@@ -9,6 +9,7 @@ import os
 import queue
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -27,33 +28,66 @@ from services.archive import (
 from services.csvstats import vectorized as csvstats_vectors
 from services.errors import StorageFull, StorageUnavailable
 
-# The spool's thread hashes the body in batches of about this much (hashlib lets the GIL go for
-# each piece), and asks for the bytes written so far to go to disk each time this much more has
-# been written, so that the fsync when the spool finishes waits only for the last few.
-HASH_BATCH_BYTES = 1 << 20
+# A spool's threads take its bytes in batches of about this much (hashlib and numpy let the GIL
+# go for each); the writeback of what was written is started each time this much more was hashed,
+# so that the fsync when the spool finishes waits only for the last few.
+BATCH_BYTES = 1 << 20
 EARLY_SYNC_BYTES = 4 << 20
-# Batches written but not yet hashed: the request's thread waits rather than hold more.
+# Batches written but not yet taken: the request's thread waits rather than hold more.
 _BATCHES_IN_FLIGHT = 4
+
+
+class _Follower:
+    """A thread that takes each batch of a spool's bytes, in order, after it is written."""
+
+    def __init__(self, take: Callable[[list[bytes]], None]):
+        self._take = take
+        self._batches: queue.Queue[list[bytes] | None] = queue.Queue(_BATCHES_IN_FLIGHT)
+        self.failure: Exception | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def put(self, batch: list[bytes]) -> None:
+        """Hand a batch over (waits while _BATCHES_IN_FLIGHT are not yet taken)."""
+        self._batches.put(batch)
+
+    def stop(self) -> None:
+        """Wait until every batch handed over is taken; raise what taking one raised."""
+        self._batches.put(None)
+        self._thread.join()
+        if self.failure is not None:
+            raise self.failure
+
+    def _run(self) -> None:
+        while (batch := self._batches.get()) is not None:
+            if self.failure is None:  # after a failure, batches are only let go of
+                try:
+                    self._take(batch)
+                except Exception as exc:  # noqa: BLE001 - raised again by stop()
+                    self.failure = exc
 
 
 class HashingSpool(io.RawIOBase):
     """A write-only temp file that computes its SHA-256 and size as bytes arrive.
 
     The request's thread writes the file; a thread of the spool's own hashes the bytes and
-    starts their writeback meanwhile (both let the GIL go), so neither waits for the other.
+    starts their writeback, and given a delimiter another scans them for the CSV split
+    (services.csvstats.vectorized.StreamedLayout), all meanwhile.
     """
 
     _file: BinaryIO | None = None  # None until opened: close() runs even if opening failed
-    _hashing: threading.Thread | None = None  # started by the first write
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, delimiter: str | None = None):
         self.path = directory / f"upload-{uuid.uuid4().hex}"
         self._sha = hashlib.sha256()
         self.size = 0
         self._batch: list[bytes] = []
         self._batch_bytes = 0
-        self._written: queue.Queue[list[bytes] | None] = queue.Queue(_BATCHES_IN_FLIGHT)
+        self._followers: list[_Follower] = []  # started by the first batch
+        self._sync_fd: int | None = None
+        self._unsynced = 0
         self._sync_failure: OSError | None = None
+        self.layout = csvstats_vectors.streamed_layout(delimiter) if delimiter else None
         try:
             make_private_directory(directory)
             # "x": a name already there is never written into.
@@ -71,7 +105,7 @@ class HashingSpool(io.RawIOBase):
         return False
 
     def write(self, data) -> int:
-        # The hashing thread reads it later: a buffer the caller may reuse is copied now.
+        # The followers read it later: a buffer the caller may reuse is copied now.
         data = bytes(data)
         try:
             written = self._file.write(data)
@@ -80,47 +114,54 @@ class HashingSpool(io.RawIOBase):
         self.size += len(data)
         self._batch.append(data)
         self._batch_bytes += len(data)
-        if self._batch_bytes >= HASH_BATCH_BYTES:
+        if self._batch_bytes >= BATCH_BYTES:
             self._hand_over()
         return written
 
     def _hand_over(self) -> None:
-        """Give the written bytes not yet handed over to the hashing thread."""
-        if self._hashing is None:
-            self._hashing = threading.Thread(target=self._hash_and_sync, daemon=True)
-            self._hashing.start()
-        self._written.put(self._batch)
+        """Give the written bytes not yet handed over to the followers."""
+        if not self._followers:
+            self._followers.append(_Follower(self._hash_and_sync))
+            if self.layout is not None:
+                self._followers.append(_Follower(self._scan))
+        for follower in self._followers:
+            follower.put(self._batch)
         self._batch, self._batch_bytes = [], 0
 
-    def _hash_and_sync(self) -> None:
-        """Hash each batch, and start the writeback of what reached the file each time
+    def _hash_and_sync(self, batch: list[bytes]) -> None:
+        """Hash a batch, and start the writeback of what reached the file each time
         EARLY_SYNC_BYTES more were hashed."""
-        fd, unsynced = None, 0
-        with contextlib.suppress(OSError):
-            fd = os.open(self.path, os.O_RDONLY)
-        while (batch := self._written.get()) is not None:
-            for piece in batch:
-                self._sha.update(piece)
-                unsynced += len(piece)
-            if fd is not None and unsynced >= EARLY_SYNC_BYTES and self._sync_failure is None:
-                unsynced = 0
-                try:
-                    os.fdatasync(fd)
-                except OSError as exc:
-                    # This descriptor may be the only one told of a failed writeback: the
-                    # spool's finish must not pass it by.
-                    self._sync_failure = exc
-        if fd is not None:
-            os.close(fd)
+        for piece in batch:
+            self._sha.update(piece)
+            self._unsynced += len(piece)
+        if self._unsynced < EARLY_SYNC_BYTES or self._sync_failure is not None:
+            return
+        self._unsynced = 0
+        try:
+            if self._sync_fd is None:
+                self._sync_fd = os.open(self.path, os.O_RDONLY)
+            os.fdatasync(self._sync_fd)
+        except OSError as exc:
+            # This descriptor may be the only one told of a failed writeback: the spool's
+            # finish must not pass it by.
+            self._sync_failure = exc
 
-    def _stop_hashing(self) -> None:
-        """Hash what is left and wait for the hashing thread to end."""
+    def _scan(self, batch: list[bytes]) -> None:
+        for piece in batch:
+            self.layout.feed(piece)
+
+    def _stop_followers(self) -> None:
+        """Give the followers what is left and wait for them to take it."""
         if self._batch:
             self._hand_over()
-        if self._hashing is not None:
-            self._written.put(None)
-            self._hashing.join()
-            self._hashing = None
+        followers, self._followers = self._followers, []
+        try:
+            for follower in followers:
+                follower.stop()
+        finally:
+            if self._sync_fd is not None:
+                os.close(self._sync_fd)
+                self._sync_fd = None
 
     def seek(self, offset: int, whence: int = 0) -> int:
         # werkzeug rewinds a finished file part; nothing reads it back through this object.
@@ -128,10 +169,12 @@ class HashingSpool(io.RawIOBase):
 
     def close(self) -> None:
         try:
-            self._stop_hashing()
-            # A buffered write may meet a full disk only here, when it is flushed.
-            if self._file is not None:
-                self._file.close()
+            try:
+                self._stop_followers()
+            finally:
+                # A buffered write may meet a full disk only here, when it is flushed.
+                if self._file is not None:
+                    self._file.close()
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
         finally:
@@ -151,7 +194,11 @@ class HashingSpool(io.RawIOBase):
             sync_to_disk(self.path)
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
-        return Upload(path=self.path, sha256=self._sha.hexdigest(), size=self.size)
+        if self.layout is not None:
+            self.layout.end()
+        return Upload(
+            path=self.path, sha256=self._sha.hexdigest(), size=self.size, layout=self.layout
+        )
 
 
 class SpoolingRequest(Request):
@@ -160,7 +207,10 @@ class SpoolingRequest(Request):
     def _get_file_stream(
         self, total_content_length, content_type, filename=None, content_length=None
     ):
-        spool = HashingSpool(current_app.config["CHUNKWISE_TEMP_DIR"])
+        # Scanned for a comma as it arrives: the form's delimiter is not known yet (werkzeug
+        # gives the fields only once the whole form is read). A job with another delimiter
+        # has its spool scanned after it is received instead.
+        spool = HashingSpool(current_app.config["CHUNKWISE_TEMP_DIR"], delimiter=",")
         g.setdefault("spools", []).append(spool)
         return spool
 
@@ -192,9 +242,10 @@ class SpoolingRequest(Request):
 BODY_BLOCK_SIZE = 1024 * 1024
 
 
-def spooled_body() -> Upload:
-    """Stream the raw request body to a hashing spool; return the upload."""
-    spool = HashingSpool(current_app.config["CHUNKWISE_TEMP_DIR"])
+def spooled_body(delimiter: str | None = None) -> Upload:
+    """Stream the raw request body to a hashing spool (scanning it for a CSV with that
+    delimiter as it arrives, if one is given); return the upload."""
+    spool = HashingSpool(current_app.config["CHUNKWISE_TEMP_DIR"], delimiter)
     g.setdefault("spools", []).append(spool)
     # Only a block at a time in memory: the split reads the spool through a memory map.
     stream = request.stream

@@ -130,3 +130,80 @@ def test_a_delimiter_of_three_bytes_is_checked_whole_across_block_edges():
             )
             assert vectorized.plan_by_vectors(misplaced, "€", 2) is None
             assert vectorized.plan_by_vectors(alike, "€", 2) is None
+
+
+def streamed_layout(data: bytes, delimiter: str, cuts: list[int]) -> vectorized.StreamedLayout:
+    """The layout of data fed in pieces that end at the given offsets."""
+    layout = vectorized.StreamedLayout(delimiter.encode())
+    at = 0
+    for cut in sorted(cuts):
+        layout.feed(data[at:cut])
+        at = cut
+    layout.feed(data[at:])
+    layout.end()
+    return layout
+
+
+@NEEDS_NUMPY
+@PROPERTY_SETTINGS
+@given(
+    case=any_case,
+    chunks=st.integers(1, 64),
+    block=st.sampled_from([1, 2, 3, 5, 64, 1 << 18]),
+    cuts=st.one_of(st.just("each byte"), st.lists(st.integers(0, 1 << 12), max_size=8)),
+)
+def test_a_layout_streamed_in_any_pieces_plans_as_the_whole_buffer_does(case, chunks, block, cuts):
+    # A byte at a time, a block is cut the moment enough bytes are in, never later.
+    if cuts == "each byte":
+        cuts = list(range(len(case.data)))
+    with mock.patch.object(vectorized, "BLOCK_BYTES", block):
+        layout = streamed_layout(case.data, case.delimiter, [min(c, len(case.data)) for c in cuts])
+        planned = vectorized.plan_by_vectors(case.data, case.delimiter, chunks, layout)
+        whole = vectorized.plan_by_vectors(case.data, case.delimiter, chunks)
+        try:
+            fast = ("plan", split(case.data, "value", case.delimiter, chunks, layout))
+        except CsvFormatError as exc:
+            fast = ("format", str(exc))
+    assert planned == whole
+    assert fast == exact_outcome(case, chunks)
+
+
+@NEEDS_NUMPY
+def test_the_export_sample_streamed_in_uneven_pieces_is_split_as_the_exact_scan_does(tmp_path):
+    data = generate_export_csv(20_000, seed=11)
+    with mock.patch.object(vectorized, "BLOCK_BYTES", 4096):
+        layout = streamed_layout(data, ",", list(range(0, len(data), 5003)))
+        path = tmp_path / "export.csv"
+        path.write_bytes(data)
+        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            streamed = split(mapped, "value", ",", 8, layout)
+    assert layout.proven
+    assert streamed == split_exactly(data, "value", ",", 8)
+
+
+@NEEDS_NUMPY
+def test_a_layout_streamed_for_another_delimiter_is_not_used():
+    data = b'id;value\n1;"a,"\n'
+    layout = streamed_layout(data, ",", [])  # the comma case declines: a quote before a ;
+
+    assert not layout.proven
+    assert split(data, "value", ";", 1, layout) == split_exactly(data, "value", ";", 1)
+
+
+@NEEDS_NUMPY
+@pytest.mark.parametrize("block", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("delimiter", [",", "€"])
+def test_a_layout_streamed_a_byte_at_a_time_cuts_multibyte_characters_as_the_buffer_does(
+    block, delimiter
+):
+    data = f'id{delimiter}value\n"€"{delimiter}1\r\n€é{delimiter}"2"\r€{delimiter}3'.encode()
+    with mock.patch.object(vectorized, "BLOCK_BYTES", block):
+        layout = streamed_layout(data, delimiter, list(range(len(data))))
+        whole = vectorized.VectorLayout(data, 0, delimiter.encode())
+        planned = vectorized.plan_by_vectors(data, delimiter, 2, layout)
+    assert (layout.starts, layout.records_before, layout.proven) == (
+        whole.starts,
+        whole.records_before,
+        whole.proven,
+    )
+    assert planned == parity.plan_by_parity(data, delimiter, 2)
