@@ -336,7 +336,8 @@ def plan_by_vectors(
     size = max(1, -(-records // chunks))
     count = max(1, -(-records // size))
     ranges, byte_start, line = [], body_start, body_line
-    with ThreadPoolExecutor(max_workers=1) as hashing:
+    # Two: on two cores the chunks hash side by side while this thread finds the next ends.
+    with ThreadPoolExecutor(max_workers=2) as hashing:
         digests = []
         for index in range(count):
             if index == count - 1:
