@@ -28,30 +28,32 @@ from services.archive import (
 from services.csvstats import vectorized as csvstats_vectors
 from services.errors import StorageFull, StorageUnavailable
 
-# A spool's threads take its bytes in batches of about this much (hashlib and numpy let the GIL
-# go for each); the writeback of what was written is started each time this much more was hashed,
-# so that the fsync when the spool finishes waits only for the last few.
-BATCH_BYTES = 1 << 20
+# A spool's threads take its bytes in batches of this much (hashlib and numpy let the GIL go for
+# each); the writeback of what was written is started each time this much more was hashed, so
+# that the fsync when the spool finishes waits only for the last few.
+BATCH_BYTES = 1 << 18
 EARLY_SYNC_BYTES = 4 << 20
-# Batches written but not yet taken: the request's thread waits rather than hold more. The
-# scan is the slower follower; with 4 a 49 MiB text/csv upload once peaked at idle + 33.4 MiB
-# (bench.upload_memory), over the +32 MiB bound, while the receive gained nothing from them.
-_BATCHES_IN_FLIGHT = 2
+# Batches are copies in buffers a spool reuses, at most this many: the request's thread waits
+# for one to come back rather than hold more. Whole 1 MiB blocks of the body handed to the
+# threads peaked a 49 MiB text/csv upload at up to idle + 33.4 MiB (bench.upload_memory), over
+# the +32 MiB bound; four reused 256 KiB buffers at +23.7-28.1 MiB.
+_BUFFERS = 4
 
 
 class _Follower:
     """A thread that takes each batch of a spool's bytes, in order, after it is written."""
 
-    def __init__(self, take: Callable[[list[bytes]], None]):
+    def __init__(self, take: Callable[[memoryview], None], done: Callable[[bytearray], None]):
         self._take = take
-        self._batches: queue.Queue[list[bytes] | None] = queue.Queue(_BATCHES_IN_FLIGHT)
+        self._done = done
+        self._batches: queue.SimpleQueue[tuple[bytearray, int] | None] = queue.SimpleQueue()
         self.failure: Exception | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def put(self, batch: list[bytes]) -> None:
-        """Hand a batch over (waits while _BATCHES_IN_FLIGHT are not yet taken)."""
-        self._batches.put(batch)
+    def put(self, buffer: bytearray, length: int) -> None:
+        """Hand over the batch in the first `length` bytes of buffer."""
+        self._batches.put((buffer, length))
 
     def stop(self) -> None:
         """Wait until every batch handed over is taken; raise what taking one raised."""
@@ -62,11 +64,15 @@ class _Follower:
 
     def _run(self) -> None:
         while (batch := self._batches.get()) is not None:
-            if self.failure is None:  # after a failure, batches are only let go of
-                try:
-                    self._take(batch)
-                except Exception as exc:  # noqa: BLE001 - raised again by stop()
-                    self.failure = exc
+            buffer, length = batch
+            try:
+                if self.failure is None:  # after a failure, batches are only let go of
+                    with memoryview(buffer) as view:
+                        self._take(view[:length])
+            except Exception as exc:  # noqa: BLE001 - raised again by stop()
+                self.failure = exc
+            finally:
+                self._done(buffer)
 
 
 class HashingSpool(io.RawIOBase):
@@ -83,9 +89,13 @@ class HashingSpool(io.RawIOBase):
         self.path = directory / f"upload-{uuid.uuid4().hex}"
         self._sha = hashlib.sha256()
         self.size = 0
-        self._batch: list[bytes] = []
-        self._batch_bytes = 0
         self._followers: list[_Follower] = []  # started by the first batch
+        self._buffer: bytearray | None = None  # the batch being filled
+        self._filled = 0
+        self._buffers_made = 0
+        self._free: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+        self._takers_left: dict[int, int] = {}  # by id() of each buffer handed over
+        self._lock = threading.Lock()
         self._sync_fd: int | None = None
         self._unsynced = 0
         self._sync_failure: OSError | None = None
@@ -107,35 +117,57 @@ class HashingSpool(io.RawIOBase):
         return False
 
     def write(self, data) -> int:
-        # The followers read it later: a buffer the caller may reuse is copied now.
-        data = bytes(data)
         try:
             written = self._file.write(data)
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
-        self.size += len(data)
-        self._batch.append(data)
-        self._batch_bytes += len(data)
-        if self._batch_bytes >= BATCH_BYTES:
-            self._hand_over()
+        with memoryview(data) as view, view.cast("B") as piece:
+            self.size += len(piece)
+            at = 0
+            while at < len(piece):
+                if self._buffer is None:
+                    self._buffer = self._free_buffer()
+                room = min(BATCH_BYTES - self._filled, len(piece) - at)
+                self._buffer[self._filled : self._filled + room] = piece[at : at + room]
+                self._filled += room
+                at += room
+                if self._filled == BATCH_BYTES:
+                    self._hand_over()
         return written
 
-    def _hand_over(self) -> None:
-        """Give the written bytes not yet handed over to the followers."""
-        if not self._followers:
-            self._followers.append(_Follower(self._hash_and_sync))
-            if self.layout is not None:
-                self._followers.append(_Follower(self._scan))
-        for follower in self._followers:
-            follower.put(self._batch)
-        self._batch, self._batch_bytes = [], 0
+    def _free_buffer(self) -> bytearray:
+        """A buffer no follower holds: a new one while fewer than _BUFFERS were made."""
+        if self._buffers_made < _BUFFERS and self._free.empty():
+            self._buffers_made += 1
+            return bytearray(BATCH_BYTES)
+        return self._free.get()
 
-    def _hash_and_sync(self, batch: list[bytes]) -> None:
+    def _hand_over(self) -> None:
+        """Give the batch filled so far to the followers."""
+        if not self._followers:
+            self._followers.append(_Follower(self._hash_and_sync, self._taken))
+            if self.layout is not None:
+                self._followers.append(_Follower(self._scan, self._taken))
+        with self._lock:
+            self._takers_left[id(self._buffer)] = len(self._followers)
+        for follower in self._followers:
+            follower.put(self._buffer, self._filled)
+        self._buffer, self._filled = None, 0
+
+    def _taken(self, buffer: bytearray) -> None:
+        """A follower is done with buffer: the last one frees it for the next batch."""
+        with self._lock:
+            self._takers_left[id(buffer)] -= 1
+            if self._takers_left[id(buffer)]:
+                return
+            del self._takers_left[id(buffer)]
+        self._free.put(buffer)
+
+    def _hash_and_sync(self, batch: memoryview) -> None:
         """Hash a batch, and start the writeback of what reached the file each time
         EARLY_SYNC_BYTES more were hashed."""
-        for piece in batch:
-            self._sha.update(piece)
-            self._unsynced += len(piece)
+        self._sha.update(batch)
+        self._unsynced += len(batch)
         if self._unsynced < EARLY_SYNC_BYTES or self._sync_failure is not None:
             return
         self._unsynced = 0
@@ -148,14 +180,14 @@ class HashingSpool(io.RawIOBase):
             # finish must not pass it by.
             self._sync_failure = exc
 
-    def _scan(self, batch: list[bytes]) -> None:
-        for piece in batch:
-            self.layout.feed(piece)
+    def _scan(self, batch: memoryview) -> None:
+        self.layout.feed(batch)
 
     def _stop_followers(self) -> None:
         """Give the followers what is left and wait for them to take it."""
-        if self._batch:
+        if self._filled:
             self._hand_over()
+        self._buffer = None
         followers, self._followers = self._followers, []
         try:
             for follower in followers:

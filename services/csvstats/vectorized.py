@@ -213,8 +213,8 @@ class StreamedLayout(VectorLayout):
         self._pending = bytearray()  # the bytes from self._pos on, not yet in a block
         self._pos = 0
 
-    def feed(self, data: bytes) -> None:
-        """Take the next bytes of the buffer."""
+    def feed(self, data) -> None:
+        """Take the next bytes of the buffer (any bytes-like object; they are copied)."""
         if self._declined:
             return
         self._pending += data

@@ -60,7 +60,8 @@ def test_a_spool_that_cannot_be_created_is_storage_unavailable(tmp_path):
 
 
 def test_the_digest_is_of_every_byte_written_in_any_pieces_even_a_reused_buffer(tmp_path):
-    content = bytes(range(256)) * (3 * BATCH_BYTES // 256 + 7)
+    # More batches than the spool has buffers: each is reused while the threads keep up.
+    content = bytes(range(256)) * (11 * BATCH_BYTES // 256 + 7)
     spool = HashingSpool(tmp_path)
     reused = bytearray()
     for at in range(0, len(content), 100_003):
@@ -94,7 +95,7 @@ def test_a_spool_given_a_delimiter_scans_the_csv_as_it_arrives_and_plans_it_exac
     tmp_path, monkeypatch
 ):
     monkeypatch.setattr(vectorized, "BLOCK_BYTES", 4096)  # many blocks, cut across the writes
-    data = generate_export_csv(20_000, seed=5)
+    data = generate_export_csv(60_000, seed=5)
     spool = HashingSpool(tmp_path, delimiter=",")
     for at in range(0, len(data), 70_001):
         spool.write(data[at : at + 70_001])
