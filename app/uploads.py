@@ -9,7 +9,6 @@ import os
 import queue
 import threading
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -28,84 +27,71 @@ from services.archive import (
 from services.csvstats import vectorized as csvstats_vectors
 from services.errors import StorageFull, StorageUnavailable
 
-# A spool's threads take its bytes in batches of this much (hashlib and numpy let the GIL go for
-# each); the writeback of what was written is started each time this much more was hashed, so
-# that the fsync when the spool finishes waits only for the last few.
-BATCH_BYTES = 1 << 18
+# The writeback of what a spool was given is started each time this much more was written, by
+# a thread of its own: the fsync when the spool finishes then waits only for the last few.
 EARLY_SYNC_BYTES = 4 << 20
-# Batches are copies in buffers a spool reuses, at most this many: the request's thread waits
-# for one to come back rather than hold more. Whole 1 MiB blocks of the body handed to the
-# threads peaked a 49 MiB text/csv upload at up to idle + 33.4 MiB (bench.upload_memory), over
-# the +32 MiB bound; four reused 256 KiB buffers at +23.7-28.1 MiB.
-_BUFFERS = 4
 
 
-class _Follower:
-    """A thread that takes each batch of a spool's bytes, in order, after it is written."""
+class _Writeback:
+    """A thread that syncs a file's data to disk each time it is asked, while the file grows."""
 
-    def __init__(self, take: Callable[[memoryview], None], done: Callable[[bytearray], None]):
-        self._take = take
-        self._done = done
-        self._batches: queue.SimpleQueue[tuple[bytearray, int] | None] = queue.SimpleQueue()
-        self.failure: Exception | None = None
+    def __init__(self, path: Path):
+        self._path = path
+        self._asked: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        self.failure: OSError | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def put(self, buffer: bytearray, length: int) -> None:
-        """Hand over the batch in the first `length` bytes of buffer."""
-        self._batches.put((buffer, length))
+    def ask(self) -> None:
+        """Start syncing what was written so far (asks made meanwhile are merged)."""
+        self._asked.put(True)
 
     def stop(self) -> None:
-        """Wait until every batch handed over is taken; raise what taking one raised."""
-        self._batches.put(None)
+        """Wait for the thread to end."""
+        self._asked.put(False)
         self._thread.join()
-        if self.failure is not None:
-            raise self.failure
 
     def _run(self) -> None:
-        while (batch := self._batches.get()) is not None:
-            buffer, length = batch
-            try:
-                if self.failure is None:  # after a failure, batches are only let go of
-                    with memoryview(buffer) as view:
-                        self._take(view[:length])
-            except Exception as exc:  # noqa: BLE001 - raised again by stop()
-                self.failure = exc
-            finally:
-                self._done(buffer)
+        try:
+            fd = os.open(self._path, os.O_RDONLY)
+        except OSError:
+            fd = None  # the spool's own fsync, when it finishes, meets the same error
+        try:
+            running = self._asked.get()
+            while running:
+                while not self._asked.empty():  # one sync serves every ask made meanwhile
+                    running = self._asked.get() and running
+                if fd is not None and self.failure is None:
+                    try:
+                        os.fdatasync(fd)
+                    except OSError as exc:
+                        # This descriptor may be the only one told of a failed writeback: the
+                        # spool's finish must not pass it by.
+                        self.failure = exc
+                running = running and self._asked.get()
+        finally:
+            if fd is not None:
+                os.close(fd)
 
 
 class HashingSpool(io.RawIOBase):
-    """A write-only temp file that computes its SHA-256 and size as bytes arrive.
-
-    The request's thread writes the file; a thread of the spool's own hashes the bytes and
-    starts their writeback, and given a delimiter another scans them for the CSV split
-    (services.csvstats.vectorized.StreamedLayout), all meanwhile.
-    """
+    """A write-only temp file that computes its SHA-256 and size as bytes arrive, and has
+    their writeback started as they do (so that finishing it is quick)."""
 
     _file: BinaryIO | None = None  # None until opened: close() runs even if opening failed
+    _writeback: _Writeback | None = None  # started once EARLY_SYNC_BYTES were written
 
-    def __init__(self, directory: Path, delimiter: str | None = None):
+    def __init__(self, directory: Path):
         self.path = directory / f"upload-{uuid.uuid4().hex}"
-        self._sha = hashlib.sha256()
-        self.size = 0
-        self._followers: list[_Follower] = []  # started by the first batch
-        self._buffer: bytearray | None = None  # the batch being filled
-        self._filled = 0
-        self._buffers_made = 0
-        self._free: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
-        self._takers_left: dict[int, int] = {}  # by id() of each buffer handed over
-        self._lock = threading.Lock()
-        self._sync_fd: int | None = None
-        self._unsynced = 0
-        self._sync_failure: OSError | None = None
-        self.layout = csvstats_vectors.streamed_layout(delimiter) if delimiter else None
         try:
             make_private_directory(directory)
             # "x": a name already there is never written into.
             self._file = open(self.path, "xb", opener=private_opener)  # noqa: SIM115 - see close()
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
+        self._sha = hashlib.sha256()
+        self.size = 0
+        self._synced_at = 0  # the size when the writeback was last asked for
 
     def writable(self) -> bool:
         return True
@@ -117,85 +103,18 @@ class HashingSpool(io.RawIOBase):
         return False
 
     def write(self, data) -> int:
+        self._sha.update(data)
+        self.size += len(data)
         try:
             written = self._file.write(data)
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
-        with memoryview(data) as view, view.cast("B") as piece:
-            self.size += len(piece)
-            at = 0
-            while at < len(piece):
-                if self._buffer is None:
-                    self._buffer = self._free_buffer()
-                room = min(BATCH_BYTES - self._filled, len(piece) - at)
-                self._buffer[self._filled : self._filled + room] = piece[at : at + room]
-                self._filled += room
-                at += room
-                if self._filled == BATCH_BYTES:
-                    self._hand_over()
+        if self.size - self._synced_at >= EARLY_SYNC_BYTES:
+            self._synced_at = self.size
+            if self._writeback is None:
+                self._writeback = _Writeback(self.path)
+            self._writeback.ask()
         return written
-
-    def _free_buffer(self) -> bytearray:
-        """A buffer no follower holds: a new one while fewer than _BUFFERS were made."""
-        if self._buffers_made < _BUFFERS and self._free.empty():
-            self._buffers_made += 1
-            return bytearray(BATCH_BYTES)
-        return self._free.get()
-
-    def _hand_over(self) -> None:
-        """Give the batch filled so far to the followers."""
-        if not self._followers:
-            self._followers.append(_Follower(self._hash_and_sync, self._taken))
-            if self.layout is not None:
-                self._followers.append(_Follower(self._scan, self._taken))
-        with self._lock:
-            self._takers_left[id(self._buffer)] = len(self._followers)
-        for follower in self._followers:
-            follower.put(self._buffer, self._filled)
-        self._buffer, self._filled = None, 0
-
-    def _taken(self, buffer: bytearray) -> None:
-        """A follower is done with buffer: the last one frees it for the next batch."""
-        with self._lock:
-            self._takers_left[id(buffer)] -= 1
-            if self._takers_left[id(buffer)]:
-                return
-            del self._takers_left[id(buffer)]
-        self._free.put(buffer)
-
-    def _hash_and_sync(self, batch: memoryview) -> None:
-        """Hash a batch, and start the writeback of what reached the file each time
-        EARLY_SYNC_BYTES more were hashed."""
-        self._sha.update(batch)
-        self._unsynced += len(batch)
-        if self._unsynced < EARLY_SYNC_BYTES or self._sync_failure is not None:
-            return
-        self._unsynced = 0
-        try:
-            if self._sync_fd is None:
-                self._sync_fd = os.open(self.path, os.O_RDONLY)
-            os.fdatasync(self._sync_fd)
-        except OSError as exc:
-            # This descriptor may be the only one told of a failed writeback: the spool's
-            # finish must not pass it by.
-            self._sync_failure = exc
-
-    def _scan(self, batch: memoryview) -> None:
-        self.layout.feed(batch)
-
-    def _stop_followers(self) -> None:
-        """Give the followers what is left and wait for them to take it."""
-        if self._filled:
-            self._hand_over()
-        self._buffer = None
-        followers, self._followers = self._followers, []
-        try:
-            for follower in followers:
-                follower.stop()
-        finally:
-            if self._sync_fd is not None:
-                os.close(self._sync_fd)
-                self._sync_fd = None
 
     def seek(self, offset: int, whence: int = 0) -> int:
         # werkzeug rewinds a finished file part; nothing reads it back through this object.
@@ -203,12 +122,11 @@ class HashingSpool(io.RawIOBase):
 
     def close(self) -> None:
         try:
-            try:
-                self._stop_followers()
-            finally:
-                # A buffered write may meet a full disk only here, when it is flushed.
-                if self._file is not None:
-                    self._file.close()
+            if self._writeback is not None:
+                self._writeback.stop()
+            # A buffered write may meet a full disk only here, when it is flushed.
+            if self._file is not None:
+                self._file.close()
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
         finally:
@@ -223,16 +141,12 @@ class HashingSpool(io.RawIOBase):
         """
         self.close()
         try:
-            if self._sync_failure is not None:
-                raise self._sync_failure
+            if self._writeback is not None and self._writeback.failure is not None:
+                raise self._writeback.failure
             sync_to_disk(self.path)
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
-        if self.layout is not None:
-            self.layout.end()
-        return Upload(
-            path=self.path, sha256=self._sha.hexdigest(), size=self.size, layout=self.layout
-        )
+        return Upload(path=self.path, sha256=self._sha.hexdigest(), size=self.size)
 
 
 class SpoolingRequest(Request):
@@ -241,10 +155,7 @@ class SpoolingRequest(Request):
     def _get_file_stream(
         self, total_content_length, content_type, filename=None, content_length=None
     ):
-        # Scanned for a comma as it arrives: the form's delimiter is not known yet (werkzeug
-        # gives the fields only once the whole form is read). A job with another delimiter
-        # has its spool scanned after it is received instead.
-        spool = HashingSpool(current_app.config["CHUNKWISE_TEMP_DIR"], delimiter=",")
+        spool = HashingSpool(current_app.config["CHUNKWISE_TEMP_DIR"])
         g.setdefault("spools", []).append(spool)
         return spool
 
@@ -276,10 +187,9 @@ class SpoolingRequest(Request):
 BODY_BLOCK_SIZE = 1024 * 1024
 
 
-def spooled_body(delimiter: str | None = None) -> Upload:
-    """Stream the raw request body to a hashing spool (scanning it for a CSV with that
-    delimiter as it arrives, if one is given); return the upload."""
-    spool = HashingSpool(current_app.config["CHUNKWISE_TEMP_DIR"], delimiter)
+def spooled_body() -> Upload:
+    """Stream the raw request body to a hashing spool; return the upload."""
+    spool = HashingSpool(current_app.config["CHUNKWISE_TEMP_DIR"])
     g.setdefault("spools", []).append(spool)
     # Only a block at a time in memory: the split reads the spool through a memory map.
     stream = request.stream

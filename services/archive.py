@@ -10,9 +10,9 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import BinaryIO, Protocol
 
 from services.errors import ArchiveUnavailable, StorageFull, StorageUnavailable
 
@@ -43,8 +43,6 @@ class Upload:
     path: Path
     sha256: str
     size: int
-    # Its bytes' CSV layout, scanned as they arrived (a csvstats.vectorized.StreamedLayout).
-    layout: Any = field(default=None, compare=False, repr=False)
 
 
 class Archive(Protocol):

@@ -124,12 +124,11 @@ def submit_csv_job(
 def split_spool(
     upload: archive.Upload, column: str, delimiter: str, chunks: int = 1
 ) -> csvstats.SplitResult:
-    """Split the spooled file through a memory map: the file is never read into one object
-    (nor scanned again, where its layout was scanned as it arrived)."""
+    """Split the spooled file through a memory map: the file is never read into one object."""
     if upload.size == 0:
         return csvstats.split(b"", column, delimiter, chunks)  # an empty file cannot be mapped
     with upload.path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        return csvstats.split(data, column, delimiter, chunks, upload.layout)
+        return csvstats.split(data, column, delimiter, chunks)
 
 
 def csv_problems(

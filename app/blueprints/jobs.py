@@ -77,7 +77,7 @@ def _submit_csv(key: str | None) -> jobs.JobView:
 def _submit_csv_body(key: str | None) -> jobs.JobView:
     # The parameters travel in the query string, so they are checked before the body is read.
     query = CSV_JOB_QUERY.load(input_rules.single_values(request.args, lists=("label",)))
-    upload = spooled_body(query["delimiter"])
+    upload = spooled_body()
     return csvjobs.submit_csv_job(
         get_runtime(),
         current_principal(),

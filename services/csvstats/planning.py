@@ -143,23 +143,15 @@ def find_column(header: tuple[str, ...], column: str) -> int:
     return found[0]
 
 
-def split(
-    data,
-    column: str,
-    delimiter: str = ",",
-    chunks: int = 1,
-    streamed: vectorized.StreamedLayout | None = None,
-) -> SplitResult:
+def split(data, column: str, delimiter: str = ",", chunks: int = 1) -> SplitResult:
     """Check a CSV file (bytes or a memory map) and plan up to `chunks` chunks of equally
-    many records: by quote parity (in numpy where it is installed, from `streamed` if it
-    scanned these bytes as they arrived), or by the exact scan where that declines."""
+    many records: by quote parity (in numpy where it is installed), or by the exact scan
+    where that declines."""
     validate_delimiter(delimiter)
     validate_chunks(chunks)
     # The two decline on the same files (tests/unit/test_csvstats_vectorized.py): one pass.
-    if vectorized.engine() is not None:
-        planned = vectorized.plan_by_vectors(data, delimiter, chunks, streamed)
-    else:
-        planned = plan_by_parity(data, delimiter, chunks)
+    plan = vectorized.plan_by_vectors if vectorized.engine() is not None else plan_by_parity
+    planned = plan(data, delimiter, chunks)
     if planned is None:
         return split_exactly(bytes(data), column, delimiter, chunks)
     records = planned.records

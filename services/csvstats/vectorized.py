@@ -10,9 +10,7 @@ the start, the delimiter, a CR, an LF or a closing quote; a closing quote comes 
 delimiter, a CR, an LF, the end or an opening quote (a doubled quote is a closing quote and an
 opening one side by side). A line break (LF, CRLF, a lone CR) is a record terminator when an even
 number of quotes comes before it. Only the blocks where a chunk ends are scanned a second time, for
-their terminators' offsets; each chunk is hashed in a thread as soon as its end is known. An
-upload's bytes are scanned as they arrive (StreamedLayout, fed by the spool's thread, cuts the
-same blocks), so that after the spool only the chunk ends and digests are left. Returns
+their terminators' offsets; each chunk is hashed in a thread as soon as its end is known. Returns
 None where the exact scan must decide (a misplaced or unterminated quote, bytes that are not UTF-8,
 an empty file): the caller then runs it, and it names the error. Without numpy the parity counts of
 services.csvstats.parity plan the file instead.
@@ -123,18 +121,6 @@ class VectorLayout:
     """Per-block counts of a buffer, from numpy's scan of each block."""
 
     def __init__(self, data, start: int, delimiter: bytes):
-        self._begin(data, start, delimiter)
-        pos, size = start, len(data)
-        while pos < size and not self._declined:
-            end = _block_end(data, pos, BLOCK_BYTES)
-            self._take(pos, data[pos:end], _after(data, end, len(delimiter)))
-            # The bytes before the next block are kept, not read again: reading a released page
-            # maps it back, with its neighbours.
-            release(data, pos, end)
-            pos = end
-        self._end(size)
-
-    def _begin(self, data, start: int | None, delimiter: bytes) -> None:
         self.data = data
         self.start = start
         self.delimiter = delimiter
@@ -144,38 +130,32 @@ class VectorLayout:
         self.lines_before = array("q")  # physical line breaks before it
         self.proven = False  # UTF-8, every quote well placed, none left open
         self._last: tuple[int, BlockScan] | None = None
-        self._declined = False
-        self._odd, self._records, self._lines = 0, 0, 0
-        # The delimiter's length in bytes before the next block, the start standing as _EDGE.
-        self._before = _PAD * (len(delimiter) - 1) + _EDGE
-
-    def _take(self, pos: int, block: bytes, after: bytes) -> None:
-        """Count the block that starts at pos, or decline the buffer."""
-        self.starts.append(pos)
-        self.odd.append(self._odd)
-        self.records_before.append(self._records)
-        self.lines_before.append(self._lines)
-        if not _is_utf8(block):
-            self._declined = True
-            return
-        scan = scan_block(block, self._before, after, self._odd, self.delimiter, offsets=False)
-        if not scan.well_placed:
-            self._declined = True
-            return
-        self._records += scan.terminators
-        self._lines += scan.lines
-        self._odd ^= scan.quotes_odd
-        width = len(self.delimiter)
-        self._before = (self._before + block)[-width:] if len(block) < width else block[-width:]
-
-    def _end(self, size: int) -> None:
-        """Close the counts at the buffer's size."""
-        if self._declined:
-            return
+        size, pos, odd, records, lines = len(data), start, 0, 0, 0
+        width = len(delimiter)
+        before = _PAD * (width - 1) + _EDGE
+        while pos < size:
+            end = _block_end(data, pos, BLOCK_BYTES)
+            self.starts.append(pos)
+            self.odd.append(odd)
+            self.records_before.append(records)
+            self.lines_before.append(lines)
+            block = data[pos:end]
+            if not _is_utf8(block):
+                return
+            scan = scan_block(block, before, self._after(end), odd, delimiter, offsets=False)
+            if not scan.well_placed:
+                return
+            records += scan.terminators
+            lines += scan.lines
+            odd ^= scan.quotes_odd
+            # The bytes before the next block are kept, not read again: reading a released page
+            # maps it back, with its neighbours.
+            release(data, pos, end)
+            pos, before = end, block[-width:] if len(block) >= width else (before + block)[-width:]
         self.starts.append(size)
-        self.records_before.append(self._records)
-        self.lines_before.append(self._lines)
-        self.proven = not self._odd
+        self.records_before.append(records)
+        self.lines_before.append(lines)
+        self.proven = not odd
 
     @property
     def terminators(self) -> int:
@@ -189,11 +169,19 @@ class VectorLayout:
             width = len(self.delimiter)
             edge = _PAD * (width - 1) + _EDGE
             before = (edge + data[max(self.start, pos - width) : pos])[-width:]
-            block, after = data[pos:end], _after(data, end, width)
+            block, after = data[pos:end], self._after(end)
             scan = scan_block(block, before, after, self.odd[i], self.delimiter, offsets=True)
             self._last = i, scan
             release(data, max(0, pos - width), min(len(data), end + width))
         return self._last[1]
+
+    def _after(self, end: int) -> bytes:
+        """The delimiter's length in bytes from end on, the file's end standing as _EDGE."""
+        width = len(self.delimiter)
+        after = self.data[end : end + width]
+        if len(after) < width:
+            after += (_EDGE + _PAD * width)[: width - len(after)]
+        return after
 
     def boundary(self, terminator: int) -> tuple[int, int]:
         """The offset just past record terminator number `terminator` (from 1), and the
@@ -202,74 +190,6 @@ class VectorLayout:
         scan, k = self._block(i), terminator - self.records_before[i] - 1
         line = 1 + self.lines_before[i] + int(scan.lines_through[k])
         return self.starts[i] + int(scan.ends[k]), line
-
-
-class StreamedLayout(VectorLayout):
-    """A VectorLayout of bytes as they arrive (an upload's), its blocks cut where the whole
-    buffer's would be: a block is scanned once the bytes after it that decide its end are in."""
-
-    def __init__(self, delimiter: bytes):
-        self._begin(None, None, delimiter)
-        self._pending = bytearray()  # the bytes from self._pos on, not yet in a block
-        self._pos = 0
-
-    def feed(self, data) -> None:
-        """Take the next bytes of the buffer (any bytes-like object; they are copied)."""
-        if self._declined:
-            return
-        self._pending += data
-        if self.start is None:
-            if len(self._pending) < len(codecs.BOM_UTF8):
-                return
-            self._skip_bom()
-        # _block_end may look 3 bytes past a block's size, and the scan a delimiter beyond.
-        while len(self._pending) >= BLOCK_BYTES + 3 + len(self.delimiter):
-            self._take_pending()
-            if self._declined:
-                self._pending = bytearray()
-                return
-
-    def end(self) -> None:
-        """Take the buffer's end: its last blocks are scanned."""
-        if self.start is None:
-            self._skip_bom()
-        while self._pending and not self._declined:
-            self._take_pending()
-        self._end(self._pos)
-
-    def read_from(self, data) -> None:
-        """Scan blocks again (for chunk ends) from data, the buffer it was fed."""
-        self.data = data
-
-    def _skip_bom(self) -> None:
-        self.start = len(codecs.BOM_UTF8) if self._pending.startswith(codecs.BOM_UTF8) else 0
-        del self._pending[: self.start]
-        self._pos = self.start
-
-    def _take_pending(self) -> None:
-        end = _block_end(self._pending, 0, BLOCK_BYTES)
-        after = _after(self._pending, end, len(self.delimiter))
-        with memoryview(self._pending) as view:  # released before the bytearray shrinks
-            block = bytes(view[:end])
-        self._take(self._pos, block, after)
-        del self._pending[:end]  # a bytearray lets its front go without moving the rest
-        self._pos += end
-
-
-def streamed_layout(delimiter: str) -> StreamedLayout | None:
-    """A layout to feed an upload's bytes as they arrive, or None without numpy or for a
-    delimiter split() refuses."""
-    if engine() is None or len(delimiter) != 1 or delimiter in '"\r\n':
-        return None
-    return StreamedLayout(delimiter.encode())
-
-
-def _after(data, end: int, width: int) -> bytes:
-    """The delimiter's length in bytes from end on, the buffer's end standing as _EDGE."""
-    after = bytes(data[end : end + width])
-    if len(after) < width:
-        after += (_EDGE + _PAD * width)[: width - len(after)]
-    return after
 
 
 def _separator(neighbour, run: list, delimiter: bytes):
@@ -308,24 +228,14 @@ def _is_utf8(block: bytes) -> bool:
     return True
 
 
-def plan_by_vectors(
-    data, delimiter: str, chunks: int, streamed: StreamedLayout | None = None
-) -> ParityPlan | None:
-    """The file's chunk plan by quote parity in numpy, or None where it does not decide.
-
-    streamed, if given, is the layout of these very bytes, fed to it as they arrived; it is
-    used if it was scanned for this delimiter, else the buffer is scanned now.
-    """
+def plan_by_vectors(data, delimiter: str, chunks: int) -> ParityPlan | None:
+    """The file's chunk plan by quote parity in numpy, or None where it does not decide."""
     if engine() is None:
         return None
     start = len(codecs.BOM_UTF8) if data[:3] == codecs.BOM_UTF8 else 0
     if start == len(data):
         return None
-    if streamed is not None and streamed.delimiter == delimiter.encode():
-        streamed.read_from(data)
-        layout = streamed
-    else:
-        layout = VectorLayout(data, start, delimiter.encode())
+    layout = VectorLayout(data, start, delimiter.encode())
     if not layout.proven:
         return None
     total, size_of_data = layout.terminators, len(data)
@@ -336,8 +246,7 @@ def plan_by_vectors(
     size = max(1, -(-records // chunks))
     count = max(1, -(-records // size))
     ranges, byte_start, line = [], body_start, body_line
-    # Two: on two cores the chunks hash side by side while this thread finds the next ends.
-    with ThreadPoolExecutor(max_workers=2) as hashing:
+    with ThreadPoolExecutor(max_workers=1) as hashing:
         digests = []
         for index in range(count):
             if index == count - 1:

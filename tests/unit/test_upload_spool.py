@@ -1,6 +1,5 @@
-"""The upload spool hashes every byte it is given (and scans a CSV's for its split), and turns a
-full disk into StorageFull, even when only the final flush meets it; a writeback that fails
-while it spools fails its finish.
+"""The upload spool hashes every byte it is given, and turns a full disk into StorageFull, even
+when only the final flush meets it; a writeback that fails while it spools fails its finish.
 
 /dev/full is a real device whose every write fails with ENOSPC, so the buffered spool file
 accepts a small write and fails when it is flushed on close.
@@ -15,11 +14,7 @@ from pathlib import Path
 import pytest
 
 from app import uploads
-from app.uploads import BATCH_BYTES, EARLY_SYNC_BYTES, HashingSpool
-from devstack.sample_csv import generate_export_csv
-from services.csvjobs import split_spool
-from services.csvstats import vectorized
-from services.csvstats.planning import split_exactly
+from app.uploads import EARLY_SYNC_BYTES, HashingSpool
 from services.errors import StorageFull, StorageUnavailable
 
 DEV_FULL = Path("/dev/full")
@@ -60,8 +55,8 @@ def test_a_spool_that_cannot_be_created_is_storage_unavailable(tmp_path):
 
 
 def test_the_digest_is_of_every_byte_written_in_any_pieces_even_a_reused_buffer(tmp_path):
-    # More batches than the spool has buffers: each is reused while the threads keep up.
-    content = bytes(range(256)) * (11 * BATCH_BYTES // 256 + 7)
+    # Its writeback is asked for twice on the way.
+    content = bytes(range(256)) * (2 * EARLY_SYNC_BYTES // 256 + 7)
     spool = HashingSpool(tmp_path)
     reused = bytearray()
     for at in range(0, len(content), 100_003):
@@ -81,26 +76,10 @@ def test_a_writeback_failed_while_spooling_fails_the_finish(tmp_path, monkeypatc
 
     monkeypatch.setattr(uploads.os, "fdatasync", failing)
     spool = HashingSpool(tmp_path)
-    for _ in range(2 * EARLY_SYNC_BYTES // BATCH_BYTES):
-        spool.write(bytes(BATCH_BYTES))
+    for _ in range(2 * EARLY_SYNC_BYTES // (1 << 20)):
+        spool.write(bytes(1 << 20))
 
     with pytest.raises(StorageUnavailable) as caught:
         spool.finish()
 
     assert caught.value.details["reason"] == "EIO"
-
-
-@pytest.mark.skipif(vectorized.engine() is None, reason="numpy is not installed")
-def test_a_spool_given_a_delimiter_scans_the_csv_as_it_arrives_and_plans_it_exactly(
-    tmp_path, monkeypatch
-):
-    monkeypatch.setattr(vectorized, "BLOCK_BYTES", 4096)  # many blocks, cut across the writes
-    data = generate_export_csv(60_000, seed=5)
-    spool = HashingSpool(tmp_path, delimiter=",")
-    for at in range(0, len(data), 70_001):
-        spool.write(data[at : at + 70_001])
-
-    upload = spool.finish()
-
-    assert upload.layout.proven and upload.layout.starts[-1] == len(data)
-    assert split_spool(upload, "value", ",", 8) == split_exactly(data, "value", ",", 8)
