@@ -5,7 +5,9 @@ Starts a coordinator (no workers) from each tree, each over its own embedded dat
 every turn times a plain csv.reader pass of the sample, then the POST of the same file to each
 coordinator, as a text/csv body and as a multipart form (the trees' order alternates from turn
 to turn; each job is cancelled once admitted, so the queue's bound is never met). Prints every
-turn's POST / plain-pass ratio, then the median and range of each.
+turn's POST / plain-pass ratio and the coordinator's CPU seconds for the POST (its gunicorn
+processes' user + system time: on a shared machine it moves far less than the wall time), then
+the median and range of each.
 """
 
 from __future__ import annotations
@@ -43,18 +45,29 @@ def start_tree(name: str, tree: Path) -> LocalStack:
     return stack
 
 
-def post_seconds(stack: LocalStack, path: Path, form: bool) -> float:
-    """Wall seconds of one submission until its 201; the job is cancelled after."""
+def coordinator_cpu(stack: LocalStack) -> float:
+    """User + system CPU seconds of the coordinator's gunicorn processes so far."""
+    import psutil
+
+    root = psutil.Process(stack.processes["coordinator"].pid)
+    return sum(sum(p.cpu_times()[:2]) for p in [root, *root.children(recursive=True)])
+
+
+def post_seconds(stack: LocalStack, path: Path, form: bool) -> tuple[float, float]:
+    """Wall seconds of one submission until its 201, and the coordinator's CPU seconds for
+    it; the job is cancelled after."""
     client = stack.client()
     try:
+        cpu = coordinator_cpu(stack)
         started = time.perf_counter()
         with path.open("rb") as f:
             job = client.submit_csv_job(f, column="value", chunks=8, form=form)
         seconds = time.perf_counter() - started
+        cpu = coordinator_cpu(stack) - cpu
         client.cancel_job(job["id"])
     finally:
         client.close()
-    return seconds
+    return seconds, cpu
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -81,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
                     post_seconds(stack, path, form)
             plain: list[float] = []
             posts: dict[tuple[str, str], list[float]] = {}
+            cpus: dict[tuple[str, str], list[float]] = {}
             print(f"\n{sample} sample, {len(data) / 2**20:.1f} MiB; load {os.getloadavg()}")
             for turn in range(args.turns):
                 started = time.perf_counter()
@@ -89,10 +103,12 @@ def main(argv: list[str] | None = None) -> None:
                 order = list(stacks) if turn % 2 == 0 else list(reversed(stacks))
                 for name in order:
                     for label, form in PATHS.items():
-                        seconds = post_seconds(stacks[name], path, form)
+                        seconds, cpu = post_seconds(stacks[name], path, form)
                         posts.setdefault((name, label), []).append(seconds)
+                        cpus.setdefault((name, label), []).append(cpu)
                 shown = "  ".join(
-                    f"{name} {label} {times[-1]:.3f} s ({times[-1] / plain[-1]:.3f}x)"
+                    f"{name} {label} {times[-1]:.3f} s ({times[-1] / plain[-1]:.3f}x,"
+                    f" cpu {cpus[name, label][-1]:.2f} s)"
                     for (name, label), times in posts.items()
                 )
                 print(f"turn {turn + 1}: plain pass {plain[-1]:.3f} s  {shown}")
@@ -100,7 +116,8 @@ def main(argv: list[str] | None = None) -> None:
             for (name, label), times in posts.items():
                 print(
                     f"{name} {label}: POST {spread(times, ' s', 3)}, "
-                    f"/ plain pass {spread(ratios(times, plain), 'x', 3)}"
+                    f"/ plain pass {spread(ratios(times, plain), 'x', 3)}, "
+                    f"coordinator cpu {spread(cpus[name, label], ' s', 2)}"
                 )
     finally:
         for stack in stacks.values():
