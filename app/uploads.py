@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import os
+import queue
+import threading
 import uuid
 from pathlib import Path
 from typing import BinaryIO
@@ -24,11 +27,59 @@ from services.archive import (
 from services.csvstats import vectorized as csvstats_vectors
 from services.errors import StorageFull, StorageUnavailable
 
+# The writeback of what a spool was given is started each time this much more was written, by
+# a thread of its own: the fsync when the spool finishes then waits only for the last few.
+EARLY_SYNC_BYTES = 4 << 20
+
+
+class _Writeback:
+    """A thread that syncs a file's data to disk each time it is asked, while the file grows."""
+
+    def __init__(self, path: Path):
+        self._path = path
+        self._asked: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        self.failure: OSError | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def ask(self) -> None:
+        """Start syncing what was written so far (asks made meanwhile are merged)."""
+        self._asked.put(True)
+
+    def stop(self) -> None:
+        """Wait for the thread to end."""
+        self._asked.put(False)
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            fd = os.open(self._path, os.O_RDONLY)
+        except OSError:
+            fd = None  # the spool's own fsync, when it finishes, meets the same error
+        try:
+            running = self._asked.get()
+            while running:
+                while not self._asked.empty():  # one sync serves every ask made meanwhile
+                    running = self._asked.get() and running
+                if fd is not None and self.failure is None:
+                    try:
+                        os.fdatasync(fd)
+                    except OSError as exc:
+                        # This descriptor may be the only one told of a failed writeback: the
+                        # spool's finish must not pass it by.
+                        self.failure = exc
+                running = running and self._asked.get()
+        finally:
+            if fd is not None:
+                os.close(fd)
+
 
 class HashingSpool(io.RawIOBase):
-    """A write-only temp file that computes its SHA-256 and size as bytes arrive."""
+    """A write-only temp file that computes its SHA-256 and size as bytes arrive, and has
+    their writeback started as they do (so that finishing it is quick)."""
 
     _file: BinaryIO | None = None  # None until opened: close() runs even if opening failed
+    _writeback: _Writeback | None = None  # started once EARLY_SYNC_BYTES were written
 
     def __init__(self, directory: Path):
         self.path = directory / f"upload-{uuid.uuid4().hex}"
@@ -40,6 +91,7 @@ class HashingSpool(io.RawIOBase):
             raise storage_failure(exc, TEMP) from exc
         self._sha = hashlib.sha256()
         self.size = 0
+        self._synced_at = 0  # the size when the writeback was last asked for
 
     def writable(self) -> bool:
         return True
@@ -54,9 +106,15 @@ class HashingSpool(io.RawIOBase):
         self._sha.update(data)
         self.size += len(data)
         try:
-            return self._file.write(data)
+            written = self._file.write(data)
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
+        if self.size - self._synced_at >= EARLY_SYNC_BYTES:
+            self._synced_at = self.size
+            if self._writeback is None:
+                self._writeback = _Writeback(self.path)
+            self._writeback.ask()
+        return written
 
     def seek(self, offset: int, whence: int = 0) -> int:
         # werkzeug rewinds a finished file part; nothing reads it back through this object.
@@ -64,6 +122,8 @@ class HashingSpool(io.RawIOBase):
 
     def close(self) -> None:
         try:
+            if self._writeback is not None:
+                self._writeback.stop()
             # A buffered write may meet a full disk only here, when it is flushed.
             if self._file is not None:
                 self._file.close()
@@ -81,6 +141,8 @@ class HashingSpool(io.RawIOBase):
         """
         self.close()
         try:
+            if self._writeback is not None and self._writeback.failure is not None:
+                raise self._writeback.failure
             sync_to_disk(self.path)
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
