@@ -227,10 +227,12 @@ WHERE j.id IN (SELECT id FROM jobs
 # seen: the worker recorded as seen. The only row a claim may wait for: a batch of this
 # worker's results updates it last, after its job, so the two cannot wait for each other. A
 # worker id bound to another credential is set to 0, which workers_credential_id_check
-# refuses: the whole claim fails (sql/0026).
+# refuses: the whole claim fails (sql/0026). It always writes one row, so it is where the
+# claim's transaction is told not to wait at commit for its WAL flush (see claim()).
 _SEEN = """
 INSERT INTO workers (id, capacity, workloads, credential_id)
-VALUES (%(worker)s, %(capacity)s, %(named)b, %(credential)s)
+SELECT %(worker)s, %(capacity)s, %(named)b, %(credential)s
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed
 ON CONFLICT (id) DO UPDATE SET last_seen_at = now(),
   capacity = GREATEST(workers.capacity, EXCLUDED.capacity),
   workloads = EXCLUDED.workloads,
@@ -283,7 +285,12 @@ def claim(
 
     Tasks of a paused workload (sql/0024) stay pending. One statement, so one commit: it also
     moves the tasks' queued jobs to running and records the worker as seen, with the workloads
-    it named and the largest capacity it asked for.
+    it named and the largest capacity it asked for. It sets its transaction's
+    synchronous_commit off (as SET LOCAL would), so on an autocommit connection a claim is one
+    round trip that does not wait for its WAL flush: a lease lost to a database crash before
+    the WAL writer flushes it (within 0.2 s by default) is a lease never granted, its worker's
+    heartbeats and result are fenced off (409) and the task is claimed again, the at-least-once
+    running every lease allows. A flush writes every claim committed before it.
     A cap of None is no cap, and then its count is never taken. With caps, the caller takes
     the workload's claim turn first (see services.tasks) so the arithmetic cannot be raced;
     SKIP LOCKED keeps claims from waiting on rows another transaction is finishing. A claim
@@ -321,11 +328,6 @@ def claim(
 def lease_digest(lease_token: str) -> str:
     """The hex SHA-256 under which a lease token is stored (the claim computes it in SQL)."""
     return hashlib.sha256(lease_token.encode()).hexdigest()
-
-
-def commit_unflushed(conn: Connection) -> None:
-    """Let the caller's transaction commit without waiting for its WAL to reach disk."""
-    conn.execute("SET LOCAL synchronous_commit TO OFF")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ import random
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import BinaryIO
@@ -124,15 +123,16 @@ def _claim_once(
     named = [r.name for r in rules]
     free = [r.name for r in rules if not r.caps.serialised]
     capped = sorted((r for r in rules if r.caps.serialised), key=lambda r: r.name)
+    # The free claim is one statement on the autocommit connection: one round trip, its own
+    # transaction (which it tells not to wait for the WAL flush, see task_rows.claim).
     claimed: list[ClaimedTask] = []
     with rt.pool.connection() as conn:
         if free:
-            with _claim_transaction(conn):
-                claimed += _lease(conn, rt, worker, named, free, capacity, None, None)
+            claimed += _lease(conn, rt, worker, named, free, capacity, None, None)
         for r in capped:
             if len(claimed) >= capacity:
                 break
-            with _claim_transaction(conn):
+            with conn.transaction():
                 locks.take_turn(conn, locks.CLAIM, r.name)
                 claimed += _lease_in_turn(conn, rt, worker, named, r, capacity - len(claimed))
     # Per task, so skipped whole (dicts and all) when INFO is off, as under load it may be.
@@ -150,21 +150,6 @@ def _claim_once(
             },
         )
     return claimed
-
-
-@contextmanager
-def _claim_transaction(conn: Connection) -> Iterator[None]:
-    """A claim's transaction, which does not wait at commit for its WAL to reach disk.
-
-    A lease lost to a database crash before the WAL writer flushes it (within 0.2 s by
-    default) is a lease never granted: its worker's heartbeats and result are fenced off
-    (409) and the task is claimed again, the at-least-once running every lease allows.
-    Results, failures and admissions still wait for the flush, and a flush writes every
-    claim committed before it.
-    """
-    with conn.transaction():
-        task_rows.commit_unflushed(conn)
-        yield
 
 
 def _lease_in_turn(
@@ -219,7 +204,8 @@ def _lease(
         max_total=max_total,
         lease_seconds=rt.limits.lease_seconds,
     )
-    if claimed is None:  # raised in the claim's transaction, so what the claim wrote is undone
+    if claimed is None:  # the statement failed, so it wrote nothing; raised in any turn's
+        # transaction, so that is undone too
         raise _worker_id_taken(worker_id)
     return claimed
 
