@@ -461,42 +461,87 @@ class Outcome:
     value: str | None = None
 
 
+# The fenced completion, part by part; each part is one CTE of it, named as in the statement.
+# mine: the rows whose current lease is the caller's, locked in id order as a batch of
+# heartbeats locks them (see renew_many); n is the result's place in the batch.
+_MINE = """
+SELECT t.id, v.uri, v.sha, v.metrics, v.n FROM tasks t JOIN v ON v.id = t.id
+WHERE t.lease_owner = %(worker)s AND t.attempt = v.attempt AND t.status = 'leased'
+  AND t.lease_sha256 = v.lease AND (t.deadline IS NULL OR t.deadline > now())
+  AND NOT EXISTS (SELECT FROM workers WHERE id = %(worker)s
+                  AND credential_id <> %(credential)s)
+ORDER BY t.id
+FOR UPDATE OF t"""
+_DONE = """
+UPDATE tasks t SET status = 'completed', result_uri = mine.uri,
+    result_sha256 = mine.sha, metrics = mine.metrics,
+    lease_owner = NULL, lease_expires_at = NULL, lease_sha256 = NULL, completed_at = now(),
+    error_code = NULL, error_message = NULL, error_details = NULL,
+    version = t.version + 1
+FROM mine
+WHERE t.id = mine.id
+RETURNING {t_columns}, mine.n"""
+# closed: each completed task's attempt. "= ANY" keeps the lookup on the (task_id, attempt)
+# index whatever the statistics say: a join alone is hashed over a scan of every attempt.
+_CLOSED = """
+UPDATE task_attempts a SET outcome = 'completed', finished_at = now()
+FROM done d
+WHERE a.task_id = ANY(%(ids)b::uuid[]) AND a.task_id = d.id AND a.attempt = d.attempt
+  AND a.outcome IS NULL
+RETURNING a.task_id, a.id, a.trace_id"""
+# announced: each completion's chunk.completed, to its job's owner under the job's trace id,
+# numbered in the batch's order. The statement's own SELECT does not read it, so PostgreSQL
+# runs it after that SELECT has read (and so locked) every completed task: the job is touched
+# only once its tasks are held, as when the events were a statement of their own.
+_ANNOUNCED = """
+INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
+SELECT d.job_id, j.owner_id, 'chunk.completed',
+       jsonb_build_object('task_id', d.id, 'chunk_index', d.chunk_index, 'attempt', d.attempt),
+       j.trace_id
+FROM done d JOIN jobs j ON j.id = d.job_id
+ORDER BY d.n"""
+# Composed once, under 4 KiB (tests/unit/test_statements.py), as the claim is.
 _COMPLETE_MANY = (
     sql.SQL("""
-        WITH v AS (
-            SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(leases)b::text[],
-                                 %(uris)b::text[], %(shas)b::text[], %(metrics)b::jsonb[])
-                AS v(id, attempt, lease, uri, sha, metrics)
-        ), mine AS (
-            SELECT t.id, v.uri, v.sha, v.metrics FROM tasks t JOIN v ON v.id = t.id
-            WHERE t.lease_owner = %(worker)s AND t.attempt = v.attempt AND t.status = 'leased'
-              AND t.lease_sha256 = v.lease AND (t.deadline IS NULL OR t.deadline > now())
-              AND NOT EXISTS (SELECT FROM workers WHERE id = %(worker)s
-                              AND credential_id <> %(credential)s)
-            ORDER BY t.id
-            FOR UPDATE OF t
-        )
-        UPDATE tasks t SET status = 'completed', result_uri = mine.uri,
-            result_sha256 = mine.sha, metrics = mine.metrics,
-            lease_owner = NULL, lease_expires_at = NULL, lease_sha256 = NULL, completed_at = now(),
-            error_code = NULL, error_message = NULL, error_details = NULL,
-            version = t.version + 1
-        FROM mine
-        WHERE t.id = mine.id
-        RETURNING {}
-        """)
-    .format(_T_COLUMNS)
+WITH v AS (
+  SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(leases)b::text[],
+                       %(uris)b::text[], %(shas)b::text[], %(metrics)b::jsonb[])
+    WITH ORDINALITY AS v(id, attempt, lease, uri, sha, metrics, n)
+), mine AS ({mine}), done AS ({done}), closed AS ({closed}), announced AS ({announced})
+SELECT {d_columns}, c.id AS attempt_id, c.trace_id AS attempt_trace_id
+FROM done d LEFT JOIN closed c ON c.task_id = d.id
+ORDER BY d.n
+""")
+    .format(
+        mine=sql.SQL(_MINE),
+        done=sql.SQL(_DONE).format(t_columns=_T_COLUMNS),
+        closed=sql.SQL(_CLOSED),
+        announced=sql.SQL(_ANNOUNCED),
+        d_columns=columns(Task, "d"),
+    )
     .as_string()
 )
 
 
+@dataclass(frozen=True)
+class Completed:
+    """A task just completed, and the attempt its completion closed."""
+
+    task: Task
+    attempt_id: UUID | None
+    attempt_trace_id: str | None
+
+
 def complete_many(
     conn: Connection, worker_id: str, credential_id: int, outcomes: Sequence[Outcome]
-) -> list[Task]:
+) -> list[Completed]:
     """Complete each task whose current lease is the caller's under that attempt and token, in
-    one statement; return the tasks completed (an outcome not among them was fenced off).
+    one statement; return the tasks completed (an outcome not among them was fenced off), in
+    the order of the outcomes.
 
-    The rows are locked in id order, as a batch of heartbeats locks them (see renew_many).
+    The same statement closes each completed task's attempt and announces its chunk.completed
+    in the outbox: one round trip rather than three. The rows are locked in id order, as a
+    batch of heartbeats locks them (see renew_many).
     """
     rows = conn.execute(
         _COMPLETE_MANY,
@@ -512,7 +557,7 @@ def complete_many(
         },
         prepare=True,
     ).fetchall()
-    return [from_row(Task, r) for r in rows]
+    return [Completed(from_row(Task, r), r["attempt_id"], r["attempt_trace_id"]) for r in rows]
 
 
 _FAIL = (
