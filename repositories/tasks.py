@@ -481,18 +481,20 @@ UPDATE tasks t SET status = 'completed', result_uri = mine.uri,
 FROM mine
 WHERE t.id = mine.id
 RETURNING {t_columns}, mine.n"""
-# closed: each completed task's attempt. "= ANY" keeps the lookup on the (task_id, attempt)
-# index whatever the statistics say: a join alone is hashed over a scan of every attempt.
+# closed: each completed task's attempt, looked up by the (task_id, attempt) index one task at
+# a time (LIMIT 1 keeps each lookup on its own): CTEs hide their sizes from the planner, which
+# then joins two of them by comparing every row with every row, 10,000 times for 100 results.
 _CLOSED = """
-UPDATE task_attempts a SET outcome = 'completed', finished_at = now()
-FROM done d
-WHERE a.task_id = ANY(%(ids)b::uuid[]) AND a.task_id = d.id AND a.attempt = d.attempt
-  AND a.outcome IS NULL
-RETURNING a.task_id, a.id, a.trace_id"""
+UPDATE task_attempts SET outcome = 'completed', finished_at = now()
+WHERE outcome IS NULL AND id = ANY(ARRAY(
+  SELECT o.id FROM done d CROSS JOIN LATERAL (
+    SELECT id FROM task_attempts WHERE task_id = d.id AND attempt = d.attempt AND outcome IS NULL
+    LIMIT 1) AS o))"""
 # announced: each completion's chunk.completed, to its job's owner under the job's trace id,
-# numbered in the batch's order. The statement's own SELECT does not read it, so PostgreSQL
-# runs it after that SELECT has read (and so locked) every completed task: the job is touched
-# only once its tasks are held, as when the events were a statement of their own.
+# numbered in the batch's order. The statement's own SELECT reads neither closed nor this, so
+# PostgreSQL runs both after that SELECT has read (and so locked) every completed task: the
+# job is touched only once its tasks are held, as when these were statements of their own. The
+# SELECT reads each task's attempt as the statement found it (its id and trace id never change).
 _ANNOUNCED = """
 INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
 SELECT d.job_id, j.owner_id, 'chunk.completed',
@@ -508,8 +510,10 @@ WITH v AS (
                        %(uris)b::text[], %(shas)b::text[], %(metrics)b::jsonb[])
     WITH ORDINALITY AS v(id, attempt, lease, uri, sha, metrics, n)
 ), mine AS ({mine}), done AS ({done}), closed AS ({closed}), announced AS ({announced})
-SELECT {d_columns}, c.id AS attempt_id, c.trace_id AS attempt_trace_id
-FROM done d LEFT JOIN closed c ON c.task_id = d.id
+SELECT {d_columns}, a.id AS attempt_id, a.trace_id AS attempt_trace_id
+FROM done d LEFT JOIN LATERAL (
+  SELECT id, trace_id FROM task_attempts WHERE task_id = d.id AND attempt = d.attempt LIMIT 1
+) AS a ON true
 ORDER BY d.n
 """)
     .format(
