@@ -529,7 +529,7 @@ ORDER BY d.n
 
 @dataclass(frozen=True)
 class Completed:
-    """A task just completed, and the attempt its completion closed."""
+    """A task just completed, and the attempt it completed (its id and trace id)."""
 
     task: Task
     attempt_id: UUID | None
