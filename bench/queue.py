@@ -261,10 +261,16 @@ def noop_throughput(stack: LocalStack, threads: int, seconds: float, fetch: bool
     return rate
 
 
-def noop_loops(stack: LocalStack, threads: int, seconds: float, fetch: bool = False) -> int:
-    """Tasks `threads` claim-and-batch-complete loops complete in `seconds`; with `fetch`, each
-    batch of results also claims the next (POST /api/v1/tasks/results?claim=N), and a plain
-    claim is made only when that found none."""
+def noop_loops(
+    stack: LocalStack,
+    threads: int,
+    seconds: float,
+    fetch: bool = False,
+    capacity: int = CLAIM_CAPACITY,
+) -> int:
+    """Tasks `threads` claim-and-batch-complete loops, each holding up to `capacity` tasks,
+    complete in `seconds`; with `fetch`, each batch of results also claims the next (POST
+    /api/v1/tasks/results?claim=N), and a plain claim is made only when that found none."""
     done = [0] * threads
     stop = time.monotonic() + seconds
 
@@ -273,7 +279,7 @@ def noop_loops(stack: LocalStack, threads: int, seconds: float, fetch: bool = Fa
         tasks: list[dict] = []
         while time.monotonic() < stop:
             accepted, tasks = noop_step(
-                stack, session, f"bench-{n}", tasks, capacity=CLAIM_CAPACITY, fetch=fetch
+                stack, session, f"bench-{n}", tasks, capacity=capacity, fetch=fetch
             )
             done[n] += accepted
 

@@ -1,19 +1,22 @@
 """The worker protocol beside another revision's, in alternating turns (make bench-queue's
 latencies, side by side).
 
-python -m bench.queue_compare <worktree> [--turns 5] [--seconds 3] [--fetch]
+python -m bench.queue_compare <worktree> [--turns 5] [--seconds 3] [--fetch [both]]
+    [--capacity 100]
 
 <worktree> is a checkout of the revision to compare with (for example
 `git worktree add /work/wt/base37 5a08c3f`). Each side runs its own coordinator, started by
 its own tree's devstack on a database of its own on one server; then, turn by turn, each side
 is measured in its turn (the side that goes first alternates): a one-task claim's latency,
 100 leases renewed one heartbeat at a time and in one batch, a one-task job's submission and
-its idle pickup, and a short no-op drain at 4 threads. First each side takes one turn on its
-fresh pool and 300 more submissions (printed apart, not in the medians: a prepared statement's
-first five uses on each pooled connection are planned afresh, once per connection an hour, a
-cost the last line prints on its own). Every turn is printed, then each
-figure's median and range per side and the median of the turns' ratios (this tree ÷ the
-other): on a shared machine, figures taken minutes apart differ more than the code does.
+its idle pickup, and a short no-op drain at 4 threads, each holding up to --capacity tasks
+(with --fetch, this tree's drain completes and fetches; with --fetch both, both sides').
+First each side takes one turn on its fresh pool and 300 more submissions (printed apart, not
+in the medians: a prepared statement's first five uses on each pooled connection are planned
+afresh, once per connection an hour, a cost the last line prints on its own). Every turn is
+printed, then each figure's median and range per side and the median of the turns' ratios
+(this tree ÷ the other): on a shared machine, figures taken minutes apart differ more than the
+code does.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pathlib import Path
 import psycopg
 
 from bench.queue import (
+    CLAIM_CAPACITY,
     WORKLOAD,
     children,
     complete,
@@ -100,8 +104,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="length of each drain")
     parser.add_argument(
         "--fetch",
-        action="store_true",
-        help="this tree's drain completes and fetches (POST /api/v1/tasks/results?claim=N)",
+        nargs="?",
+        const="head",
+        choices=("head", "both"),
+        help="this tree's drain (or both sides') completes and fetches"
+        " (POST /api/v1/tasks/results?claim=N)",
+    )
+    parser.add_argument(
+        "--capacity", type=int, default=CLAIM_CAPACITY, help="tasks each drain loop holds"
     )
     args = parser.parse_args(argv)
     stop_on_sigterm()
@@ -121,7 +131,8 @@ def main(argv: list[str] | None = None) -> None:
         for n in range(args.turns):
             order = ("base", "head") if n % 2 == 0 else ("head", "base")
             for name in order:
-                figures = one_turn(*stacks[name], args.seconds, args.fetch and name == "head")
+                fetch = args.fetch == "both" or (args.fetch == "head" and name == "head")
+                figures = one_turn(*stacks[name], args.seconds, fetch, args.capacity)
                 turns[name].append(figures)
                 print(f"turn {n + 1} {name}: {json.dumps(figures)}", flush=True)
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -190,10 +201,16 @@ def serve(tree: Path, url: str, run_dir: Path) -> Iterator[tuple[LocalStack, int
         process.wait(timeout=60)
 
 
-def one_turn(stack: LocalStack, master: int, seconds: float, fetch: bool = False) -> dict:
+def one_turn(
+    stack: LocalStack,
+    master: int,
+    seconds: float,
+    fetch: bool = False,
+    capacity: int = CLAIM_CAPACITY,
+) -> dict:
     """One turn's figures for one side: milliseconds, and CPU microseconds per call spent by
     the coordinator's processes and by its database backends (`fetch`: the drain completes
-    and fetches)."""
+    and fetches; `capacity`: the tasks each drain loop holds)."""
     cpu = Cpu(stack, master)
     figures: dict = {}
     # One-task jobs submitted back to back, then claimed one at a time (each completed after).
@@ -218,7 +235,7 @@ def one_turn(stack: LocalStack, master: int, seconds: float, fetch: bool = False
     submit_noop_jobs(stack, QUEUED)
     before = cpu.sample()
     started = time.monotonic()
-    done = noop_loops(stack, THREADS, seconds, fetch)
+    done = noop_loops(stack, THREADS, seconds, fetch, capacity)
     figures["tasks_per_s"] = round(done / (time.monotonic() - started))
     used = cpu.since(before)
     drain(stack)

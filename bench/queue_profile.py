@@ -1,6 +1,6 @@
 """Where a no-op task's time goes: py-spy on the coordinator and on the client during a drain.
 
-python -m bench.queue_profile [--threads 4] [--seconds 15] [--out DIR]
+python -m bench.queue_profile [--threads 4] [--seconds 15] [--capacity 100] [--fetch] [--out DIR]
 
 Starts a coordinator (make bench-queue's settings) on DATABASE_URL's server, or an embedded
 one, queues no-op tasks, and while `--threads` claim-and-batch-complete loops drain them
@@ -22,7 +22,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.queue import WORKLOAD, children, drain, noop_loops, scratch_database, submit_noop_jobs
+from bench.queue import (
+    CLAIM_CAPACITY,
+    WORKLOAD,
+    children,
+    drain,
+    noop_loops,
+    scratch_database,
+    submit_noop_jobs,
+)
 from devstack.stack import BIN, LocalStack, database_url, stop_on_sigterm
 
 # A sample's layer: the first of these (in order) any of its frames matches, else "other".
@@ -43,6 +51,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.queue_profile")
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--capacity", type=int, default=CLAIM_CAPACITY, help="tasks a loop holds")
+    parser.add_argument(
+        "--fetch", action="store_true", help="each batch of results claims the next (?claim=N)"
+    )
     parser.add_argument(
         "--out", type=Path, default=Path(tempfile.gettempdir()) / "chunkwise-profile"
     )
@@ -67,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
             targets["client"] = os.getpid()
             spies = [spy(pid, args.out / name, args.seconds) for name, pid in targets.items()]
             started = time.monotonic()
-            done = noop_loops(stack, args.threads, args.seconds)
+            done = noop_loops(stack, args.threads, args.seconds, args.fetch, args.capacity)
             elapsed = time.monotonic() - started
             for process in spies:
                 process.wait(timeout=120)
@@ -75,7 +87,10 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             stack.stop()
     shutil.rmtree(run_dir, ignore_errors=True)
-    print(f"{done} no-op tasks in {elapsed:.1f} s ({done / elapsed:.0f}/s), {args.threads} threads")
+    print(
+        f"{done} no-op tasks in {elapsed:.1f} s ({done / elapsed:.0f}/s), "
+        f"{args.threads} threads x capacity {args.capacity}{', fetching' if args.fetch else ''}"
+    )
     coordinator = [args.out / f"{n}.txt" for n in targets if n.startswith("coordinator")]
     print_layers("coordinator (every gunicorn worker)", coordinator)
     print_layers("client (the benchmark's loops)", [args.out / "client.txt"])

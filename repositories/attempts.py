@@ -10,7 +10,6 @@ from uuid import UUID
 from psycopg import Connection, sql
 
 from repositories import columns, from_row
-from repositories.tasks import Task
 
 
 @dataclass(frozen=True)
@@ -67,31 +66,6 @@ def finish(
         },
     ).fetchone()
     return from_row(Attempt, row) if row else None
-
-
-_FINISH_COMPLETED = (
-    sql.SQL("""
-        UPDATE task_attempts a SET outcome = 'completed', finished_at = now()
-        FROM unnest(%(ids)b::uuid[], %(attempts)b::int[]) AS v(id, attempt)
-        -- "= ANY" keeps the lookup on the (task_id, attempt) index whatever the statistics
-        -- say: a join alone is hashed over a scan of every attempt when they look few.
-        WHERE a.task_id = ANY(%(ids)b::uuid[]) AND a.task_id = v.id AND a.attempt = v.attempt
-          AND a.outcome IS NULL
-        RETURNING {}
-        """)
-    .format(columns(Attempt, "a"))
-    .as_string()
-)
-
-
-def finish_completed(conn: Connection, tasks: Sequence[Task]) -> dict[UUID, Attempt]:
-    """Close the current attempt of each just-completed task; return them by task id."""
-    rows = conn.execute(
-        _FINISH_COMPLETED,
-        {"ids": [t.id for t in tasks], "attempts": [t.attempt for t in tasks]},
-        prepare=True,
-    ).fetchall()
-    return {r["task_id"]: from_row(Attempt, r) for r in rows}
 
 
 _OF_TASKS = (

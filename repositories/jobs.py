@@ -473,15 +473,6 @@ def get(
     return from_row(Job, row) if row else None
 
 
-_GET_MANY = sql.SQL("SELECT {} FROM jobs WHERE id = ANY(%(ids)b)").format(_COLUMNS).as_string()
-
-
-def get_many(conn: Connection, job_ids: Collection[UUID]) -> dict[UUID, Job]:
-    """These jobs by id (unlocked)."""
-    rows = conn.execute(_GET_MANY, {"ids": list(job_ids)}, prepare=True).fetchall()
-    return {r["id"]: from_row(Job, r) for r in rows}
-
-
 _LOCK_MANY = (
     sql.SQL("SELECT {} FROM jobs WHERE id = ANY(%(ids)s) ORDER BY created_at, id FOR UPDATE")
     .format(_COLUMNS)

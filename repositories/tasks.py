@@ -189,10 +189,14 @@ _CANDIDATES = """
 SELECT h.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) AS h
 ORDER BY h.priority DESC, h.fair_tag, h.created_at, h.job_id, h.chunk_index
 LIMIT (SELECT n FROM room)"""
-# tokens: 244 random bits (two version 4 UUIDs) per lease, made only for the rows leased.
+# tokens: 244 random bits (two version 4 UUIDs) per lease, made only for the rows leased;
+# and the ids of the attempt each opens, so the answer reads them from the leases rather than
+# joining two CTEs (whose sizes the planner cannot see: it compared every lease with every
+# attempt, 9,900 rows dropped for a claim of 100).
 _TOKENS = """
 SELECT id, 'cwl_' || replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '')
-       AS lease_token
+       AS lease_token,
+       gen_random_uuid() AS attempt_id, replace(gen_random_uuid()::text, '-', '') AS trace_id
 FROM candidates"""
 # leased: the leases, by primary key (the planner cannot know how many candidates the room
 # allows); an attempt's lease never outlasts its deadline (LEAST ignores the NULL of a task
@@ -207,14 +211,12 @@ UPDATE tasks t SET status = 'leased', attempt = t.attempt + 1, lease_owner = %(w
   version = t.version + 1
 FROM tokens k
 WHERE t.id = ANY(ARRAY(SELECT id FROM tokens)) AND k.id = t.id
-RETURNING t.*, k.lease_token"""
+RETURNING t.*, k.lease_token, k.attempt_id, k.trace_id AS attempt_trace_id"""
 # attempts: one opened per lease, with its own trace id.
 _ATTEMPTS = """
 INSERT INTO task_attempts (id, task_id, attempt, worker_id, trace_id, lease_sha256)
-SELECT gen_random_uuid(), l.id, l.attempt, %(worker)s,
-       replace(gen_random_uuid()::text, '-', ''), l.lease_sha256
-FROM leased l
-RETURNING id AS attempt_id, task_id, trace_id AS attempt_trace_id"""
+SELECT l.attempt_id, l.id, l.attempt, %(worker)s, l.attempt_trace_id, l.lease_sha256
+FROM leased l"""
 # started: the leased tasks' queued jobs move to running. SKIP LOCKED: a job a cancel or a
 # merge holds is left alone rather than waited for with task locks held; its completions move
 # it on later anyway.
@@ -227,10 +229,12 @@ WHERE j.id IN (SELECT id FROM jobs
 # seen: the worker recorded as seen. The only row a claim may wait for: a batch of this
 # worker's results updates it last, after its job, so the two cannot wait for each other. A
 # worker id bound to another credential is set to 0, which workers_credential_id_check
-# refuses: the whole claim fails (sql/0026).
+# refuses: the whole claim fails (sql/0026). It always writes one row, so it is where the
+# claim's transaction is told not to wait at commit for its WAL flush (see claim()).
 _SEEN = """
 INSERT INTO workers (id, capacity, workloads, credential_id)
-VALUES (%(worker)s, %(capacity)s, %(named)b, %(credential)s)
+SELECT %(worker)s, %(capacity)s, %(named)b, %(credential)s
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed
 ON CONFLICT (id) DO UPDATE SET last_seen_at = now(),
   capacity = GREATEST(workers.capacity, EXCLUDED.capacity),
   workloads = EXCLUDED.workloads,
@@ -244,8 +248,8 @@ _CLAIM = (
 WITH held AS ({held}), room AS ({room}), unpaused AS ({unpaused}), ready AS ({ready}),
 due AS ({due}), candidates AS ({candidates}), tokens AS ({tokens}), leased AS ({leased}),
 attempts AS ({attempts}), started AS ({started}), seen AS ({seen})
-SELECT {columns}, l.lease_token, a.attempt_id, a.attempt_trace_id
-FROM leased l JOIN attempts a ON a.task_id = l.id
+SELECT {columns}, l.lease_token, l.attempt_id, l.attempt_trace_id
+FROM leased l
 ORDER BY l.priority DESC, l.created_at, l.job_id, l.chunk_index
 """)
     .format(
@@ -283,7 +287,12 @@ def claim(
 
     Tasks of a paused workload (sql/0024) stay pending. One statement, so one commit: it also
     moves the tasks' queued jobs to running and records the worker as seen, with the workloads
-    it named and the largest capacity it asked for.
+    it named and the largest capacity it asked for. It sets its transaction's
+    synchronous_commit off (as SET LOCAL would), so on an autocommit connection a claim is one
+    round trip that does not wait for its WAL flush: a lease lost to a database crash before
+    the WAL writer flushes it (within 0.2 s by default) is a lease never granted, its worker's
+    heartbeats and result are fenced off (409) and the task is claimed again, the at-least-once
+    running every lease allows. A flush writes every claim committed before it.
     A cap of None is no cap, and then its count is never taken. With caps, the caller takes
     the workload's claim turn first (see services.tasks) so the arithmetic cannot be raced;
     SKIP LOCKED keeps claims from waiting on rows another transaction is finishing. A claim
@@ -321,11 +330,6 @@ def claim(
 def lease_digest(lease_token: str) -> str:
     """The hex SHA-256 under which a lease token is stored (the claim computes it in SQL)."""
     return hashlib.sha256(lease_token.encode()).hexdigest()
-
-
-def commit_unflushed(conn: Connection) -> None:
-    """Let the caller's transaction commit without waiting for its WAL to reach disk."""
-    conn.execute("SET LOCAL synchronous_commit TO OFF")
 
 
 @dataclass(frozen=True)
@@ -459,42 +463,91 @@ class Outcome:
     value: str | None = None
 
 
+# The fenced completion, part by part; each part is one CTE of it, named as in the statement.
+# mine: the rows whose current lease is the caller's, locked in id order as a batch of
+# heartbeats locks them (see renew_many); n is the result's place in the batch.
+_MINE = """
+SELECT t.id, v.uri, v.sha, v.metrics, v.n FROM tasks t JOIN v ON v.id = t.id
+WHERE t.lease_owner = %(worker)s AND t.attempt = v.attempt AND t.status = 'leased'
+  AND t.lease_sha256 = v.lease AND (t.deadline IS NULL OR t.deadline > now())
+  AND NOT EXISTS (SELECT FROM workers WHERE id = %(worker)s
+                  AND credential_id <> %(credential)s)
+ORDER BY t.id
+FOR UPDATE OF t"""
+_DONE = """
+UPDATE tasks t SET status = 'completed', result_uri = mine.uri,
+    result_sha256 = mine.sha, metrics = mine.metrics,
+    lease_owner = NULL, lease_expires_at = NULL, lease_sha256 = NULL, completed_at = now(),
+    error_code = NULL, error_message = NULL, error_details = NULL,
+    version = t.version + 1
+FROM mine
+WHERE t.id = mine.id
+RETURNING {t_columns}, mine.n"""
+# closed: each completed task's attempt, looked up by the (task_id, attempt) index one task at
+# a time (LIMIT 1 keeps each lookup on its own): CTEs hide their sizes from the planner, which
+# then joins two of them by comparing every row with every row, 10,000 times for 100 results.
+_CLOSED = """
+UPDATE task_attempts SET outcome = 'completed', finished_at = now()
+WHERE outcome IS NULL AND id = ANY(ARRAY(
+  SELECT o.id FROM done d CROSS JOIN LATERAL (
+    SELECT id FROM task_attempts WHERE task_id = d.id AND attempt = d.attempt AND outcome IS NULL
+    LIMIT 1) AS o))"""
+# announced: each completion's chunk.completed, to its job's owner under the job's trace id,
+# numbered in the batch's order. The statement's own SELECT reads neither closed nor this, so
+# PostgreSQL runs both after that SELECT has read (and so locked) every completed task: the
+# job is touched only once its tasks are held, as when these were statements of their own. The
+# SELECT reads each task's attempt as the statement found it (its id and trace id never change).
+_ANNOUNCED = """
+INSERT INTO outbox (job_id, owner_id, event, payload, trace_id)
+SELECT d.job_id, j.owner_id, 'chunk.completed',
+       jsonb_build_object('task_id', d.id, 'chunk_index', d.chunk_index, 'attempt', d.attempt),
+       j.trace_id
+FROM done d JOIN jobs j ON j.id = d.job_id
+ORDER BY d.n"""
+# Composed once, under 4 KiB (tests/unit/test_statements.py), as the claim is.
 _COMPLETE_MANY = (
     sql.SQL("""
-        WITH v AS (
-            SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(leases)b::text[],
-                                 %(uris)b::text[], %(shas)b::text[], %(metrics)b::jsonb[])
-                AS v(id, attempt, lease, uri, sha, metrics)
-        ), mine AS (
-            SELECT t.id, v.uri, v.sha, v.metrics FROM tasks t JOIN v ON v.id = t.id
-            WHERE t.lease_owner = %(worker)s AND t.attempt = v.attempt AND t.status = 'leased'
-              AND t.lease_sha256 = v.lease AND (t.deadline IS NULL OR t.deadline > now())
-              AND NOT EXISTS (SELECT FROM workers WHERE id = %(worker)s
-                              AND credential_id <> %(credential)s)
-            ORDER BY t.id
-            FOR UPDATE OF t
-        )
-        UPDATE tasks t SET status = 'completed', result_uri = mine.uri,
-            result_sha256 = mine.sha, metrics = mine.metrics,
-            lease_owner = NULL, lease_expires_at = NULL, lease_sha256 = NULL, completed_at = now(),
-            error_code = NULL, error_message = NULL, error_details = NULL,
-            version = t.version + 1
-        FROM mine
-        WHERE t.id = mine.id
-        RETURNING {}
-        """)
-    .format(_T_COLUMNS)
+WITH v AS (
+  SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(leases)b::text[],
+                       %(uris)b::text[], %(shas)b::text[], %(metrics)b::jsonb[])
+    WITH ORDINALITY AS v(id, attempt, lease, uri, sha, metrics, n)
+), mine AS ({mine}), done AS ({done}), closed AS ({closed}), announced AS ({announced})
+SELECT {d_columns}, a.id AS attempt_id, a.trace_id AS attempt_trace_id
+FROM done d LEFT JOIN LATERAL (
+  SELECT id, trace_id FROM task_attempts WHERE task_id = d.id AND attempt = d.attempt LIMIT 1
+) AS a ON true
+ORDER BY d.n
+""")
+    .format(
+        mine=sql.SQL(_MINE),
+        done=sql.SQL(_DONE).format(t_columns=_T_COLUMNS),
+        closed=sql.SQL(_CLOSED),
+        announced=sql.SQL(_ANNOUNCED),
+        d_columns=columns(Task, "d"),
+    )
     .as_string()
 )
 
 
+@dataclass(frozen=True)
+class Completed:
+    """A task just completed, and the attempt it completed (its id and trace id)."""
+
+    task: Task
+    attempt_id: UUID | None
+    attempt_trace_id: str | None
+
+
 def complete_many(
     conn: Connection, worker_id: str, credential_id: int, outcomes: Sequence[Outcome]
-) -> list[Task]:
+) -> list[Completed]:
     """Complete each task whose current lease is the caller's under that attempt and token, in
-    one statement; return the tasks completed (an outcome not among them was fenced off).
+    one statement; return the tasks completed (an outcome not among them was fenced off), in
+    the order of the outcomes.
 
-    The rows are locked in id order, as a batch of heartbeats locks them (see renew_many).
+    The same statement closes each completed task's attempt and announces its chunk.completed
+    in the outbox: one round trip rather than three. The rows are locked in id order, as a
+    batch of heartbeats locks them (see renew_many).
     """
     rows = conn.execute(
         _COMPLETE_MANY,
@@ -510,7 +563,7 @@ def complete_many(
         },
         prepare=True,
     ).fetchall()
-    return [from_row(Task, r) for r in rows]
+    return [Completed(from_row(Task, r), r["attempt_id"], r["attempt_trace_id"]) for r in rows]
 
 
 _FAIL = (

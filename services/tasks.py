@@ -11,7 +11,6 @@ import random
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import BinaryIO
@@ -21,14 +20,12 @@ import psycopg
 from psycopg import Connection
 
 from repositories import attempts as attempt_rows
-from repositories import events as event_rows
 from repositories import jobs as job_rows
 from repositories import locks
 from repositories import rate_limits as rate_rows
 from repositories import task_values as value_rows
 from repositories import tasks as task_rows
 from repositories import workers as worker_rows
-from repositories.jobs import Job
 from repositories.tasks import ClaimedTask, ExpiredLease, Renewal, Task
 from services import logcontext, settlement, task_values
 from services.deadlocks import rerun_deadlocks
@@ -124,15 +121,16 @@ def _claim_once(
     named = [r.name for r in rules]
     free = [r.name for r in rules if not r.caps.serialised]
     capped = sorted((r for r in rules if r.caps.serialised), key=lambda r: r.name)
+    # The free claim is one statement on the autocommit connection: one round trip, its own
+    # transaction (which it tells not to wait for the WAL flush, see task_rows.claim).
     claimed: list[ClaimedTask] = []
     with rt.pool.connection() as conn:
         if free:
-            with _claim_transaction(conn):
-                claimed += _lease(conn, rt, worker, named, free, capacity, None, None)
+            claimed += _lease(conn, rt, worker, named, free, capacity, None, None)
         for r in capped:
             if len(claimed) >= capacity:
                 break
-            with _claim_transaction(conn):
+            with conn.transaction():
                 locks.take_turn(conn, locks.CLAIM, r.name)
                 claimed += _lease_in_turn(conn, rt, worker, named, r, capacity - len(claimed))
     # Per task, so skipped whole (dicts and all) when INFO is off, as under load it may be.
@@ -150,21 +148,6 @@ def _claim_once(
             },
         )
     return claimed
-
-
-@contextmanager
-def _claim_transaction(conn: Connection) -> Iterator[None]:
-    """A claim's transaction, which does not wait at commit for its WAL to reach disk.
-
-    A lease lost to a database crash before the WAL writer flushes it (within 0.2 s by
-    default) is a lease never granted: its worker's heartbeats and result are fenced off
-    (409) and the task is claimed again, the at-least-once running every lease allows.
-    Results, failures and admissions still wait for the flush, and a flush writes every
-    claim committed before it.
-    """
-    with conn.transaction():
-        task_rows.commit_unflushed(conn)
-        yield
 
 
 def _lease_in_turn(
@@ -219,7 +202,8 @@ def _lease(
         max_total=max_total,
         lease_seconds=rt.limits.lease_seconds,
     )
-    if claimed is None:  # raised in the claim's transaction, so what the claim wrote is undone
+    if claimed is None:  # the statement failed, so it wrote nothing; raised in any turn's
+        # transaction, so that is undone too
         raise _worker_id_taken(worker_id)
     return claimed
 
@@ -296,14 +280,10 @@ def complete_tasks(
     caller = (worker_id, credential_id)
     with rt.pool.connection() as conn, conn.transaction():
         tasks = task_rows.get_many(conn, [c.task_id for c in completions])
-        jobs = job_rows.get_many(conn, {t.job_id for t in tasks.values()})
         checked = [_checked(rt, tasks, c) for c in completions]
         valid = [o for o in checked if isinstance(o, task_rows.Outcome)]
-        done = (
-            {t.id: t for t in task_rows.complete_many(conn, worker_id, credential_id, valid)}
-            if valid
-            else {}
-        )
+        completed = task_rows.complete_many(conn, worker_id, credential_id, valid) if valid else []
+        done = {c.task.id: c.task for c in completed}
         outcomes = []
         for completion, check in zip(completions, checked, strict=True):
             if isinstance(check, NotFound):
@@ -336,7 +316,8 @@ def complete_tasks(
         ]
         if stored:
             value_rows.store(conn, stored)
-        merging = _record_completions(conn, rt, worker_id, accepted, jobs) if accepted else []
+        closed = {c.task.id: c for c in completed}
+        merging = _record_completions(conn, rt, worker_id, accepted, closed) if accepted else []
     for job_id, rules in merging:
         rules.merge(rt.pool, job_id)
     return outcomes
@@ -397,39 +378,22 @@ def _record_completions(
     rt: Runtime,
     worker_id: str,
     accepted: list[tuple[CompletionOutcome, Completion]],
-    jobs: dict[UUID, Job],
+    closed: dict[UUID, task_rows.Completed],
 ) -> list[tuple[UUID, Workload]]:
-    """Close the attempts, keep what each workload keeps, publish, count, settle the jobs."""
+    """Keep what each workload keeps, log, count, settle the jobs (the completion itself closed
+    the attempts and published the events)."""
     done = [outcome.task for outcome, _ in accepted]
-    closed = attempt_rows.finish_completed(conn, done)
     for task, (_, completion) in zip(done, accepted, strict=True):
         rt.workloads.of(task.workload).accept_result(conn, task, completion.result)
-    event_rows.publish_many(
-        conn,
-        [
-            {
-                "job_id": t.job_id,
-                "owner_id": jobs[t.job_id].owner_id,
-                "event": "chunk.completed",
-                "payload": {
-                    "task_id": str(t.id),
-                    "chunk_index": t.chunk_index,
-                    "attempt": t.attempt,
-                },
-                "trace_id": jobs[t.job_id].trace_id,
-            }
-            for t in done
-        ],
-    )
     for t in done if logger.isEnabledFor(logging.INFO) else ():
-        attempt = closed.get(t.id)
+        attempt = closed[t.id]
         # Under the attempt's own trace id, whichever attempt's trace named the batch call.
-        trace = {"trace_id": attempt.trace_id} if attempt else {}
-        with logcontext.scope(**_attempt_fields(t, worker_id, attempt), **trace):
+        trace = {"trace_id": attempt.attempt_trace_id} if attempt.attempt_trace_id else {}
+        with logcontext.scope(**_attempt_fields(t, worker_id, attempt.attempt_id), **trace):
             logger.info("task completed", extra={"event": "task_completed"})
     if len(done) == 1:
         # One result per request: the rest of the request (its merge) logs as this attempt.
-        logcontext.bind(**_attempt_fields(done[0], worker_id, closed.get(done[0].id)))
+        logcontext.bind(**_attempt_fields(done[0], worker_id, closed[done[0].id].attempt_id))
     counted = [
         job_rows.count_completed(conn, job_id, count)
         for job_id, count in sorted(Counter(t.job_id for t in done).items())
@@ -503,7 +467,7 @@ def fail_task(
         closed = attempt_rows.finish(
             conn, task_id, attempt, outcome, failure.error_code, failure.error_message
         )
-        logcontext.bind(**_attempt_fields(failed, worker_id, closed))
+        logcontext.bind(**_attempt_fields(failed, worker_id, closed.id if closed else None))
         job = job_rows.get(conn, task.job_id, for_update=True)
         settled = settlement.settle(conn, job, rules)
     logger.info(
@@ -697,7 +661,7 @@ def _expire(
         # The sweeper logs under the attempt's own trace id, so the expiry joins the
         # worker's and the coordinator's lines for that attempt.
         with logcontext.scope(
-            **_attempt_fields(t, lease.worker_id, closed),
+            **_attempt_fields(t, lease.worker_id, closed.id if closed else None),
             trace_id=closed.trace_id if closed else None,
         ):
             logger.warning(
@@ -709,14 +673,14 @@ def _expire(
     return expired
 
 
-def _attempt_fields(task: Task, worker_id: str, closed) -> dict:
+def _attempt_fields(task: Task, worker_id: str, attempt_id: UUID | None) -> dict:
     """The ids that put a log line on one attempt's thread."""
     return {
         "job_id": str(task.job_id),
         "task_id": str(task.id),
         "attempt": task.attempt,
         "worker_id": worker_id,
-        "attempt_id": str(closed.id) if closed else None,
+        "attempt_id": str(attempt_id) if attempt_id else None,
     }
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from repositories import tasks as task_rows
 from tests.integration.manifests import OTHER_WORKER, WORKER, manifest, result_body
 
 CAPPED = {
@@ -17,32 +16,40 @@ BOTH_PATHS = pytest.mark.parametrize(
 )
 
 
-def commit_setting_during(monkeypatch, name: str) -> list[str]:
-    """synchronous_commit as each call of task_rows.<name> finds it in its transaction."""
-    seen: list[str] = []
-    original = getattr(task_rows, name)
-
-    def spy(conn, *args, **kwargs):
-        seen.append(conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"])
-        return original(conn, *args, **kwargs)
-
-    monkeypatch.setattr(task_rows, name, spy)
-    return seen
+def record_commit_settings(db) -> None:
+    """Have each commit that opens or closes an attempt record synchronous_commit as the
+    commit finds it (a deferred trigger fires at commit, after every statement of it)."""
+    db.execute("CREATE TABLE commit_settings (op text, setting text)")
+    db.execute(
+        """
+        CREATE FUNCTION record_commit_setting() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO commit_settings VALUES (TG_OP, current_setting('synchronous_commit'));
+            RETURN NULL;
+        END $$
+        """
+    )
+    db.execute(
+        """
+        CREATE CONSTRAINT TRIGGER record_commit_setting
+        AFTER INSERT OR UPDATE ON task_attempts DEFERRABLE INITIALLY DEFERRED
+        FOR EACH ROW EXECUTE FUNCTION record_commit_setting()
+        """
+    )
 
 
 @BOTH_PATHS
 def test_a_claim_commits_without_waiting_for_the_flush_and_a_result_waits_for_it(
-    monkeypatch, submit, claim, complete
+    submit, claim, complete, db
 ):
-    claims = commit_setting_during(monkeypatch, "claim")
-    results = commit_setting_during(monkeypatch, "complete_many")
+    record_commit_settings(db)
     submit(manifest(1))
 
     [leased] = claim(WORKER)
     complete(leased)
 
-    assert claims == ["off"]
-    assert results == ["on"]
+    rows = db.execute("SELECT op, setting FROM commit_settings").fetchall()
+    assert [(r["op"], r["setting"]) for r in rows] == [("INSERT", "off"), ("UPDATE", "on")]
 
 
 @BOTH_PATHS

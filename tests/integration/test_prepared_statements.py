@@ -28,9 +28,8 @@ RETURNING_ROWS = {
     "claim": "FROM leased l",
     "heartbeat batch": "RETURNING t.id, t.lease_expires_at",
     "tasks of a result batch": "FROM tasks WHERE id = ANY",
-    "their jobs": "FROM jobs WHERE id = ANY",
+    # with their attempts and events
     "completions": "UPDATE tasks t SET status = 'completed'",
-    "their attempts": "UPDATE task_attempts a",
     "their jobs' counters": "chunks_completed = chunks_completed",
 }
 

@@ -15,7 +15,7 @@ from psycopg import _queries
 
 from repositories import jobs, tasks
 
-HOT = {"admission": jobs._ADMIT, "claim": tasks._CLAIM}
+HOT = {"admission": jobs._ADMIT, "claim": tasks._CLAIM, "results": tasks._COMPLETE_MANY}
 
 
 @pytest.mark.parametrize("name", sorted(HOT))
