@@ -121,7 +121,10 @@ def test_bytes_the_reader_verified_are_not_hashed_again_and_keep_the_planned_dig
     assert verified == unverified and verified.digest == plan.sha256
 
 
-def test_without_polars_every_chunk_goes_to_the_core_with_identical_results(monkeypatch):
+@pytest.mark.parametrize("missing", ["polars", "numpy"])
+def test_without_either_engine_module_every_chunk_goes_to_the_core_with_identical_results(
+    monkeypatch, missing
+):
     data = generate_csv(5_000, seed=8) + generate_export_csv(5_000, seed=8).split(b"\n", 1)[1]
     result = split(data, "value", ",", 8)
 
@@ -137,15 +140,15 @@ def test_without_polars_every_chunk_goes_to_the_core_with_identical_results(monk
             for p in result.plans
         ]
 
-    with_polars = run()
-    monkeypatch.setitem(sys.modules, "polars", None)  # import polars raises ImportError
+    with_both = run()
+    monkeypatch.setitem(sys.modules, missing, None)  # importing it raises ImportError
     columnar.engine.cache_clear()
     try:
         assert columnar.engine() is None
         without = run()
     finally:
         columnar.engine.cache_clear()
-    assert without == with_polars
+    assert without == with_both
     assert merge(result.plans, without) == sequential_totals(data, "value")
 
 
@@ -300,34 +303,6 @@ def test_records_as_wide_as_the_first_are_read_by_polars_as_the_core_reads_them(
     core = summarise([body], **options)
     assert columnar.compiled_column(body, core.records, column_index, ",") is not None
     assert columnar.summarise_chunk([body], records=core.records, **options) == core
-
-
-def test_without_numpy_every_chunk_goes_to_the_core_with_identical_results(monkeypatch):
-    data = generate_export_csv(2_000, seed=5)
-    result = split(data, "value", ",", 4)
-
-    def run() -> list:
-        return [
-            columnar.summarise_chunk(
-                [data[p.byte_start : p.byte_end]],
-                records=p.record_end - p.record_start,
-                planned_sha256=p.sha256,
-                column_index=result.column_index,
-                column="value",
-            )
-            for p in result.plans
-        ]
-
-    with_numpy = run()
-    monkeypatch.setitem(sys.modules, "numpy", None)  # import numpy raises ImportError
-    columnar.engine.cache_clear()
-    try:
-        assert columnar.engine() is None
-        without = run()
-    finally:
-        columnar.engine.cache_clear()
-    assert without == with_numpy
-    assert merge(result.plans, without) == sequential_totals(data, "value")
 
 
 near_integers = st.one_of(
