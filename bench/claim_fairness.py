@@ -19,10 +19,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import statistics
-import subprocess
-import sys
 import time
-import types
 import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -34,7 +31,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from app import migrations
-from devstack.stack import REPO
+from bench.revisions import module_at
 from repositories import jobs as fair_jobs
 from repositories import tasks as fair_tasks
 from repositories.jobs import NewJob
@@ -54,8 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline", default="main")
     parser.add_argument("--turns", type=int, default=200)
     args = parser.parse_args(argv)
-    baseline = baseline_module(args.baseline, "repositories/tasks.py")
-    baseline_jobs = baseline_module(args.baseline, "repositories/jobs.py")
+    baseline = module_at(args.baseline, "repositories/tasks.py")
+    baseline_jobs = module_at(args.baseline, "repositories/jobs.py")
     with database(args.url, "main") as main_url, database(args.url, "fair") as fair_url:
         migrations.apply(main_url)
         migrations.rollback_latest(main_url)
@@ -95,22 +92,6 @@ def main(argv: list[str] | None = None) -> None:
             f"main {second_owner_share(main_url, baseline.claim)}, "
             f"fair {second_owner_share(fair_url, fair_tasks.claim)}"
         )
-
-
-def baseline_module(revision: str, path: str) -> types.ModuleType:
-    """A module's source as it is at `revision`, as a module of its own."""
-    source = subprocess.run(
-        ["git", "show", f"{revision}:{path}"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    module = types.ModuleType("baseline_" + path.replace("/", "_").removesuffix(".py"))
-    # dataclasses look their module up by name.
-    sys.modules[module.__name__] = module
-    exec(compile(source, f"{revision}:{path}", "exec"), module.__dict__)  # noqa: S102  # nosec B102 - this repository's own code at a revision, for the baseline
-    return module
 
 
 @contextmanager

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import subprocess
-import sys
 import time
 import types
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from bench.revisions import module_at
 from bench.turns import ratios, spread
 from devstack.sample_csv import generate_csv, generate_export_csv
 from services.csvstats import columnar, split
@@ -28,22 +26,6 @@ CHUNKS = 8
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 SAMPLES = {"plain": generate_csv, "export": generate_export_csv}
 Chunk = tuple[bytes, int, int, str]  # bytes, records, column index, planned digest
-
-
-def columnar_at(revision: str) -> types.ModuleType:
-    """services/csvstats/columnar.py as it is at a git revision, loaded as a module."""
-    root = Path(__file__).resolve().parents[1]
-    source = subprocess.run(
-        ["git", "show", f"{revision}:services/csvstats/columnar.py"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    module = types.ModuleType(f"columnar_at_{revision}")
-    sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(source, f"{revision}:columnar.py", "exec"), module.__dict__)
-    return module
 
 
 def chunks_of(data: bytes) -> list[Chunk]:
@@ -116,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         "--clock", choices=CLOCKS, default="wall", help="cpu: this process's CPU time, all threads"
     )
     args = parser.parse_args(argv)
-    before = columnar_at(args.against)
+    before = module_at(args.against, "services/csvstats/columnar.py")
     before.engine()
     pl, _ = columnar.engine()
     print(f"polars {pl.__version__}, {pl.thread_pool_size()} threads; {args.clock} ms per chunk")
