@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from tests.integration.manifests import WORKER, manifest
-from tests.integration.test_ui_sessions import sign_in  # noqa: F401  (a fixture)
 
 MIB = 2**20
 LARGE = {"blob": "x" * MIB}
