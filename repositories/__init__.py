@@ -6,8 +6,8 @@ element in Python, escaping each, which cost 4 ms of a 100-result batch's events
 The statements of an admission, a heartbeat batch and a result batch are prepared on each
 connection's first use of them (`prepare=True`): the pool hands its connections out in turn, so
 psycopg's own rule (prepare on a connection's fifth use) seldom fired, and PostgreSQL planned
-them afresh each time, about half of an admission's database CPU. Not the claim: its best plan
-depends on its capacity (docs/performance/profile.md).
+them afresh each time, about half of an admission's database CPU. The claim is prepared too,
+and told to keep its generic plan (repositories/tasks.py says why).
 
 Every statement names the columns it returns (`columns`) rather than `*`, cold ones too
 (tests/unit/test_named_columns.py): psycopg prepares any statement a connection has run five

@@ -270,6 +270,17 @@ ORDER BY l.priority DESC, l.created_at, l.job_id, l.chunk_index
 )
 
 
+# The claim is planned once per connection, not on every call. Prepared, PostgreSQL would
+# still plan it afresh each time: the generic plan it compares its custom plans with guesses the
+# LIMIT of the capacity at a tenth of the queue, so it always looks dearer, although its shape
+# is the same (each workload's head read in order from tasks_ready_idx, locked, limited).
+# Planning was 40% of a claim's database time (docs/performance/profile.md). The setting is
+# local to the claim's transaction: the implicit one the pipeline's statements share on an
+# autocommit connection, or the caller's, for which the RESET after the claim restores it.
+_PLAN_ONCE = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+_PLAN_AS_BEFORE = "RESET plan_cache_mode"
+
+
 def claim(
     conn: Connection,
     *,
@@ -303,20 +314,23 @@ def claim(
     id bound to another credential fails the statement, so nothing is leased or recorded,
     even when two credentials race to use a new one first.
     """
+    params = {
+        "worker": worker_id,
+        "credential": credential_id,
+        "workloads": list(workloads),
+        "named": list(named),
+        "capacity": capacity,
+        "per_worker": max_per_worker,
+        "total": max_total,
+        "lease": lease_seconds,
+    }
     try:
-        rows = conn.execute(
-            _CLAIM,
-            {
-                "worker": worker_id,
-                "credential": credential_id,
-                "workloads": list(workloads),
-                "named": list(named),
-                "capacity": capacity,
-                "per_worker": max_per_worker,
-                "total": max_total,
-                "lease": lease_seconds,
-            },
-        ).fetchall()
+        # One round trip: the three statements go together, and fail together.
+        with conn.pipeline():
+            conn.execute(_PLAN_ONCE, prepare=True)
+            leased = conn.execute(_CLAIM, params, prepare=True)
+            conn.execute(_PLAN_AS_BEFORE)
+        rows = leased.fetchall()
     except errors.CheckViolation as exc:
         if exc.diag.constraint_name == "workers_credential_id_check":
             return None
