@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
 from uuid import UUID
 
 from psycopg import Connection, errors, sql
@@ -69,6 +71,13 @@ class Task:
 # prepared (repositories/__init__.py). As `t` where another relation shares a column name.
 _COLUMNS = columns(Task)
 _T_COLUMNS = columns(Task, "t")
+_WIDTH = len(fields(Task))
+
+
+def _task_first(cursor: object) -> Callable[[Sequence[Any]], tuple]:
+    """Rows of a hot statement that returns _COLUMNS first, as (Task, *the columns after them):
+    built by position, with no dict per row between (a third of a batch's row handling)."""
+    return lambda values: (Task(*values[:_WIDTH]), *values[_WIDTH:])
 
 
 @dataclass(frozen=True)
@@ -167,14 +176,14 @@ SELECT w.name FROM unnest(%(workloads)b::text[]) AS w(name)
 WHERE NOT EXISTS (SELECT FROM workload_pauses p WHERE p.workload = w.name)"""
 # ready: each workload's head read in claim order from tasks_ready_idx, then merged (one
 # ordered scan of "workload = ANY" would sort every pending row instead). Within a priority,
-# fair_tag interleaves the owners (sql/0028). LIMIT is the capacity, not the room, so the
-# planner knows the scan ends early.
+# fair_tag interleaves the owners (sql/0028). LIMIT is the capacity, not the room, and written
+# into the statement, so even the generic plan knows the scan ends early (see _claim_of).
 _READY = """
 SELECT h.* FROM unpaused AS w CROSS JOIN LATERAL (
   SELECT t.id, t.priority, t.fair_tag, t.created_at, t.job_id, t.chunk_index FROM tasks t
   WHERE t.status = 'pending' AND t.workload = w.name AND t.not_before IS NULL
   ORDER BY t.priority DESC, t.fair_tag, t.created_at, t.job_id, t.chunk_index
-  LIMIT %(capacity)s FOR UPDATE SKIP LOCKED
+  LIMIT {limit} FOR UPDATE SKIP LOCKED
 ) AS h"""
 # due: and the tasks whose waits (a retry's, a schedule's) have ended, the longest ended
 # first, from tasks_waiting_idx (sql/0019): no claim reads past the ones still waiting.
@@ -182,7 +191,7 @@ _DUE = """
 SELECT d.* FROM unpaused AS w CROSS JOIN LATERAL (
   SELECT t.id, t.priority, t.fair_tag, t.created_at, t.job_id, t.chunk_index FROM tasks t
   WHERE t.status = 'pending' AND t.workload = w.name AND t.not_before <= now()
-  ORDER BY t.not_before LIMIT %(capacity)s FOR UPDATE SKIP LOCKED
+  ORDER BY t.not_before LIMIT {limit} FOR UPDATE SKIP LOCKED
 ) AS d"""
 # candidates: the first of both in claim order that the room allows.
 _CANDIDATES = """
@@ -241,10 +250,10 @@ ON CONFLICT (id) DO UPDATE SET last_seen_at = now(),
   credential_id = CASE WHEN workers.credential_id IS NULL
                          OR workers.credential_id = EXCLUDED.credential_id
                        THEN EXCLUDED.credential_id ELSE 0 END"""
-# Composed once, and short enough (under 4 KiB) for psycopg to keep its parsed form rather
-# than parse it again on every claim (tests/unit/test_statements.py).
-_CLAIM = (
-    sql.SQL("""
+# The claim's parts, and the statement for each capacity, composed once: short enough (under
+# 4 KiB) for psycopg to keep its parsed form rather than parse it again on every claim
+# (tests/unit/test_statements.py).
+_CLAIM = sql.SQL("""
 WITH held AS ({held}), room AS ({room}), unpaused AS ({unpaused}), ready AS ({ready}),
 due AS ({due}), candidates AS ({candidates}), tokens AS ({tokens}), leased AS ({leased}),
 attempts AS ({attempts}), started AS ({started}), seen AS ({seen})
@@ -252,12 +261,23 @@ SELECT {columns}, l.lease_token, l.attempt_id, l.attempt_trace_id
 FROM leased l
 ORDER BY l.priority DESC, l.created_at, l.job_id, l.chunk_index
 """)
-    .format(
+
+
+@lru_cache(maxsize=256)
+def _claim_of(capacity: int) -> str:
+    """The claim statement whose scans stop at `capacity` rows, a number in its text.
+
+    A LIMIT given as a parameter is guessed at a tenth of the rows in a generic plan, which
+    on a long queue could make a sort of every pending row look cheaper than reading the
+    index in order; a number written in keeps the plan right for this capacity.
+    """
+    limit = sql.Literal(capacity)
+    return _CLAIM.format(
         held=sql.SQL(_HELD),
         room=sql.SQL(_ROOM),
         unpaused=sql.SQL(_UNPAUSED),
-        ready=sql.SQL(_READY),
-        due=sql.SQL(_DUE),
+        ready=sql.SQL(_READY).format(limit=limit),
+        due=sql.SQL(_DUE).format(limit=limit),
         candidates=sql.SQL(_CANDIDATES),
         tokens=sql.SQL(_TOKENS),
         leased=sql.SQL(_LEASED),
@@ -265,15 +285,13 @@ ORDER BY l.priority DESC, l.created_at, l.job_id, l.chunk_index
         started=sql.SQL(_STARTED),
         seen=sql.SQL(_SEEN),
         columns=_COLUMNS,
-    )
-    .as_string()
-)
+    ).as_string()
 
 
-# The claim is planned once per connection, not on every call. Prepared, PostgreSQL would
-# still plan it afresh each time: the generic plan it compares its custom plans with guesses the
-# LIMIT of the capacity at a tenth of the queue, so it always looks dearer, although its shape
-# is the same (each workload's head read in order from tasks_ready_idx, locked, limited).
+# The claim is planned once per connection and capacity, not on every call. Prepared,
+# PostgreSQL would still plan it afresh each time: its custom plans know how many workloads the
+# claim names and whether a cap is set, so they always look cheaper than the generic plan, whose
+# shape is the same (each workload's head read in order from tasks_ready_idx, locked, limited).
 # Planning was 40% of a claim's database time (docs/performance/profile.md). The setting is
 # local to the claim's transaction: the implicit one the pipeline's statements share on an
 # autocommit connection, or the caller's, for which the RESET after the claim restores it.
@@ -328,7 +346,8 @@ def claim(
         # One round trip: the three statements go together, and fail together.
         with conn.pipeline():
             conn.execute(_PLAN_ONCE, prepare=True)
-            leased = conn.execute(_CLAIM, params, prepare=True)
+            statement = _claim_of(capacity)
+            leased = conn.cursor(row_factory=_task_first).execute(statement, params, prepare=True)
             conn.execute(_PLAN_AS_BEFORE)
         rows = leased.fetchall()
     except errors.CheckViolation as exc:
@@ -336,8 +355,7 @@ def claim(
             return None
         raise
     return [
-        ClaimedTask(from_row(Task, r), r["attempt_id"], r["attempt_trace_id"], r["lease_token"])
-        for r in rows
+        ClaimedTask(task, attempt_id, trace_id, token) for task, token, attempt_id, trace_id in rows
     ]
 
 
@@ -459,8 +477,9 @@ _GET_MANY = sql.SQL("SELECT {} FROM tasks WHERE id = ANY(%(ids)b)").format(_COLU
 
 def get_many(conn: Connection, task_ids: Sequence[UUID]) -> dict[UUID, Task]:
     """The tasks that exist among these ids, by id."""
-    rows = conn.execute(_GET_MANY, {"ids": list(task_ids)}, prepare=True).fetchall()
-    return {r["id"]: from_row(Task, r) for r in rows}
+    found = conn.cursor(row_factory=_task_first)
+    rows = found.execute(_GET_MANY, {"ids": list(task_ids)}, prepare=True).fetchall()
+    return {task.id: task for (task,) in rows}
 
 
 @dataclass(frozen=True)
@@ -563,21 +582,25 @@ def complete_many(
     in the outbox: one round trip rather than three. The rows are locked in id order, as a
     batch of heartbeats locks them (see renew_many).
     """
-    rows = conn.execute(
-        _COMPLETE_MANY,
-        {
-            "worker": worker_id,
-            "credential": credential_id,
-            "ids": [o.task_id for o in outcomes],
-            "attempts": [o.attempt for o in outcomes],
-            "leases": [lease_digest(o.lease_token) for o in outcomes],
-            "uris": [o.result_uri for o in outcomes],
-            "shas": [o.result_sha256 for o in outcomes],
-            "metrics": [Jsonb(o.metrics) for o in outcomes],
-        },
-        prepare=True,
-    ).fetchall()
-    return [Completed(from_row(Task, r), r["attempt_id"], r["attempt_trace_id"]) for r in rows]
+    rows = (
+        conn.cursor(row_factory=_task_first)
+        .execute(
+            _COMPLETE_MANY,
+            {
+                "worker": worker_id,
+                "credential": credential_id,
+                "ids": [o.task_id for o in outcomes],
+                "attempts": [o.attempt for o in outcomes],
+                "leases": [lease_digest(o.lease_token) for o in outcomes],
+                "uris": [o.result_uri for o in outcomes],
+                "shas": [o.result_sha256 for o in outcomes],
+                "metrics": [Jsonb(o.metrics) for o in outcomes],
+            },
+            prepare=True,
+        )
+        .fetchall()
+    )
+    return [Completed(*row) for row in rows]
 
 
 _FAIL = (

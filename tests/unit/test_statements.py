@@ -13,9 +13,14 @@ import re
 import pytest
 from psycopg import _queries
 
+from app.schemas.tasks import MAX_BATCH_RESULTS
 from repositories import jobs, tasks
 
-HOT = {"admission": jobs._ADMIT, "claim": tasks._CLAIM, "results": tasks._COMPLETE_MANY}
+HOT = {
+    "admission": jobs._ADMIT,
+    "claim": tasks._claim_of(MAX_BATCH_RESULTS),
+    "results": tasks._COMPLETE_MANY,
+}
 
 
 @pytest.mark.parametrize("name", sorted(HOT))
