@@ -250,10 +250,11 @@ ON CONFLICT (id) DO UPDATE SET last_seen_at = now(),
   credential_id = CASE WHEN workers.credential_id IS NULL
                          OR workers.credential_id = EXCLUDED.credential_id
                        THEN EXCLUDED.credential_id ELSE 0 END"""
-# The claim's parts, and the statement for each capacity, composed once: short enough (under
-# 4 KiB) for psycopg to keep its parsed form rather than parse it again on every claim
+# Composed once, with {limit} where each scan stops; short enough (under 4 KiB) for psycopg
+# to keep its parsed form rather than parse it again on every claim
 # (tests/unit/test_statements.py).
-_CLAIM = sql.SQL("""
+_CLAIM = (
+    sql.SQL("""
 WITH held AS ({held}), room AS ({room}), unpaused AS ({unpaused}), ready AS ({ready}),
 due AS ({due}), candidates AS ({candidates}), tokens AS ({tokens}), leased AS ({leased}),
 attempts AS ({attempts}), started AS ({started}), seen AS ({seen})
@@ -261,23 +262,12 @@ SELECT {columns}, l.lease_token, l.attempt_id, l.attempt_trace_id
 FROM leased l
 ORDER BY l.priority DESC, l.created_at, l.job_id, l.chunk_index
 """)
-
-
-@lru_cache(maxsize=256)
-def _claim_of(capacity: int) -> str:
-    """The claim statement whose scans stop at `capacity` rows, a number in its text.
-
-    A LIMIT given as a parameter is guessed at a tenth of the rows in a generic plan, which
-    on a long queue could make a sort of every pending row look cheaper than reading the
-    index in order; a number written in keeps the plan right for this capacity.
-    """
-    limit = sql.Literal(capacity)
-    return _CLAIM.format(
+    .format(
         held=sql.SQL(_HELD),
         room=sql.SQL(_ROOM),
         unpaused=sql.SQL(_UNPAUSED),
-        ready=sql.SQL(_READY).format(limit=limit),
-        due=sql.SQL(_DUE).format(limit=limit),
+        ready=sql.SQL(_READY),
+        due=sql.SQL(_DUE),
         candidates=sql.SQL(_CANDIDATES),
         tokens=sql.SQL(_TOKENS),
         leased=sql.SQL(_LEASED),
@@ -285,7 +275,20 @@ def _claim_of(capacity: int) -> str:
         started=sql.SQL(_STARTED),
         seen=sql.SQL(_SEEN),
         columns=_COLUMNS,
-    ).as_string()
+    )
+    .as_string()
+)
+
+
+@lru_cache(maxsize=256)
+def _claim_of(capacity: int) -> str:
+    """The claim whose scans stop at `capacity` rows, a number written into its text.
+
+    A LIMIT given as a parameter is guessed at a tenth of the rows in a generic plan, which
+    on a long queue could make a sort of every pending row look cheaper than reading the
+    index in order; a number written in keeps the plan right for this capacity.
+    """
+    return sql.SQL(_CLAIM).format(limit=sql.Literal(capacity)).as_string()
 
 
 # The claim is planned once per connection and capacity, not on every call. Prepared,
