@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from psycopg import Connection, sql
 
-# A task entered or left the claimable set (pending or leased): sql/0004.claimable_changes.sql
-# for new jobs, sql/0006.statement_announcements.sql for changes of status.
+# A task may have become claimable: it became pending (sql/0004.claimable_changes.sql for new
+# jobs, sql/0006.statement_announcements.sql for changes of status), or a lease under a lease
+# cap ended (sql/0032.freed_leases_under_caps.sql).
 CLAIMABLE = "chunkwise_claimable"
 # A job's view changed; the payload is its id: sql/0003.job_changes.sql for the job row,
 # sql/0006.statement_announcements.sql for its tasks.

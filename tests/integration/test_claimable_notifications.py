@@ -43,29 +43,64 @@ def test_a_claim_announces_nothing(submit, claim, announcements):
     assert announcements() == 0
 
 
-def test_a_retried_task_and_a_freed_lease_are_announced(submit, claim, task_call, announcements):
-    submit(manifest(2))
-    first, second = claim(WORKER, capacity=2)
-    announcements()
-    failure = {
+def failure_body(task: dict, retryable: bool) -> dict:
+    """A failure report for a claimed task under its own lease."""
+    return {
         "worker_id": WORKER,
-        "attempt": first["attempt"],
-        "lease_token": first["lease_token"],
+        "attempt": task["attempt"],
+        "lease_token": task["lease_token"],
         "error_code": "boom",
         "error_message": "",
-        "retryable": True,
+        "retryable": retryable,
         "details": {},
     }
-    assert task_call(first["task_id"], "failure", failure).status_code == 200
-    assert announcements() == 1
-    result = {
+
+
+def result_body(task: dict) -> dict:
+    """A result for a claimed task under its own lease."""
+    return {
         "worker_id": WORKER,
-        "attempt": second["attempt"],
-        "lease_token": second["lease_token"],
-        "result_uri": "s3://out/2",
+        "attempt": task["attempt"],
+        "lease_token": task["lease_token"],
+        "result_uri": "s3://out",
         "result_sha256": "a" * 64,
     }
-    assert task_call(second["task_id"], "result", result).status_code == 200
+
+
+def test_a_retried_task_is_announced(submit, claim, task_call, announcements):
+    submit(manifest(1))
+    (task,) = claim(WORKER)
+    announcements()
+
+    assert task_call(task["task_id"], "failure", failure_body(task, True)).status_code == 200
+    assert announcements() == 1
+
+
+def test_an_ended_lease_of_an_uncapped_workload_is_not_announced(
+    submit, claim, task_call, announcements
+):
+    submit(manifest(2))
+    done, failed = claim(WORKER, capacity=2)
+    announcements()
+
+    # Nothing became claimable: waking every waiting claim would only make each find nothing.
+    assert task_call(done["task_id"], "result", result_body(done)).status_code == 200
+    assert task_call(failed["task_id"], "failure", failure_body(failed, False)).status_code == 200
+    assert announcements() == 0
+
+
+def test_an_ended_lease_of_a_capped_workload_is_announced(
+    submit, claim, task_call, db, announcements
+):
+    submit(manifest(2))
+    done, failed = claim(WORKER, capacity=2)
+    db.execute("UPDATE workloads SET max_leases_total = 10 WHERE name = 'echo'")
+    announcements()
+
+    # Each frees room under the cap, which a waiting claim may be held back by.
+    assert task_call(done["task_id"], "result", result_body(done)).status_code == 200
+    assert announcements() == 1
+    assert task_call(failed["task_id"], "failure", failure_body(failed, False)).status_code == 200
     assert announcements() == 1
 
 
@@ -95,7 +130,7 @@ def test_a_heartbeat_announces_nothing(submit, claim, task_call, notifications):
     assert notifications() == []
 
 
-def test_a_batch_of_results_announces_its_job_and_a_claimable_change_once(
+def test_a_batch_of_results_announces_its_job_once_and_no_claimable_change(
     submit, claim, client, headers, notifications
 ):
     job = submit(manifest(3))
@@ -121,7 +156,7 @@ def test_a_batch_of_results_announces_its_job_and_a_claimable_change_once(
     assert response.status_code == 200
     arrived = notifications()
     assert arrived.count((channels.JOB_CHANGED, job["id"])) == 1
-    assert [c for c, _ in arrived].count(channels.CLAIMABLE) == 1
+    assert [c for c, _ in arrived].count(channels.CLAIMABLE) == 0
 
 
 def test_tasks_let_go_when_their_jobs_prerequisites_succeed_are_announced(

@@ -25,9 +25,15 @@ QUEUE_TABLES = {
     "job_tallies",
 }
 CSV_TABLES = {"chunk_summaries"}
-LATEST = "0031.workloads"
-# The table and trigger the latest migration adds.
-WORKLOADS_TABLE, WORKLOADS_TRIGGER = "workloads", "workloads_announce_change"
+LATEST = "0032.freed_leases_under_caps"
+# What the latest migration's function says that sql/0015's did not.
+CAPPED_ONLY = "max_leases_per_worker IS NOT NULL"
+# The table and trigger 0031 adds.
+WORKLOADS, WORKLOADS_TABLE, WORKLOADS_TRIGGER = (
+    "0031.workloads",
+    "workloads",
+    "workloads_announce_change",
+)
 # The table and the tasks' column 0030 adds.
 RESULTS_TABLE, ARGS_COLUMN = "task_results", "args"
 # The table 0029 adds.
@@ -235,13 +241,24 @@ def test_empty_database_upgrades_to_head_rolls_back_the_latest_and_reapplies(emp
     assert FAIR_COLUMN in columns(empty_database_url, "tasks")
     assert ARGS_COLUMN in columns(empty_database_url, "tasks")
 
+    assert CAPPED_ONLY in task_announcer(empty_database_url)
+
     migrations.rollback_latest(empty_database_url)
-    assert public_tables(empty_database_url) == HEAD_TABLES - {WORKLOADS_TABLE}
-    assert ARGS_COLUMN in columns(empty_database_url, "tasks")
+    assert public_tables(empty_database_url) == HEAD_TABLES
+    assert CAPPED_ONLY not in task_announcer(empty_database_url)
 
     migrations.apply(empty_database_url)
     assert public_tables(empty_database_url) == HEAD_TABLES
     assert triggers(empty_database_url) == TRIGGERS | {WORKLOADS_TRIGGER}
+    assert CAPPED_ONLY in task_announcer(empty_database_url)
+
+
+def task_announcer(url: str) -> str:
+    """The source of the function the tasks' statement trigger announces changes with."""
+    with psycopg.connect(url) as conn:
+        return conn.execute(
+            "SELECT prosrc FROM pg_proc WHERE proname = 'chunkwise_announce_task_changes'"
+        ).fetchone()[0]
 
 
 def test_rolling_back_the_workloads_migration_drops_its_table_trigger_and_function(
@@ -249,7 +266,7 @@ def test_rolling_back_the_workloads_migration_drops_its_table_trigger_and_functi
 ):
     migrations.apply(empty_database_url)
 
-    roll_back_through(empty_database_url, LATEST)
+    roll_back_through(empty_database_url, WORKLOADS)
 
     assert public_tables(empty_database_url) == HEAD_TABLES - {WORKLOADS_TABLE}
     assert triggers(empty_database_url) == TRIGGERS
