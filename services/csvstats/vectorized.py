@@ -1,19 +1,21 @@
 """Plan a file's chunks by quote parity with numpy: array operations over each block's quotes and
 line breaks, no Python object per field.
 
-numpy is optional (the `fast` extra) and imported on first use, so importing this module still loads
-only the standard library. Each block of the buffer (a copy of about BLOCK_BYTES, with the
-delimiter's length in bytes before and after it) gives numpy the offsets of its quotes, LFs and CRs.
-A quote's rank from the start of the file tells whether it opens or closes a field (even ranks
-open), so the quote check of the exact scan becomes two lookups per quote: an opening quote follows
-the start, the delimiter, a CR, an LF or a closing quote; a closing quote comes before the
-delimiter, a CR, an LF, the end or an opening quote (a doubled quote is a closing quote and an
-opening one side by side). A line break (LF, CRLF, a lone CR) is a record terminator when an even
-number of quotes comes before it. Only the blocks where a chunk ends are scanned a second time, for
-their terminators' offsets; each chunk is hashed in a thread as soon as its end is known. Returns
-None where the exact scan must decide (a misplaced or unterminated quote, bytes that are not UTF-8,
-an empty file): the caller then runs it, and it names the error. Without numpy the parity counts of
-services.csvstats.parity plan the file instead.
+numpy is optional (the `fast` extra) and imported on first use, so importing this module still
+loads only the standard library. Each block of the buffer (a copy of about BLOCK_BYTES, with the
+delimiter's length in bytes before and after it) becomes bit masks, one bit per byte in 64-bit
+words: its quotes, LFs, CRs and delimiters. Shifts and xors over the words give every byte the
+parity of the quotes before it (a prefix xor within each word, then each word's carry), which tells
+whether a quote opens or closes a field (even ranks open), so the quote check of the exact scan
+becomes two masks: an opening quote follows the start, the delimiter, a CR, an LF or a closing
+quote; a closing quote comes before the delimiter, a CR, an LF, the end or an opening quote (a
+doubled quote is a closing quote and an opening one side by side). A line break (LF, CRLF, a lone
+CR) is a record terminator when an even number of quotes comes before it: the counts are popcounts
+of the words, with no array as long as the quotes or the breaks. Only the blocks where a chunk ends
+are scanned a second time, for their terminators' offsets; each chunk is hashed in a thread as soon
+as its end is known. Returns None where the exact scan must decide (a misplaced or unterminated
+quote, bytes that are not UTF-8, an empty file): the caller then runs it, and it names the error.
+Without numpy the parity counts of services.csvstats.parity plan the file instead.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ _EDGE = b"\r"
 # Pads the context beyond the edge to the delimiter's length: never part of a delimiter (one
 # of several bytes is a non-ASCII character, whose UTF-8 bytes are never zero).
 _PAD = b"\x00"
+_ALL = 0xFFFF_FFFF_FFFF_FFFF
 
 
 @functools.cache
@@ -73,48 +76,97 @@ def scan_block(
 ) -> BlockScan:
     """Scan a block after `odd` open quotes; before and after are the bytes around it, as
     many as the delimiter has."""
-    np, width = engine(), len(delimiter)
+    np, width, size = engine(), len(delimiter), len(block)
     padded = np.frombuffer(before + block + after, np.uint8)
-    body = padded[width:-width]
-    special = body == _QUOTE
-    special |= body == _LF
-    has_cr = b"\r" in block
-    if has_cr:
-        special |= body == _CR
-    at = np.flatnonzero(special)
-    # near[j][n] is padded[j + at[n]]: near[width] is each special byte itself, the others the
-    # bytes from `width` before it to `width` after it.
-    near = [padded[shift:][at] for shift in range(2 * width + 1)]
-    kind = near[width]
-    is_quote = kind == _QUOTE
-    # Whether each special byte lies inside quotes: the parity of the quotes before it (a
-    # count that wraps at 256 keeps its parity).
-    inside = np.cumsum(is_quote, dtype=np.uint8)
-    inside -= is_quote
-    inside += odd
-    inside &= 1
-    inside = inside.view(bool)
-    previous, following = near[width - 1], near[width + 1]
-    is_break = ~is_quote  # without CRs, every special byte but a quote is an LF
-    if has_cr:
+    words = -(-len(padded) // 64)
+    # Bit p of each mask (in 64-bit words) stands for padded[p].
+    quotes = _pack(np, padded == _QUOTE, words)
+    lf = _pack(np, padded == _LF, words)
+    neighbour = quotes | lf
+    breaks = lf  # without CRs, every line break is an LF
+    if b"\r" in before or b"\r" in block or b"\r" in after:
+        cr = _pack(np, padded == _CR, words)
+        neighbour |= cr
         # A CR is a break of its own unless an LF follows (then that LF is the break).
-        is_break &= (kind != _CR) | (following != _LF)
-    terminator = is_break & ~inside
-    after_separator = _separator(previous, near[:width], delimiter)
-    before_separator = _separator(following, near[width + 1 :], delimiter)
-    misplaced = is_quote & np.where(inside, ~before_separator, ~after_separator)
+        breaks = lf | (cr & ~_shifted(np, lf, -1))
+    starts = _pack(np, padded == delimiter[0], words)  # where a whole delimiter starts
+    for k in range(1, width):
+        starts &= _shifted(np, _pack(np, padded == delimiter[k], words), -k)
+    # An opening quote follows the start, the delimiter, a CR, an LF or a closing quote; a
+    # closing quote comes before the delimiter, a CR, an LF, the end or an opening quote (a
+    # doubled quote is a closing quote and an opening one side by side).
+    opens_after = _shifted(np, neighbour, 1) | _shifted(np, starts, width)
+    closes_before = _shifted(np, neighbour | starts, -1)
+    body = _span(np, words, width, width + size)
+    quotes &= body
+    breaks &= body
+    # Whether each byte lies inside quotes, its own quote counted: the parity of the quotes
+    # up to it, after the `odd` open before the block.
+    inside = _prefix_parity(np, quotes, odd)
+    before_quote = inside ^ quotes
+    misplaced = quotes & ((before_quote & ~closes_before) | (~before_quote & ~opens_after))
+    terminator = breaks & ~inside
     ends = lines_through = None
     if offsets:
-        ends = at[terminator] + 1
-        lines_through = np.cumsum(is_break)[terminator]
+        at = np.flatnonzero(_unpack(np, terminator, len(padded)))
+        ends = at - (width - 1)
+        lines_through = np.cumsum(_unpack(np, breaks, len(padded)))[at]
     return BlockScan(
-        terminators=int(np.count_nonzero(terminator)),
-        lines=int(np.count_nonzero(is_break)),
-        quotes_odd=bool(np.count_nonzero(is_quote) & 1),
+        terminators=int(np.bitwise_count(terminator).sum()),
+        lines=int(np.bitwise_count(breaks).sum()),
+        quotes_odd=bool(int(np.bitwise_count(quotes).sum()) & 1),
         well_placed=not misplaced.any(),
         ends=ends,
         lines_through=lines_through,
     )
+
+
+def _pack(np: ModuleType, mask, words: int):
+    """A bool per byte as bits in `words` little-endian 64-bit words, zero past its end."""
+    packed = np.zeros(words * 8, np.uint8)
+    bits = np.packbits(mask, bitorder="little")
+    packed[: len(bits)] = bits
+    return packed.view("<u8")
+
+
+def _unpack(np: ModuleType, bits, count: int):
+    return np.unpackbits(bits.view(np.uint8), count=count, bitorder="little")
+
+
+def _shifted(np: ModuleType, bits, by: int):
+    """Bit p of the result is bit p - by of bits: each byte's flag moved `by` bytes on."""
+    step = abs(by)
+    if by > 0:
+        moved = bits << np.uint64(step)
+        moved[1:] |= bits[:-1] >> np.uint64(64 - step)
+    else:
+        moved = bits >> np.uint64(step)
+        moved[:-1] |= bits[1:] << np.uint64(64 - step)
+    return moved
+
+
+def _prefix_parity(np: ModuleType, bits, odd: int):
+    """Bit p of the result: the parity of the set bits up to p, plus odd."""
+    parity = bits.copy()
+    for shift in (1, 2, 4, 8, 16, 32):  # within each word
+        parity ^= parity << np.uint64(shift)
+    # Then each word flipped where the words before it leave an odd count.
+    carry = np.bitwise_xor.accumulate(parity >> np.uint64(63))
+    carry[1:] = carry[:-1]
+    carry[0] = 0
+    carry ^= np.uint64(odd)
+    parity ^= np.uint64(0) - carry
+    return parity
+
+
+def _span(np: ModuleType, words: int, start: int, end: int):
+    """Bits start to end (not included) set, the rest clear."""
+    span = np.full(words, _ALL, np.uint64)
+    span[0] &= np.uint64(~((1 << start) - 1) & 0xFFFF_FFFF_FFFF_FFFF)
+    if end // 64 < words:
+        span[end // 64] &= np.uint64((1 << (end % 64)) - 1)
+        span[end // 64 + 1 :] = 0
+    return span
 
 
 class VectorLayout:
@@ -192,18 +244,6 @@ class VectorLayout:
         return self.starts[i] + int(scan.ends[k]), line
 
 
-def _separator(neighbour, run: list, delimiter: bytes):
-    """Whether what stands beside each quote lets it open or close a field: a CR, an LF,
-    another quote (a doubled quote's other half), or the delimiter (the bytes of run)."""
-    allowed = neighbour == _CR
-    for byte in (_LF, _QUOTE):
-        allowed |= neighbour == byte
-    is_delimiter = run[0] == delimiter[0]
-    for byte, delimiter_byte in zip(run[1:], delimiter[1:], strict=True):
-        is_delimiter &= byte == delimiter_byte
-    return allowed | is_delimiter
-
-
 def _block_end(data, pos: int, size: int) -> int:
     """About size on from pos, never inside a UTF-8 character (one longer than size whole)."""
     limit = len(data)
@@ -246,7 +286,7 @@ def plan_by_vectors(data, delimiter: str, chunks: int) -> ParityPlan | None:
     size = max(1, -(-records // chunks))
     count = max(1, -(-records // size))
     ranges, byte_start, line = [], body_start, body_line
-    with ThreadPoolExecutor(max_workers=1) as hashing:
+    with ThreadPoolExecutor(max_workers=2) as hashing:
         digests = []
         for index in range(count):
             if index == count - 1:
