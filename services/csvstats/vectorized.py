@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from services.csvstats import bitmasks
 from services.csvstats.parity import ParityPlan, digest_range, release
 
 # Small enough that numpy's offset arrays for a block of nothing but quotes and line breaks
@@ -41,7 +42,6 @@ _EDGE = b"\r"
 # Pads the context beyond the edge to the delimiter's length: never part of a delimiter (one
 # of several bytes is a non-ASCII character, whose UTF-8 bytes are never zero).
 _PAD = b"\x00"
-_ALL = 0xFFFF_FFFF_FFFF_FFFF
 
 
 @functools.cache
@@ -78,95 +78,46 @@ def scan_block(
     many as the delimiter has."""
     np, width, size = engine(), len(delimiter), len(block)
     padded = np.frombuffer(before + block + after, np.uint8)
-    words = -(-len(padded) // 64)
     # Bit p of each mask (in 64-bit words) stands for padded[p].
-    quotes = _pack(np, padded == _QUOTE, words)
-    lf = _pack(np, padded == _LF, words)
+    quotes = bitmasks.flags(np, padded, _QUOTE)
+    lf = bitmasks.flags(np, padded, _LF)
     neighbour = quotes | lf
     breaks = lf  # without CRs, every line break is an LF
     if b"\r" in before or b"\r" in block or b"\r" in after:
-        cr = _pack(np, padded == _CR, words)
+        cr = bitmasks.flags(np, padded, _CR)
         neighbour |= cr
         # A CR is a break of its own unless an LF follows (then that LF is the break).
-        breaks = lf | (cr & ~_shifted(np, lf, -1))
-    starts = _pack(np, padded == delimiter[0], words)  # where a whole delimiter starts
+        breaks = lf | (cr & ~bitmasks.shifted(np, lf, -1))
+    starts = bitmasks.flags(np, padded, delimiter[0])  # where a whole delimiter starts
     for k in range(1, width):
-        starts &= _shifted(np, _pack(np, padded == delimiter[k], words), -k)
+        starts &= bitmasks.shifted(np, bitmasks.flags(np, padded, delimiter[k]), -k)
     # An opening quote follows the start, the delimiter, a CR, an LF or a closing quote; a
     # closing quote comes before the delimiter, a CR, an LF, the end or an opening quote (a
     # doubled quote is a closing quote and an opening one side by side).
-    opens_after = _shifted(np, neighbour, 1) | _shifted(np, starts, width)
-    closes_before = _shifted(np, neighbour | starts, -1)
-    body = _span(np, words, width, width + size)
+    opens_after = bitmasks.shifted(np, neighbour, 1) | bitmasks.shifted(np, starts, width)
+    closes_before = bitmasks.shifted(np, neighbour | starts, -1)
+    body = bitmasks.span(np, len(quotes), width, width + size)
     quotes &= body
     breaks &= body
     # Whether each byte lies inside quotes, its own quote counted: the parity of the quotes
     # up to it, after the `odd` open before the block.
-    inside = _prefix_parity(np, quotes, odd)
+    inside = bitmasks.prefix_parity(np, quotes, odd)
     before_quote = inside ^ quotes
     misplaced = quotes & ((before_quote & ~closes_before) | (~before_quote & ~opens_after))
     terminator = breaks & ~inside
     ends = lines_through = None
     if offsets:
-        at = np.flatnonzero(_unpack(np, terminator, len(padded)))
+        at = bitmasks.positions(np, terminator, len(padded))
         ends = at - (width - 1)
-        lines_through = np.cumsum(_unpack(np, breaks, len(padded)))[at]
+        lines_through = bitmasks.running_counts(np, breaks, at) + 1
     return BlockScan(
-        terminators=int(np.bitwise_count(terminator).sum()),
-        lines=int(np.bitwise_count(breaks).sum()),
-        quotes_odd=bool(int(np.bitwise_count(quotes).sum()) & 1),
+        terminators=bitmasks.count(np, terminator),
+        lines=bitmasks.count(np, breaks),
+        quotes_odd=bool(bitmasks.count(np, quotes) & 1),
         well_placed=not misplaced.any(),
         ends=ends,
         lines_through=lines_through,
     )
-
-
-def _pack(np: ModuleType, mask, words: int):
-    """A bool per byte as bits in `words` little-endian 64-bit words, zero past its end."""
-    packed = np.zeros(words * 8, np.uint8)
-    bits = np.packbits(mask, bitorder="little")
-    packed[: len(bits)] = bits
-    return packed.view("<u8")
-
-
-def _unpack(np: ModuleType, bits, count: int):
-    return np.unpackbits(bits.view(np.uint8), count=count, bitorder="little")
-
-
-def _shifted(np: ModuleType, bits, by: int):
-    """Bit p of the result is bit p - by of bits: each byte's flag moved `by` bytes on."""
-    step = abs(by)
-    if by > 0:
-        moved = bits << np.uint64(step)
-        moved[1:] |= bits[:-1] >> np.uint64(64 - step)
-    else:
-        moved = bits >> np.uint64(step)
-        moved[:-1] |= bits[1:] << np.uint64(64 - step)
-    return moved
-
-
-def _prefix_parity(np: ModuleType, bits, odd: int):
-    """Bit p of the result: the parity of the set bits up to p, plus odd."""
-    parity = bits.copy()
-    for shift in (1, 2, 4, 8, 16, 32):  # within each word
-        parity ^= parity << np.uint64(shift)
-    # Then each word flipped where the words before it leave an odd count.
-    carry = np.bitwise_xor.accumulate(parity >> np.uint64(63))
-    carry[1:] = carry[:-1]
-    carry[0] = 0
-    carry ^= np.uint64(odd)
-    parity ^= np.uint64(0) - carry
-    return parity
-
-
-def _span(np: ModuleType, words: int, start: int, end: int):
-    """Bits start to end (not included) set, the rest clear."""
-    span = np.full(words, _ALL, np.uint64)
-    span[0] &= np.uint64(~((1 << start) - 1) & 0xFFFF_FFFF_FFFF_FFFF)
-    if end // 64 < words:
-        span[end // 64] &= np.uint64((1 << (end % 64)) - 1)
-        span[end // 64 + 1 :] = 0
-    return span
 
 
 class VectorLayout:
