@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from services.csvstats import bitmasks
 from services.csvstats.model import Checkpoint, Summary
 from services.csvstats.planning import validate_delimiter
 from services.csvstats.summarising import summarise
@@ -210,24 +211,21 @@ def record_layout(np: ModuleType, data: bytes, separator: bytes) -> RecordLayout
     be LFs or CRLFs.
 
     A projected read pads a short record with an empty value and reads a long one without a
-    word, so every record's delimiters outside quotes are counted here instead: one array of
-    the offsets of its quotes, delimiters and LFs, and the parity of the quotes before each.
+    word, so every record's delimiters outside quotes are counted here instead: bit masks of
+    the quotes, delimiters and LFs, the quotes' running parity, and a count of the delimiters
+    outside quotes before each LF outside them.
     """
-    table = bytearray(256)
-    table[ord(QUOTE)] = table[_LF] = table[separator[0]] = 1
-    special = np.flatnonzero(np.frombuffer(data.translate(table), np.bool_))
-    kind = np.frombuffer(data, np.uint8)[special]
-    is_quote = kind == ord(QUOTE)
-    inside = np.logical_xor.accumulate(is_quote)  # after an odd number of quotes
-    if inside.size and inside[-1]:
+    array = np.frombuffer(data, np.uint8)
+    quotes = bitmasks.flags(np, array, ord(QUOTE))
+    if bitmasks.count(np, quotes) & 1:
         return None  # a quote left open to the end, which split() leaves to the core to name
-    inside |= is_quote
-    kind = kind[~inside]
-    ends = np.flatnonzero(kind == _LF)  # the LFs' places among the delimiters and LFs
+    outside = ~bitmasks.prefix_parity(np, quotes)
+    delimiters = bitmasks.flags(np, array, separator[0]) & outside
+    ends = bitmasks.positions(np, bitmasks.flags(np, array, _LF) & outside, len(data))
     # Delimiters before each record's end, and the last record's if no LF ends it.
-    before = ends - np.arange(ends.size)
+    before = bitmasks.running_counts(np, delimiters, ends)
     if not data.endswith(b"\n"):
-        before = np.append(before, kind.size - ends.size)
+        before = np.append(before, bitmasks.count(np, delimiters))
     fields = np.diff(before, prepend=0) + 1
     width = int(fields[0])
     if not (fields == width).all():
@@ -249,8 +247,8 @@ def _same_records(data: bytes, separator: bytes, split_checked: bool) -> bool:
             str(data, "utf-8")
         except UnicodeDecodeError:
             return False
-    # A lone CR ends a record for the core, not for polars.
-    if _LONE_CR.search(data):
+    # A lone CR ends a record for the core, not for polars (memchr first: most files have no CR).
+    if b"\r" in data and _LONE_CR.search(data):
         return False
     if split_checked or QUOTE not in data:
         return True
