@@ -78,8 +78,9 @@ class _Digest:
     """The SHA-256 of the blocks given to it, taken by a thread of its own (hashlib lets the GIL
     go), so that the request's thread goes on receiving and writing meanwhile."""
 
-    # Blocks queued at most: a body of 1 MiB blocks holds no more than this many MiB here.
-    QUEUED = 8
+    # Blocks queued at most. The hash is the slower side, so a longer queue only holds more of
+    # the body in memory (8 raised a 49 MiB upload's peak RSS from +23 to +32 MiB over idle).
+    QUEUED = 2
 
     def __init__(self):
         self._sha = hashlib.sha256()
