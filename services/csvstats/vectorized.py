@@ -1,5 +1,5 @@
-"""Plan a file's chunks by quote parity with numpy: array operations over each block's quotes and
-line breaks, no Python object per field.
+"""Plan a file's chunks by quote parity with numpy: bit masks of each block's quotes and line
+breaks, no Python object per field.
 
 numpy is optional (the `fast` extra) and imported on first use, so importing this module still
 loads only the standard library. Each block of the buffer (a copy of about BLOCK_BYTES, with the
@@ -12,10 +12,10 @@ quote; a closing quote comes before the delimiter, a CR, an LF, the end or an op
 doubled quote is a closing quote and an opening one side by side). A line break (LF, CRLF, a lone
 CR) is a record terminator when an even number of quotes comes before it: the counts are popcounts
 of the words, with no array as long as the quotes or the breaks. Only the blocks where a chunk ends
-are scanned a second time, for their terminators' offsets; each chunk is hashed in a thread as soon
-as its end is known. Returns None where the exact scan must decide (a misplaced or unterminated
-quote, bytes that are not UTF-8, an empty file): the caller then runs it, and it names the error.
-Without numpy the parity counts of services.csvstats.parity plan the file instead.
+are scanned a second time, for their terminators' offsets; each chunk is hashed by one of two
+threads as soon as its end is known. Returns None where the exact scan must decide (a misplaced or
+unterminated quote, bytes that are not UTF-8, an empty file): the caller then runs it, and it names
+the error. Without numpy the parity counts of services.csvstats.parity plan the file instead.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from typing import Any
 from services.csvstats import bitmasks
 from services.csvstats.parity import ParityPlan, digest_range, release
 
-# Small enough that numpy's offset arrays for a block of nothing but quotes and line breaks
-# stay a few MiB; per-block overhead is already negligible at this size.
+# A block's masks are a few bool arrays of this size and words of an eighth of it; larger
+# blocks scan no faster and make the second scan of a chunk's last block slower.
 BLOCK_BYTES = 1 << 18
 _QUOTE, _LF, _CR = 0x22, 0x0A, 0x0D
 # Stands for the start before the first byte and the end after the last: a CR, because a
