@@ -74,47 +74,12 @@ class _Writeback:
                 os.close(fd)
 
 
-class _Digest:
-    """The SHA-256 of the blocks given to it, taken by a thread of its own (hashlib lets the GIL
-    go), so that the request's thread goes on receiving and writing meanwhile."""
-
-    # Blocks queued at most. The hash is the slower side, so a longer queue only holds more of
-    # the body in memory (8 raised a 49 MiB upload's peak RSS from +23 to +32 MiB over idle).
-    QUEUED = 2
-
-    def __init__(self):
-        self._sha = hashlib.sha256()
-        self._blocks: queue.Queue[bytes | None] = queue.Queue(self.QUEUED)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def update(self, data) -> None:
-        """Hash data after the blocks given before it (a copy, if it is not bytes)."""
-        self._blocks.put(bytes(data))
-
-    def stop(self) -> None:
-        """Wait until every block given is hashed, and end the thread."""
-        if self._thread.is_alive():
-            self._blocks.put(None)
-            self._thread.join()
-
-    def hexdigest(self) -> str:
-        """The digest of every block given."""
-        self.stop()
-        return self._sha.hexdigest()
-
-    def _run(self) -> None:
-        while (block := self._blocks.get()) is not None:
-            self._sha.update(block)
-
-
 class HashingSpool(io.RawIOBase):
     """A write-only temp file that computes its SHA-256 and size as bytes arrive, and has
     their writeback started as they do (so that finishing it is quick)."""
 
     _file: BinaryIO | None = None  # None until opened: close() runs even if opening failed
     _writeback: _Writeback | None = None  # started once EARLY_SYNC_BYTES were written
-    _sha: _Digest | None = None
 
     def __init__(self, directory: Path):
         self.path = directory / f"upload-{uuid.uuid4().hex}"
@@ -124,7 +89,7 @@ class HashingSpool(io.RawIOBase):
             self._file = open(self.path, "xb", opener=private_opener)  # noqa: SIM115 - see close()
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
-        self._sha = _Digest()
+        self._sha = hashlib.sha256()
         self.size = 0
         self._synced_at = 0  # the size when the writeback was last asked for
 
@@ -157,8 +122,6 @@ class HashingSpool(io.RawIOBase):
 
     def close(self) -> None:
         try:
-            if self._sha is not None:
-                self._sha.stop()
             if self._writeback is not None:
                 self._writeback.stop()
             # A buffered write may meet a full disk only here, when it is flushed.
