@@ -46,9 +46,11 @@ def upload_peak(stack, path: Path, form: bool, chunks: int = 8) -> tuple[int, in
         before[pid] = _status(pid, "VmRSS")
     client = stack.client()
     with path.open("rb") as f:
-        client.submit_csv_job(f, column="value", chunks=chunks, form=form)
-    client.close()
+        job = client.submit_csv_job(f, column="value", chunks=chunks, form=form)
     rise, idle = max((_status(pid, "VmHWM") - before[pid], before[pid]) for pid in pids)
+    # No worker runs it: cancelled, so that more turns never meet the queue's bound per user.
+    client.cancel_job(job["id"])
+    client.close()
     return rise, idle
 
 
