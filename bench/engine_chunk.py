@@ -79,7 +79,7 @@ def step_turns(
     for turn in range(turns):
         for c, _, i, _ in chunks:
             timed(turn, "sha256", hashlib.sha256, c)
-            timed(turn, "BOM, lone CR", columnar._same_records, c, b",", True)
+            timed(turn, "BOM (split-checked quotes)", columnar._same_records, c, b",", True)
             timed(turn, "record layout (numpy)", columnar.record_layout, np, c, b",")
             text = timed(turn, "read_csv, value column", columnar.read_column, pl, c, i, ",")
             values = timed(turn, "integers", columnar.integers, pl, text)

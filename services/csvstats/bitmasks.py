@@ -76,6 +76,7 @@ def positions(np: ModuleType, bits: Any, size: int) -> Any:
 def running_counts(np: ModuleType, bits: Any, at: Any) -> Any:
     """How many bits are set before each place in at (an array of bit places)."""
     words = at >> 6
-    before = np.cumsum(np.bitwise_count(bits), dtype=np.int64) - np.bitwise_count(bits)
+    counts = np.bitwise_count(bits)
+    before = np.cumsum(counts, dtype=np.int64) - counts
     below = (np.uint64(1) << (at & 63).astype(np.uint64)) - np.uint64(1)
     return before[words] + np.bitwise_count(bits[words] & below)

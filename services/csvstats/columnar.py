@@ -34,9 +34,8 @@ _BOM = b"\xef\xbb\xbf"
 # Below this the int64 running sum of the values cannot wrap: the sum of their magnitudes,
 # added in float64 (relative error far below 2**-10 for any chunk), bounds every prefix.
 _SAFE_MAGNITUDE = float(2**62)
-_LONE_CR = re.compile(rb"\r(?!\n)")
 _EMPTY_LINE = re.compile(rb"\n\r?\n")
-_LF = 0x0A
+_LF, _CR = 0x0A, 0x0D
 
 
 def summarise_chunk(
@@ -206,9 +205,8 @@ class RecordLayout:
 
 
 def record_layout(np: ModuleType, data: bytes, separator: bytes) -> RecordLayout | None:
-    """The chunk's layout if every record has as many fields as the first and no quote is left
-    open, else None; the chunk's quotes must open and close fields only, and its line breaks
-    be LFs or CRLFs.
+    """The chunk's layout if every record has as many fields as the first, no quote is left
+    open and no CR stands alone, else None; the chunk's quotes must open and close fields only.
 
     A projected read pads a short record with an empty value and reads a long one without a
     word, so every record's delimiters outside quotes are counted here instead: bit masks of
@@ -221,7 +219,11 @@ def record_layout(np: ModuleType, data: bytes, separator: bytes) -> RecordLayout
         return None  # a quote left open to the end, which split() leaves to the core to name
     outside = ~bitmasks.prefix_parity(np, quotes)
     delimiters = bitmasks.flags(np, array, separator[0]) & outside
-    ends = bitmasks.positions(np, bitmasks.flags(np, array, _LF) & outside, len(data))
+    lf = bitmasks.flags(np, array, _LF)
+    # A lone CR ends a record for the core, not for polars (most chunks have no CR at all).
+    if b"\r" in data and (bitmasks.flags(np, array, _CR) & ~bitmasks.shifted(np, lf, -1)).any():
+        return None
+    ends = bitmasks.positions(np, lf & outside, len(data))
     # Delimiters before each record's end, and the last record's if no LF ends it.
     before = bitmasks.running_counts(np, delimiters, ends)
     if not data.endswith(b"\n"):
@@ -238,8 +240,9 @@ def record_layout(np: ModuleType, data: bytes, separator: bytes) -> RecordLayout
 
 
 def _same_records(data: bytes, separator: bytes, split_checked: bool) -> bool:
-    """Whether polars and the core cut these bytes into the same records;
-    split_checked if split() already found them UTF-8 with well-placed quotes."""
+    """Whether polars and the core cut these bytes into the same records, as far as their text
+    and quotes tell (record_layout checks line breaks and widths); split_checked if split()
+    already found them UTF-8 with well-placed quotes."""
     if data.startswith(_BOM) or not data:
         return False
     if not split_checked and not data.isascii():
@@ -247,9 +250,6 @@ def _same_records(data: bytes, separator: bytes, split_checked: bool) -> bool:
             str(data, "utf-8")
         except UnicodeDecodeError:
             return False
-    # A lone CR ends a record for the core, not for polars (memchr first: most files have no CR).
-    if b"\r" in data and _LONE_CR.search(data):
-        return False
     if split_checked or QUOTE not in data:
         return True
     # Quotes only open, close or are doubled inside fields, and none is left open; a byte the
