@@ -1,9 +1,12 @@
-"""Stream uploaded files to a spool in CHUNKWISE_TEMP_DIR, hashing them on the way in."""
+"""Stream uploaded files to a spool in CHUNKWISE_TEMP_DIR, their writeback started on the way in.
+
+The spool is not hashed here: services/csvjobs.py takes its digest beside the split, on the core
+the split leaves idle (while the body arrives, the client holds that core).
+"""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
 import queue
@@ -18,7 +21,7 @@ from werkzeug.formparser import FormDataParser
 
 from services.archive import (
     TEMP,
-    Upload,
+    Spooled,
     make_private_directory,
     private_opener,
     storage_failure,
@@ -74,9 +77,9 @@ class _Writeback:
                 os.close(fd)
 
 
-class HashingSpool(io.RawIOBase):
-    """A write-only temp file that computes its SHA-256 and size as bytes arrive, and has
-    their writeback started as they do (so that finishing it is quick)."""
+class Spool(io.RawIOBase):
+    """A write-only temp file that counts the bytes it is given and has their writeback
+    started as they arrive (so that finishing it is quick)."""
 
     _file: BinaryIO | None = None  # None until opened: close() runs even if opening failed
     _writeback: _Writeback | None = None  # started once EARLY_SYNC_BYTES were written
@@ -89,7 +92,6 @@ class HashingSpool(io.RawIOBase):
             self._file = open(self.path, "xb", opener=private_opener)  # noqa: SIM115 - see close()
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
-        self._sha = hashlib.sha256()
         self.size = 0
         self._synced_at = 0  # the size when the writeback was last asked for
 
@@ -103,7 +105,6 @@ class HashingSpool(io.RawIOBase):
         return False
 
     def write(self, data) -> int:
-        self._sha.update(data)
         self.size += len(data)
         try:
             written = self._file.write(data)
@@ -132,7 +133,7 @@ class HashingSpool(io.RawIOBase):
         finally:
             super().close()
 
-    def finish(self) -> Upload:
+    def finish(self) -> Spooled:
         """Close the spool with its bytes on disk, and describe what it holds.
 
         On disk before any job can refer to them: the job's row commits durably, and a power
@@ -146,16 +147,16 @@ class HashingSpool(io.RawIOBase):
             sync_to_disk(self.path)
         except OSError as exc:
             raise storage_failure(exc, TEMP) from exc
-        return Upload(path=self.path, sha256=self._sha.hexdigest(), size=self.size)
+        return Spooled(path=self.path, size=self.size)
 
 
 class SpoolingRequest(Request):
-    """A request whose file parts go to hashing spools instead of memory or /tmp."""
+    """A request whose file parts go to spools instead of memory or /tmp."""
 
     def _get_file_stream(
         self, total_content_length, content_type, filename=None, content_length=None
     ):
-        spool = HashingSpool(current_app.config["CHUNKWISE_TEMP_DIR"])
+        spool = Spool(current_app.config["CHUNKWISE_TEMP_DIR"])
         g.setdefault("spools", []).append(spool)
         return spool
 
@@ -187,9 +188,9 @@ class SpoolingRequest(Request):
 BODY_BLOCK_SIZE = 1024 * 1024
 
 
-def spooled_body() -> Upload:
-    """Stream the raw request body to a hashing spool; return the upload."""
-    spool = HashingSpool(current_app.config["CHUNKWISE_TEMP_DIR"])
+def spooled_body() -> Spooled:
+    """Stream the raw request body to a spool; return what it spooled."""
+    spool = Spool(current_app.config["CHUNKWISE_TEMP_DIR"])
     g.setdefault("spools", []).append(spool)
     # Only a block at a time in memory: the split reads the spool through a memory map.
     stream = request.stream
@@ -204,10 +205,10 @@ def spooled_body() -> Upload:
     return spool.finish()
 
 
-def uploaded(field: str) -> Upload | None:
+def uploaded(field: str) -> Spooled | None:
     """The spooled upload of a file field, or None when the form has no such file."""
     storage = request.files.get(field)
-    if storage is None or not isinstance(storage.stream, HashingSpool):
+    if storage is None or not isinstance(storage.stream, Spool):
         return None
     return storage.stream.finish()
 

@@ -25,12 +25,13 @@ from flask import Flask, request
 from werkzeug.formparser import parse_form_data
 from werkzeug.test import EnvironBuilder
 
-from app.uploads import BODY_BLOCK_SIZE, HashingSpool, init_app, spooled_body, uploaded
+from app.uploads import BODY_BLOCK_SIZE, Spool, init_app, spooled_body, uploaded
 from bench.csv_core import SAMPLES
 from bench.turns import spread
 from bench.yardsticks import plain_pass
 from devstack.stack import REPO, LocalStack, database_url, stop_on_sigterm
-from services import csvstats
+from services import archive, csvstats
+from services.csvjobs import hash_and_split
 from services.csvstats import columnar, parity
 from services.csvstats.planning import scan_file
 from worker_cli.client import CoordinatorClient
@@ -114,24 +115,27 @@ def upload_steps(path: Path, data: bytes, spool_dir: Path) -> dict[str, Callable
             for at in range(0, len(data), BODY_BLOCK_SIZE):
                 f.write(data[at : at + BODY_BLOCK_SIZE])
 
-    def spool_and_hash() -> None:
-        spool = HashingSpool(spool_dir)
+    def spool_finished() -> None:
+        spool = Spool(spool_dir)
         for at in range(0, len(data), BODY_BLOCK_SIZE):
             spool.write(data[at : at + BODY_BLOCK_SIZE])
         spool.finish().path.unlink()
+
+    on_disk = archive.Spooled(path, len(data))
 
     return {
         "yardstick: plain csv.reader pass": lambda: plain_pass(data, COLUMN),
         "client: multipart body from disk": client_multipart,
         "client: raw body from disk": client_raw,
         "server: multipart parse only (no spool)": multipart_parse_only,
-        "server: multipart parse + spool + hash": multipart_to_spool,
-        "server: raw body read + spool + hash": raw_to_spool,
+        "server: multipart parse + spool": multipart_to_spool,
+        "server: raw body read + spool": raw_to_spool,
         "spool: write to disk": spool_only,
-        "spool: write + sha256": spool_and_hash,
+        "spool: write, writeback, fsync (Spool)": spool_finished,
         "hash: sha256 of the file": lambda: hashlib.sha256(data).hexdigest(),
         "split: quote scan (scan_file)": lambda: scan_file(data, ","),
         "split: all (numpy plan, chunk digests)": lambda: csvstats.split(data, COLUMN, ",", CHUNKS),
+        "split + the file's sha256 beside it": lambda: hash_and_split(on_disk, COLUMN, ",", CHUNKS),
         "split: parity counts, no numpy (the fallback)": lambda: parity.plan_by_parity(
             data, ",", CHUNKS
         ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import logging
 import os
 import shutil
@@ -37,12 +38,38 @@ PRIVATE_FILE = 0o600
 
 
 @dataclass(frozen=True)
+class Spooled:
+    """A request body spooled to a temp file and on disk; its digest is taken beside the split."""
+
+    path: Path
+    size: int
+
+
+@dataclass(frozen=True)
 class Upload:
-    """A request body spooled to a temp file, hashed on the way in."""
+    """A spooled file with its SHA-256: what the archive keeps."""
 
     path: Path
     sha256: str
     size: int
+
+
+# A spool is read back for its digest this much at a time: hashlib lets go of the GIL for each
+# block, so a split running beside it in numpy waits on it rarely.
+DIGEST_BLOCK_SIZE = 2 * 1024 * 1024
+
+
+def spool_sha256(spooled: Spooled) -> str:
+    """The spooled file's SHA-256, read a block at a time; StorageUnavailable if it cannot be."""
+    digest = hashlib.sha256()
+    block = bytearray(DIGEST_BLOCK_SIZE)
+    try:
+        with spooled.path.open("rb", buffering=0) as f, memoryview(block) as view:
+            while read := f.readinto(block):
+                digest.update(view[:read])
+    except OSError as exc:
+        raise storage_failure(exc, TEMP) from exc
+    return digest.hexdigest()
 
 
 class Archive(Protocol):
@@ -142,7 +169,8 @@ def input_uri(sha256: str) -> str:
 
 
 def storage_failure(exc: OSError, role: str) -> StorageFull | StorageUnavailable:
-    """The service error for a failed write into the temp or archive directory."""
+    """The service error for a failed write into the temp or archive directory (or a spool
+    that cannot be read back)."""
     # The answer names the role and the setting, never the path: that would tell a caller
     # about the host's layout. The coordinator logs the path from the chained OSError.
     reason = errno_name(exc)

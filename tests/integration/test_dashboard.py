@@ -377,7 +377,7 @@ def test_a_csrf_token_beyond_ascii_is_refused_like_any_forged_one(client, tokens
 
 def test_a_strangers_form_post_is_sent_to_sign_in_before_its_body_is_read(client, monkeypatch):
     spooled = []
-    monkeypatch.setattr(uploads.HashingSpool, "write", lambda self, data: spooled.append(data))
+    monkeypatch.setattr(uploads.Spool, "write", lambda self, data: spooled.append(data))
     client.get("/ui/sign-in")  # a session with a CSRF token, but nobody signed in
 
     answer = client.post(

@@ -11,7 +11,7 @@ import pytest
 
 from app import uploads
 from services import archive
-from services.errors import StorageFull
+from services.errors import StorageFull, StorageUnavailable
 
 
 def spool(directory, content: bytes, name: str = "upload-1") -> archive.Upload:
@@ -19,6 +19,29 @@ def spool(directory, content: bytes, name: str = "upload-1") -> archive.Upload:
     path = directory / name
     path.write_bytes(content)
     return archive.Upload(path=path, sha256=hashlib.sha256(content).hexdigest(), size=len(content))
+
+
+def test_a_spools_digest_is_read_back_from_every_byte_it_holds(tmp_path):
+    content = bytes(range(256)) * (archive.DIGEST_BLOCK_SIZE // 256 + 3) + b"tail"
+    path = tmp_path / "upload-1"
+    path.write_bytes(content)
+
+    digest = archive.spool_sha256(archive.Spooled(path, len(content)))
+
+    assert digest == hashlib.sha256(content).hexdigest()
+
+
+def test_a_spool_that_cannot_be_read_back_is_storage_unavailable_naming_the_temp_directory(
+    tmp_path,
+):
+    with pytest.raises(StorageUnavailable) as caught:
+        archive.spool_sha256(archive.Spooled(tmp_path, 0))  # a directory, not a file
+
+    assert caught.value.details == {
+        "directory": "temp",
+        "setting": "CHUNKWISE_TEMP_DIR",
+        "reason": "EISDIR",
+    }
 
 
 def test_an_upload_is_moved_under_its_digest(tmp_path):
@@ -44,7 +67,7 @@ def test_a_stored_upload_is_named_on_disk_by_every_directory_above_it(tmp_path, 
 
 def test_a_spool_is_on_disk_once_finished(tmp_path, monkeypatch):
     synced = record_fsyncs(monkeypatch)
-    spooled = uploads.HashingSpool(tmp_path)
+    spooled = uploads.Spool(tmp_path)
     spooled.write(b"id,value\n1,2\n")
 
     upload = spooled.finish()
@@ -143,7 +166,7 @@ def open_umask():
 
 
 def test_a_spool_is_created_0600_in_a_new_0700_directory(tmp_path, open_umask):
-    spooled = uploads.HashingSpool(tmp_path / "tmp")
+    spooled = uploads.Spool(tmp_path / "tmp")
     spooled.write(b"id,value\n1,2\n")
 
     upload = spooled.finish()
@@ -153,9 +176,10 @@ def test_a_spool_is_created_0600_in_a_new_0700_directory(tmp_path, open_umask):
 
 
 def test_an_archived_input_is_0600_under_0700_digest_directories(tmp_path, open_umask):
-    spooled = uploads.HashingSpool(tmp_path / "tmp")
-    spooled.write(b"id,value\n1,2\n")
-    upload = spooled.finish()
+    spool = uploads.Spool(tmp_path / "tmp")
+    spool.write(b"id,value\n1,2\n")
+    spooled = spool.finish()
+    upload = archive.Upload(spooled.path, archive.spool_sha256(spooled), spooled.size)
 
     archive.store(tmp_path / "archive", upload)
 
@@ -184,13 +208,13 @@ def test_an_existing_directory_keeps_the_mode_its_operator_gave_it(tmp_path, ope
     shared = tmp_path / "tmp"
     shared.mkdir(mode=0o750)
 
-    upload = uploads.HashingSpool(shared).finish()
+    upload = uploads.Spool(shared).finish()
 
     assert mode_of(shared) == 0o750
     assert mode_of(upload.path) == 0o600
 
 
 def test_every_directory_a_spool_creates_above_it_is_0700(tmp_path, open_umask):
-    uploads.HashingSpool(tmp_path / "run" / "tmp").finish()
+    uploads.Spool(tmp_path / "run" / "tmp").finish()
 
     assert mode_of(tmp_path / "run") == mode_of(tmp_path / "run" / "tmp") == 0o700
