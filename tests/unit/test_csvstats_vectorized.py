@@ -56,12 +56,21 @@ def exact_outcome(case: CsvCase, chunks: int) -> tuple:
 @NEEDS_NUMPY
 @PROPERTY_SETTINGS
 @given(
-    case=any_case, chunks=st.integers(1, 64), block=st.sampled_from([1, 2, 3, 5, 64, 130, 1 << 18])
+    case=any_case,
+    chunks=st.integers(1, 64),
+    block=st.sampled_from([1, 2, 3, 5, 64, 130, 1 << 18]),
+    batch=st.sampled_from([1, 3, vectorized.BATCH_BLOCKS]),
 )
-def test_numpy_plan_is_the_exact_plan_and_declines_only_what_parity_declines(case, chunks, block):
+def test_numpy_plan_is_the_exact_plan_and_declines_only_what_parity_declines(
+    case, chunks, block, batch
+):
     # Tiny blocks put a block edge inside quoted fields, CRLFs and UTF-8 characters; blocks of
-    # more than 64 bytes carry the quotes' parity from one 64-bit word of bits to the next.
-    with mock.patch.object(vectorized, "BLOCK_BYTES", block):
+    # more than 64 bytes carry the quotes' parity from one 64-bit word of bits to the next;
+    # batches of several blocks count each block's quotes and breaks within one scan.
+    with (
+        mock.patch.object(vectorized, "BLOCK_BYTES", block),
+        mock.patch.object(vectorized, "BATCH_BLOCKS", batch),
+    ):
         planned = vectorized.plan_by_vectors(case.data, case.delimiter, chunks)
         try:
             fast = ("plan", split(case.data, "value", case.delimiter, chunks))
