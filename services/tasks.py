@@ -7,10 +7,10 @@ import hmac
 import io
 import logging
 import math
+import os
 import random
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import BinaryIO
@@ -486,7 +486,7 @@ class InputStream:
     first: int
     length: int
     total: int
-    blocks: Iterable[bytes]
+    file: InputFile
 
 
 @dataclass(frozen=True)
@@ -534,45 +534,93 @@ def serve_input(
     length = (total if last is None else min(last + 1, total)) - first
     if args is not None:
         reader: BinaryIO = io.BytesIO(args[first : first + length])
+        origin = 0
     else:
-        reader = rt.archive.open_range(where.sha256, where.offset + first, length)
-    blocks = InputBlocks(rt, reader, first, length, (task_id, call))
-    return InputStream(first, length, total, blocks)
+        origin = where.offset + first
+        reader = rt.archive.open_range(where.sha256, origin, length)
+    served = InputFile(rt, reader, (task_id, call), origin=origin, first=first, length=length)
+    return InputStream(first, length, total, served)
 
 
-class InputBlocks:
-    """An opened input's bytes in blocks; closing it, read or not, releases the reader."""
+class InputFile:
+    """An opened input's `length` bytes as a file for a WSGI file wrapper: read() for any
+    server, fileno() for one that hands the range to the kernel's sendfile.
+
+    Once the first byte is out, so are the headers: a failed read can only cut the stream,
+    which the worker takes for a network blip and retries until its lease runs out. So the
+    attempt is failed first, as input_unavailable within that class's retry budget, and the
+    worker's next read is refused: in read(), or, for bytes the kernel sent, in close(), which
+    finds how far socket.sendfile got (it seeks there) and reads the archive at that byte to
+    tell a read error or a file cut short from a client that went away.
+    """
 
     def __init__(
-        self, rt: Runtime, reader: BinaryIO, first: int, length: int, lease: tuple[UUID, LeaseCall]
+        self,
+        rt: Runtime,
+        reader: BinaryIO,
+        lease: tuple[UUID, LeaseCall],
+        *,
+        origin: int,
+        first: int,
+        length: int,
     ):
+        """reader stands at origin, the range's first byte, which is the input's byte first."""
         self._rt = rt
         self._reader = reader
-        self._first = first
-        self._length = length
         self._lease = lease
+        self._origin = self._at = origin
+        self._end = origin + length
+        self._first = first
+        self._failed = False
 
-    def __iter__(self) -> Iterator[bytes]:
-        # Once the first block is out, so are the headers: a failed read can only cut the
-        # stream, which the worker takes for a network blip and retries until its lease runs
-        # out. So the attempt is failed here first, as input_unavailable within that class's
-        # retry budget, and the worker's next read is refused.
-        sent = 0
+    def fileno(self) -> int:
+        """The archive file's descriptor, at the range's first byte (a stream has none)."""
+        return self._reader.fileno()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Move to offset; socket.sendfile calls this with where its send ended."""
+        self._at = self._reader.seek(offset, whence)
+        return self._at
+
+    def read(self, size: int = -1) -> bytes:
+        """The next block of the range, at most size bytes; b"" once it is all read."""
+        wanted = min(READ_BLOCK if size < 0 else size, self._end - self._at)
+        if wanted <= 0:
+            return b""
         try:
-            with self._reader as f:
-                while sent < self._length:
-                    block = f.read(min(READ_BLOCK, self._length - sent))
-                    if not block:
-                        raise EOFError(f"the archived input ends {self._length - sent} bytes early")
-                    sent += len(block)
-                    yield block
+            block = self._reader.read(wanted)
+            if not block:
+                raise EOFError(f"the archived input ends {self._end - self._at} bytes early")
         except (OSError, EOFError) as exc:
-            _input_unreadable(self._rt, *self._lease, self._first + sent, exc)
+            self._fail(exc)
             raise
+        self._at += len(block)
+        return block
 
     def close(self) -> None:
-        """Release the reader (werkzeug calls this when the response ends, however it ends)."""
-        self._reader.close()
+        """Release the reader (the server calls this when the response ends, however it ends),
+        first failing the attempt if a send by the kernel stopped short at a bad archive."""
+        try:
+            if self._at < self._end and not self._failed:
+                self._probe()
+        finally:
+            self._reader.close()
+
+    def _probe(self) -> None:
+        try:
+            fd = self._reader.fileno()
+        except (AttributeError, OSError, io.UnsupportedOperation):
+            return  # a stream, read only through read(), which fails the attempt itself
+        try:
+            if not os.pread(fd, 1, self._at):
+                self._fail(EOFError(f"the archived input ends {self._end - self._at} bytes early"))
+        except OSError as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: OSError | EOFError) -> None:
+        self._failed = True
+        task_id, call = self._lease
+        _input_unreadable(self._rt, task_id, call, self._first + self._at - self._origin, exc)
 
 
 def _input_unreadable(

@@ -7,6 +7,7 @@ from uuid import UUID
 
 from flask import Blueprint, Response, request
 from marshmallow import ValidationError
+from werkzeug.wsgi import wrap_file
 
 from app import auth, errors, input_rules
 from app.runtime import get_runtime
@@ -65,11 +66,14 @@ def read_input(task_id: UUID):
     if asked is not None:
         last = served.first + served.length - 1
         headers["Content-Range"] = f"bytes {served.first}-{last}/{served.total}"
+    # The server's file wrapper: gunicorn sends a file's range by sendfile, with no copy
+    # through this process; elsewhere (or from the object store) it reads it in blocks.
     return Response(
-        served.blocks,
+        wrap_file(request.environ, served.file, tasks.READ_BLOCK),
         status=200 if asked is None else 206,
         mimetype="application/octet-stream",
         headers=headers,
+        direct_passthrough=True,
     )
 
 

@@ -41,6 +41,9 @@ class ReadsThatFail:
     def __exit__(self, *exc):
         self._f.close()
 
+    def close(self) -> None:
+        self._f.close()
+
     def seek(self, offset: int) -> int:
         return self._f.seek(offset)
 
