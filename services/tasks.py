@@ -571,7 +571,7 @@ class InputFile:
         self._origin = self._at = origin
         self._end = origin + length
         self._first = first
-        self._failed = False
+        self._failed = self._closed = False
 
     def fileno(self) -> int:
         """The archive file's descriptor, at the range's first byte (a stream has none)."""
@@ -600,6 +600,9 @@ class InputFile:
     def close(self) -> None:
         """Release the reader (the server calls this when the response ends, however it ends),
         first failing the attempt if a send by the kernel stopped short at a bad archive."""
+        if self._closed:
+            return  # a second close must not read a descriptor that is gone
+        self._closed = True
         try:
             if self._at < self._end and not self._failed:
                 self._probe()

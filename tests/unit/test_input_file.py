@@ -121,6 +121,16 @@ def test_a_read_error_where_the_send_stopped_fails_the_attempt_with_its_errno(
     assert (sent, exc.errno) == (4096, errno.EIO)
 
 
+def test_a_file_closed_twice_is_probed_once(archived, failures):
+    file = served(archived)
+    file.seek(ORIGIN + 10)  # a send stopped short by a reader that went away
+
+    file.close()
+    file.close()
+
+    assert failures == []
+
+
 def test_read_serves_the_range_in_blocks_and_then_nothing(archived, failures):
     file = served(archived)
 
