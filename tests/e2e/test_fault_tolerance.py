@@ -289,8 +289,10 @@ def test_cancel_during_a_run_stops_running_chunks_and_publishes_no_partial_resul
     job = jobs.submit(big_csv(1_200_000), 3)
     first = stack.start_worker("first", *SHORT_POLL, "--capacity", "1", "--max-tasks", "1")
     assert first.wait(timeout=30) == 0
+    # Each holds its computed chunk 2 s before submitting it: the engine computes 400,000
+    # records in about 0.1 s, so without the pause a result could land before the cancel.
     for name in ("worker-a", "worker-b"):
-        stack.start_worker(name, *SHORT_POLL, "--capacity", "1")
+        stack.start_worker(name, *SHORT_POLL, "--capacity", "1", "--fault", "pause-after-compute=2")
     wait_for(
         lambda: [c["state"] for c in jobs.chunks(job["id"])] == ["completed", "leased", "leased"],
         20,
