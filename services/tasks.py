@@ -590,7 +590,7 @@ class InputFile:
         try:
             block = self._reader.read(wanted)
             if not block:
-                raise EOFError(f"the archived input ends {self._end - self._at} bytes early")
+                raise self._cut_short()
         except (OSError, EOFError) as exc:
             self._fail(exc)
             raise
@@ -616,9 +616,12 @@ class InputFile:
             return  # a stream, read only through read(), which fails the attempt itself
         try:
             if not os.pread(fd, 1, self._at):
-                self._fail(EOFError(f"the archived input ends {self._end - self._at} bytes early"))
+                self._fail(self._cut_short())
         except OSError as exc:
             self._fail(exc)
+
+    def _cut_short(self) -> EOFError:
+        return EOFError(f"the archived input ends {self._end - self._at} bytes early")
 
     def _fail(self, exc: OSError | EOFError) -> None:
         self._failed = True
