@@ -44,6 +44,14 @@ logger = logging.getLogger(__name__)
 
 UNRECOVERABLE_ERRORS = frozenset({"invalid_input", "sum_overflow"})
 UNFINISHED = ("queued", "running", "merging")
+# PostgreSQL plans by table statistics that autovacuum refreshes at most once a minute
+# (autovacuum_naptime). A tasks table that grows from nothing to thousands of rows in a second
+# is planned as a handful of rows until then: the claim's kept plan scanned the whole table for
+# every task it leased (docs/performance/profile.md, "Statistics of a table that grew"). A job
+# of at least this many tasks that at least doubles the table refreshes them as it is admitted,
+# unless autovacuum is at the table (then it waits at most ANALYZE_LOCK_TIMEOUT).
+REPLAN_AFTER_TASKS = 1000
+ANALYZE_LOCK_TIMEOUT = "100ms"
 MAX_LABELS = 32
 # Every event the outbox holds, as GET /api/v1/events names them.
 EVENT_TYPES = (
@@ -278,6 +286,8 @@ def admit(
                     view = _admit_after_recount(conn, rt, principal, new_job, new_tasks, caps)
                 if view.created and on_admitted is not None:
                     on_admitted()
+        if view.created and len(new_tasks) >= REPLAN_AFTER_TASKS:
+            _refresh_statistics(conn, len(new_tasks))
     if view.created:
         logger.info(
             "job created",
@@ -288,6 +298,16 @@ def admit(
             },
         )
     return view
+
+
+def _refresh_statistics(conn: Connection, added: int) -> None:
+    """Analyse the tasks table when this job alone holds as many tasks as it did when last
+    analysed (never analysed: always)."""
+    if added >= task_rows.planned_rows(conn) and task_rows.analyze(conn, ANALYZE_LOCK_TIMEOUT):
+        logger.info(
+            "tasks table analysed",
+            extra={"event": "tasks_analysed", "chunks_total": added},
+        )
 
 
 def check_size(rt: Runtime, workload: str, tasks: int) -> None:
