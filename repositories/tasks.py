@@ -485,24 +485,6 @@ def get_many(conn: Connection, task_ids: Sequence[UUID]) -> dict[UUID, Task]:
     return {task.id: task for (task,) in rows}
 
 
-def planned_rows(conn: Connection) -> float:
-    """How many rows the planner takes the tasks table to hold (-1: never analysed)."""
-    row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'tasks'::regclass").fetchone()
-    return row["reltuples"]
-
-
-def analyze(conn: Connection, lock_timeout: str) -> bool:
-    """Refresh the tasks table's planner statistics; False, having done nothing, when another
-    pass (autovacuum's, say) holds the table's maintenance lock longer than lock_timeout."""
-    try:
-        with conn.transaction():
-            conn.execute("SELECT set_config('lock_timeout', %s, true)", [lock_timeout])
-            conn.execute("ANALYZE tasks")
-    except errors.LockNotAvailable:
-        return False
-    return True
-
-
 @dataclass(frozen=True)
 class Outcome:
     """A result a worker reports under one attempt and its lease token."""

@@ -24,7 +24,7 @@ from repositories import users as user_rows
 from repositories.events import EventPage
 from repositories.jobs import ChunkCounts, Job, JobSummary, NewJob, OwnerUsage
 from repositories.tasks import NewTask
-from services import dependencies, settlement, task_values
+from services import dependencies, settlement, statistics, task_values
 from services.auth import Principal
 from services.deadlocks import rerun_deadlocks
 from services.errors import (
@@ -44,14 +44,6 @@ logger = logging.getLogger(__name__)
 
 UNRECOVERABLE_ERRORS = frozenset({"invalid_input", "sum_overflow"})
 UNFINISHED = ("queued", "running", "merging")
-# PostgreSQL plans by table statistics that autovacuum refreshes at most once a minute
-# (autovacuum_naptime). A tasks table that grows from nothing to thousands of rows in a second
-# is planned as a handful of rows until then: the claim's kept plan scanned the whole table for
-# every task it leased (docs/performance/profile.md, "Statistics of a table that grew"). A job
-# of at least this many tasks that at least doubles the table refreshes them as it is admitted,
-# unless autovacuum is at the table (then it waits at most ANALYZE_LOCK_TIMEOUT).
-REPLAN_AFTER_TASKS = 1000
-ANALYZE_LOCK_TIMEOUT = "100ms"
 MAX_LABELS = 32
 # Every event the outbox holds, as GET /api/v1/events names them.
 EVENT_TYPES = (
@@ -286,8 +278,8 @@ def admit(
                     view = _admit_after_recount(conn, rt, principal, new_job, new_tasks, caps)
                 if view.created and on_admitted is not None:
                     on_admitted()
-        if view.created and len(new_tasks) >= REPLAN_AFTER_TASKS:
-            _refresh_statistics(conn, len(new_tasks))
+        if view.created:
+            statistics.refresh_after_admission(conn, len(new_tasks))
     if view.created:
         logger.info(
             "job created",
@@ -298,16 +290,6 @@ def admit(
             },
         )
     return view
-
-
-def _refresh_statistics(conn: Connection, added: int) -> None:
-    """Analyse the tasks table when this job alone holds as many tasks as it did when last
-    analysed (never analysed: always)."""
-    if added >= task_rows.planned_rows(conn) and task_rows.analyze(conn, ANALYZE_LOCK_TIMEOUT):
-        logger.info(
-            "tasks table analysed",
-            extra={"event": "tasks_analysed", "chunks_total": added},
-        )
 
 
 def check_size(rt: Runtime, workload: str, tasks: int) -> None:

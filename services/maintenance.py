@@ -1,5 +1,5 @@
 """One housekeeping pass: leases, strays, merges, schedules, spools, history, workers, tallies,
-sessions."""
+sessions, planner statistics."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from services import (
     logcontext,
     queue,
     schedules,
+    statistics,
     tasks,
     ui_sessions,
     workers,
@@ -63,6 +64,7 @@ def run_pass(rt: Runtime, *, trace_id: str | None = None) -> None:
     attempt(queue.fold_tallies, rt)
     attempt(jobs.fold_chunk_tallies, rt)
     attempt(ui_sessions.delete_expired_sessions, rt.pool)
+    attempt(statistics.refresh_outgrown, rt)
     if failures:
         raise failures[0]
 

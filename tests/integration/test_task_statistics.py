@@ -1,5 +1,6 @@
-"""The tasks table's planner statistics are refreshed by a job that outgrows them, so the
-claims planned after it read the table by index rather than scanning it whole."""
+"""The planner statistics of the tables a queue grows fastest are refreshed once outgrown: by
+a job as it is admitted, and by the maintenance pass, so the statements planned after read the
+tables by index rather than scanning them whole."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import time
 
 import psycopg
 
-from services.jobs import REPLAN_AFTER_TASKS
+from services import maintenance, statistics
+from services.statistics import MIN_ROWS as REPLAN_AFTER_TASKS
 from tests.integration.manifests import manifest
 
 
-def planned_rows(db) -> float:
-    return db.execute("SELECT reltuples FROM pg_class WHERE oid = 'tasks'::regclass").fetchone()[
-        "reltuples"
-    ]
+def planned_rows(db, table: str = "tasks") -> float:
+    row = db.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [table]).fetchone()
+    return row["reltuples"]
 
 
 def submit(client, headers, tasks: int) -> None:
@@ -73,3 +74,40 @@ def test_a_plan_kept_from_an_empty_table_is_replanned_by_index_after_the_refresh
 def plan_of_prepared(db) -> str:
     rows = db.execute("EXPLAIN EXECUTE by_ids('{}')").fetchall()
     return "\n".join(row["QUERY PLAN"] for row in rows)
+
+
+def record_attempts(db, per_task: int = 1) -> None:
+    """One attempt row per task and attempt, then counted at once by the statistics collector."""
+    db.execute(
+        "INSERT INTO task_attempts (id, task_id, attempt, worker_id, trace_id) "
+        "SELECT gen_random_uuid(), t.id, n, 'worker-a', 'trace' "
+        "FROM tasks t CROSS JOIN generate_series(1, %s) AS n",
+        [per_task],
+    )
+    db.execute("SELECT pg_stat_force_next_flush()")
+
+
+def test_the_maintenance_pass_analyses_a_table_that_doubled_since_last_analysed(
+    client, headers, db, rt
+):
+    submit(client, headers, REPLAN_AFTER_TASKS)  # the tasks table analysed as it is admitted
+    record_attempts(db)
+    maintenance.run_pass(rt)
+    assert planned_rows(db, "task_attempts") == REPLAN_AFTER_TASKS
+    assert statistics.refresh_outgrown(rt) == []  # analysed: nothing outgrown now
+
+
+def test_the_maintenance_pass_leaves_a_table_that_has_not_doubled(client, headers, db, rt):
+    submit(client, headers, REPLAN_AFTER_TASKS)
+    record_attempts(db)
+    statistics.refresh_outgrown(rt)
+    db.execute("DELETE FROM task_attempts WHERE attempt = 1")
+    record_attempts(db)  # as many rows as when analysed: not outgrown
+    assert statistics.refresh_outgrown(rt) == []
+
+
+def test_the_maintenance_pass_leaves_small_tables_alone(client, headers, db, rt):
+    submit(client, headers, REPLAN_AFTER_TASKS - 1)
+    record_attempts(db)
+    assert statistics.refresh_outgrown(rt) == []
+    assert planned_rows(db, "task_attempts") == -1
