@@ -23,7 +23,7 @@ from pathlib import Path
 import requests
 
 from app import migrations
-from worker_cli.client import CoordinatorClient
+from worker_cli.client import CoordinatorClient, settled_session
 from worker_cli.jobs import FINISHED
 
 REPO = Path(__file__).resolve().parent.parent
@@ -273,7 +273,7 @@ class LocalStack:
 
     def api(self, token: str | None = None) -> requests.Session:
         """A requests session authenticated as the user (or the given token)."""
-        session = requests.Session()
+        session = settled_session(self.url)
         session.headers["Authorization"] = f"Bearer {token or self.tokens.user}"
         return session
 

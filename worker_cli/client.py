@@ -191,6 +191,22 @@ class ByteStream:
         self.close()
 
 
+def settled_session(base_url: str) -> requests.Session:
+    """A session for calls to base_url that reads the environment's settings for it (proxies,
+    NO_PROXY, REQUESTS_CA_BUNDLE) once, not on every call.
+
+    requests reads os.environ for each request by default: a sixth of a worker's CPU per call
+    in a no-op drain (docs/performance/profile.md). Nor does it look for ~/.netrc, whose
+    credentials for the coordinator's host would replace the bearer token.
+    """
+    session = requests.Session()
+    settings = session.merge_environment_settings(base_url, {}, None, None, None)
+    session.proxies.update(settings["proxies"])
+    session.verify, session.cert = settings["verify"], settings["cert"]
+    session.trust_env = False
+    return session
+
+
 class CoordinatorClient:
     """Calls the coordinator's HTTP API with a bearer token; one method per endpoint."""
 
@@ -206,7 +222,7 @@ class CoordinatorClient:
         self.base_url = base_url.rstrip("/") + "/"
         self.timeout = timeout
         self._sleep = sleep
-        self.session = session or requests.Session()
+        self.session = session or settled_session(self.base_url)
         self.session.headers["Authorization"] = f"Bearer {token}"
         self.session.headers["Accept"] = "application/json"
 
