@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from itertools import accumulate
 
 from flask import request
@@ -159,12 +160,14 @@ def single_values(values: MultiDict, lists: tuple[str, ...] = ()) -> dict:
     return {**values.to_dict(), **{name: values.getlist(name) for name in lists}}
 
 
-def load_json(schema: Schema) -> dict:
-    """Parse the request's JSON object with a schema (400 when it is not JSON within limits)."""
+def load_json(schema: Schema, plain: Callable[[dict], dict | None] | None = None) -> dict:
+    """Parse the request's JSON object with a schema (400 when it is not JSON within limits);
+    `plain` may load the commonest bodies faster, answering None for the schema to load."""
     body = decode_json_body()
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
-    return schema.load(body)
+    loaded = plain(body) if plain is not None else None
+    return loaded if loaded is not None else schema.load(body)
 
 
 def decode_json_body() -> object:

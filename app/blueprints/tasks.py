@@ -112,7 +112,7 @@ def results():
     The claim runs after the results' transaction, as a claim with capacity N and no wait.
     """
     wanted = RESULT_BATCH_QUERY.load(input_rules.single_values(request.args))["claim"]
-    body = input_rules.load_json(RESULT_BATCH)
+    body = input_rules.load_json(RESULT_BATCH, task_schemas.plain_result_batch)
     workloads = body.pop("workloads", None)
     if (wanted is None) != (workloads is None):
         needs = "required with ?claim" if wanted is not None else "given only with ?claim"

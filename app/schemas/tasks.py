@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import uuid
+
 from marshmallow import (
     Schema,
     ValidationError,
@@ -12,7 +15,7 @@ from marshmallow import (
     validates_schema,
 )
 
-from app.input_rules import COLUMN_RANGES, Bool, Int, RequestSchema
+from app.input_rules import COLUMN_RANGES, Bool, Int, RequestSchema, unstorable_text
 from app.schemas.base import ErrorBodySchema, ResponseSchema
 from app.schemas.field_rules import ANY_JSON, HEX64, NULLABLE_DATETIME, Json, whole_text
 from services.csvjobs import WORKLOAD as CSV_WORKLOAD
@@ -158,6 +161,79 @@ class ResultBatchSchema(RequestSchema):
             "a claim names them"
         },
     )
+
+
+# What a batch of plain manifests may hold, for plain_result_batch.
+_BATCH_FIELDS = frozenset({"worker_id", "results", "workloads"})
+_MANIFEST_FIELDS = frozenset(
+    {"task_id", "attempt", "lease_token", "result_uri", "result_sha256", "metrics"}
+)
+_LEASE_TOKEN = re.compile(LEASE_TOKEN["validate"].regex.pattern)
+_HEX64 = re.compile(HEX64["validate"].regex.pattern)
+_ATTEMPTS = range(1, COLUMN_RANGES["integer"][1] + 1)
+_PEAK_RSS = range(0, COLUMN_RANGES["bigint"][1] + 1)
+
+
+def plain_result_batch(body: dict) -> dict | None:
+    """ResultBatchSchema's load of a batch of plain manifests, done without marshmallow (for a
+    batch of results, its load cost more than the statements); None for any other body, which
+    the schema then loads, or refuses field by field.
+
+    tests/unit/test_result_batch_load.py holds the two equal on every body it draws.
+    """
+    if not body.keys() <= _BATCH_FIELDS or unstorable_text(body):
+        return None
+    worker_id, items = body.get("worker_id"), body.get("results")
+    if not (type(worker_id) is str and 1 <= len(worker_id) <= 200):
+        return None
+    if not worker_id.isprintable() or worker_id.isspace():
+        return None
+    if not (type(items) is list and 1 <= len(items) <= MAX_BATCH_RESULTS):
+        return None
+    loaded = {"worker_id": worker_id, "results": [_plain_manifest(item) for item in items]}
+    if None in loaded["results"]:
+        return None
+    if "workloads" in body:
+        workloads = body["workloads"]
+        if not (type(workloads) is list and 1 <= len(workloads) <= 20):
+            return None
+        if any(type(w) is not str for w in workloads):
+            return None
+        loaded["workloads"] = list(workloads)
+    return loaded
+
+
+def _plain_manifest(item: object) -> dict | None:
+    if type(item) is not dict or not item.keys() <= _MANIFEST_FIELDS:
+        return None
+    task_id, attempt, token = item.get("task_id"), item.get("attempt"), item.get("lease_token")
+    uri, sha, metrics = item.get("result_uri"), item.get("result_sha256"), item.get("metrics", {})
+    if type(task_id) is not str or type(attempt) is not int or attempt not in _ATTEMPTS:
+        return None
+    if type(token) is not str or not _LEASE_TOKEN.match(token):
+        return None
+    if uri is not None and not (type(uri) is str and 1 <= len(uri) <= 2000):
+        return None
+    if sha is not None and not (type(sha) is str and _HEX64.match(sha)):
+        return None
+    if type(metrics) is not dict:
+        return None
+    peak = metrics.get("peak_rss_bytes")
+    if peak is not None and (type(peak) is not int or peak not in _PEAK_RSS):
+        return None
+    try:
+        task_uuid = uuid.UUID(task_id)
+    except ValueError:
+        return None
+    return {
+        "task_id": task_uuid,
+        "attempt": attempt,
+        "lease_token": token,
+        "result_uri": uri,
+        "result_sha256": sha,
+        "summary": None,
+        "metrics": dict(metrics),
+    }
 
 
 class ResultBatchQuerySchema(RequestSchema):
