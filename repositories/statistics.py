@@ -12,11 +12,13 @@ _ANALYZE = {"tasks": "ANALYZE tasks", "task_attempts": "ANALYZE task_attempts"}
 
 @dataclass(frozen=True)
 class TableSize:
-    """A table's rows as the planner last learnt them (-1: never analysed), and as now counted."""
+    """A table's rows as the planner last learnt them (-1: never analysed) and as now counted,
+    and whether this role may analyse it (its owner, or a superuser)."""
 
     table: str
     planned: float
     live: int
+    analysable: bool
 
 
 def sizes(conn: Connection) -> list[TableSize]:
@@ -24,14 +26,16 @@ def sizes(conn: Connection) -> list[TableSize]:
     commit by up to a few seconds."""
     rows = conn.execute(
         """
-        SELECT c.relname AS table, c.reltuples AS planned, coalesce(s.n_live_tup, 0) AS live
+        SELECT c.relname AS table, c.reltuples AS planned, coalesce(s.n_live_tup, 0) AS live,
+               pg_has_role(c.relowner, 'USAGE') OR r.rolsuper AS analysable
         FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+        JOIN pg_roles r ON r.rolname = current_user
         WHERE c.oid = ANY(%s::regclass[])
         ORDER BY c.relname
         """,
         [list(GROWING)],
     ).fetchall()
-    return [TableSize(r["table"], r["planned"], r["live"]) for r in rows]
+    return [TableSize(r["table"], r["planned"], r["live"], r["analysable"]) for r in rows]
 
 
 def analyze(conn: Connection, table: str, lock_timeout: str) -> bool:

@@ -11,6 +11,7 @@ grew"). New statistics also make PostgreSQL replan the statements prepared on th
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from psycopg import Connection
 
@@ -28,8 +29,9 @@ LOCK_TIMEOUT = "100ms"
 
 
 def outgrown(size: TableSize) -> bool:
-    """Whether a table has at least doubled (and holds MIN_ROWS) since it was last analysed."""
-    return size.live >= MIN_ROWS and size.live >= 2 * max(size.planned, 0)
+    """Whether a table this role may analyse has at least doubled (and holds MIN_ROWS) since it
+    was last analysed. A role that does not own the tables leaves them to autovacuum."""
+    return size.analysable and size.live >= MIN_ROWS and size.live >= 2 * max(size.planned, 0)
 
 
 def refresh_outgrown(rt: Runtime) -> list[str]:
@@ -44,8 +46,8 @@ def refresh_after_admission(conn: Connection, added: int) -> None:
     if added < MIN_ROWS:
         return
     (tasks,) = [s for s in stat_rows.sizes(conn) if s.table == "tasks"]
-    if added >= tasks.planned:
-        _analyze(conn, TableSize(tasks.table, tasks.planned, tasks.live + added))
+    if tasks.analysable and added >= tasks.planned:
+        _analyze(conn, replace(tasks, live=tasks.live + added))
 
 
 def _analyze(conn: Connection, size: TableSize) -> bool:

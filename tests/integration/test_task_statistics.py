@@ -5,9 +5,12 @@ tables by index rather than scanning them whole."""
 from __future__ import annotations
 
 import time
+import uuid
 
 import psycopg
+from psycopg import sql
 
+from repositories import statistics as stat_rows
 from services import maintenance, statistics
 from services.statistics import MIN_ROWS as REPLAN_AFTER_TASKS
 from tests.integration.manifests import manifest
@@ -111,3 +114,20 @@ def test_the_maintenance_pass_leaves_small_tables_alone(client, headers, db, rt)
     record_attempts(db)
     assert statistics.refresh_outgrown(rt) == []
     assert planned_rows(db, "task_attempts") == -1
+
+
+def test_a_role_that_does_not_own_the_tables_leaves_them_to_autovacuum(
+    client, headers, db, rt, database_url
+):
+    submit(client, headers, REPLAN_AFTER_TASKS - 1)
+    record_attempts(db, per_task=2)
+    reader = f"chunkwise_reader_{uuid.uuid4().hex[:12]}"  # roles are the whole server's
+    db.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(reader)))
+    try:
+        with psycopg.connect(database_url, row_factory=psycopg.rows.dict_row) as conn:
+            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(reader)))
+            sizes = stat_rows.sizes(conn)
+        assert [s.analysable for s in sizes] == [False, False]
+        assert not any(statistics.outgrown(s) for s in sizes)
+    finally:
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(reader)))
