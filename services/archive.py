@@ -8,6 +8,7 @@ import hashlib
 import logging
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -59,16 +60,19 @@ class Upload:
 DIGEST_BLOCK_SIZE = 2 * 1024 * 1024
 
 
-def spool_sha256(spooled: Spooled) -> str:
-    """The spooled file's SHA-256, read a block at a time; StorageUnavailable if it cannot be."""
+def spool_sha256(spooled: Spooled, cancelled: threading.Event | None = None) -> str | None:
+    """The spooled file's SHA-256, read a block at a time; StorageUnavailable if it cannot be
+    read; None, read no further, once `cancelled` is set."""
     digest = hashlib.sha256()
     block = bytearray(DIGEST_BLOCK_SIZE)
     try:
         with spooled.path.open("rb", buffering=0) as f, memoryview(block) as view:
             while read := f.readinto(block):
+                if cancelled is not None and cancelled.is_set():
+                    return None
                 digest.update(view[:read])
     except OSError as exc:
-        raise storage_failure(exc, TEMP) from exc
+        raise storage_failure(exc, TEMP, "read") from exc
     return digest.hexdigest()
 
 
@@ -168,9 +172,11 @@ def input_uri(sha256: str) -> str:
     return f"archive:sha256:{sha256}"
 
 
-def storage_failure(exc: OSError, role: str) -> StorageFull | StorageUnavailable:
-    """The service error for a failed write into the temp or archive directory (or a spool
-    that cannot be read back)."""
+def storage_failure(
+    exc: OSError, role: str, failed: str = "written"
+) -> StorageFull | StorageUnavailable:
+    """The service error for a failed write into the temp or archive directory, or a failed
+    read (failed="read") of a spool there."""
     # The answer names the role and the setting, never the path: that would tell a caller
     # about the host's layout. The coordinator logs the path from the chained OSError.
     reason = errno_name(exc)
@@ -183,7 +189,7 @@ def storage_failure(exc: OSError, role: str) -> StorageFull | StorageUnavailable
             details=details,
         )
     return StorageUnavailable(
-        f"the {role} directory cannot be written ({reason}); an operator must fix {setting}",
+        f"the {role} directory cannot be {failed} ({reason}); an operator must fix {setting}",
         details=details,
     )
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import mmap
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -128,13 +129,19 @@ def hash_and_split(
     spooled: archive.Spooled, column: str, delimiter: str, chunks: int
 ) -> tuple[archive.Upload, csvstats.SplitResult]:
     """The spool's digest and its split, taken side by side: a thread reads and hashes the file
-    (hashlib lets go of the GIL) on the core the split's numpy scan leaves idle."""
+    (hashlib lets go of the GIL) on the core the split's numpy scan leaves idle. A file the
+    split refuses stops the hashing at its next block."""
+    cancelled = threading.Event()
     with ThreadPoolExecutor(max_workers=1) as hashing:
-        digest = hashing.submit(archive.spool_sha256, spooled)
+        digest = hashing.submit(archive.spool_sha256, spooled, cancelled)
         try:
             split = split_spool(spooled, column, delimiter, chunks)
         except OSError as exc:  # the spool gone or unreadable under the split's memory map
-            raise archive.storage_failure(exc, archive.TEMP) from exc
+            cancelled.set()
+            raise archive.storage_failure(exc, archive.TEMP, "read") from exc
+        except BaseException:
+            cancelled.set()
+            raise
         return archive.Upload(spooled.path, digest.result(), spooled.size), split
 
 

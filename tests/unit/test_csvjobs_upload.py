@@ -3,6 +3,7 @@ split() makes of the same bytes, and a file the split refuses leaves no hashing 
 
 import hashlib
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -45,3 +46,31 @@ def test_a_spool_that_cannot_be_read_back_is_storage_unavailable_naming_the_temp
         hash_and_split(archive.Spooled(tmp_path, 10), "value", ",", 1)  # a directory
 
     assert caught.value.details["directory"] == "temp"
+
+
+def test_a_file_the_split_refuses_stops_the_hashing_at_its_next_block(tmp_path, monkeypatch):
+    reads = []
+    hashing = archive.spool_sha256
+
+    def counted(spooled: archive.Spooled, cancelled: threading.Event) -> str | None:
+        digest = hashing(spooled, cancelled)
+        reads.append(digest)
+        return digest
+
+    def refused(*args) -> None:
+        raise csvstats.CsvFormatError("column", "no such column")
+
+    big = spooled(tmp_path, CONTENT * 200)  # about 50 blocks to hash
+    monkeypatch.setattr(archive, "spool_sha256", counted)
+    monkeypatch.setattr("services.csvjobs.split_spool", refused)
+
+    with pytest.raises(csvstats.CsvFormatError):
+        hash_and_split(big, "value", ",", 4)
+
+    assert reads == [None]
+
+
+def test_a_cancelled_digest_reads_no_further():
+    cancelled = threading.Event()
+    cancelled.set()
+    assert archive.spool_sha256(archive.Spooled(Path(__file__), 1), cancelled) is None
