@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+import psycopg
 from psycopg import Connection
 
 from repositories import statistics as stat_rows
@@ -42,12 +43,21 @@ def refresh_outgrown(rt: Runtime) -> list[str]:
 
 def refresh_after_admission(conn: Connection, added: int) -> None:
     """Analyse the tasks table at once when a job alone holds as many tasks as the table did
-    when last analysed: its claims start now, before the collector has even counted them."""
+    when last analysed: its claims start now, before the collector has even counted them.
+
+    The job is in by now: a failure here is logged, never raised, so its submission still
+    answers 201 (the maintenance pass tries again)."""
     if added < MIN_ROWS:
         return
-    (tasks,) = [s for s in stat_rows.sizes(conn) if s.table == "tasks"]
-    if tasks.analysable and added >= tasks.planned:
-        _analyze(conn, replace(tasks, live=tasks.live + added))
+    try:
+        (tasks,) = [s for s in stat_rows.sizes(conn) if s.table == "tasks"]
+        if tasks.analysable and added >= tasks.planned:
+            _analyze(conn, replace(tasks, live=tasks.live + added))
+    except psycopg.Error as exc:
+        logger.warning(
+            "could not analyse the tasks table after an admission",
+            extra={"event": "analyse_error", "error": str(exc)[:500]},
+        )
 
 
 def _analyze(conn: Connection, size: TableSize) -> bool:

@@ -131,3 +131,15 @@ def test_a_role_that_does_not_own_the_tables_leaves_them_to_autovacuum(
         assert not any(statistics.outgrown(s) for s in sizes)
     finally:
         db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(reader)))
+
+
+def test_a_failed_analysis_after_an_admission_still_answers_the_admitted_job(
+    client, headers, db, monkeypatch, caplog
+):
+    def broken(*args) -> bool:
+        raise psycopg.errors.InternalError("the sample could not be read")
+
+    monkeypatch.setattr(stat_rows, "analyze", broken)
+    submit(client, headers, REPLAN_AFTER_TASKS)  # asserts the 201
+    assert db.execute("SELECT count(*) AS n FROM tasks").fetchone()["n"] == REPLAN_AFTER_TASKS
+    assert any(getattr(r, "event", None) == "analyse_error" for r in caplog.records)
