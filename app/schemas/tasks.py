@@ -26,14 +26,24 @@ LEASE_TOKEN = whole_text(r"^cwl_[0-9a-f]{64}", "must be the lease_token the clai
 LEASE_TOKEN_HEADER = "Chunkwise-Lease-Token"
 
 
+# Bounds the schemas below and plain_result_batch share.
+MAX_WORKER_ID_CHARS = 200
+MAX_RESULT_URI_CHARS = 2000
+MAX_WORKLOADS = 20
+
+
+def printable_name(value: str) -> bool:
+    """Whether a worker id may name the worker in /api/v1/workers, log lines and metric labels,
+    as the worker's own --worker-id check requires."""
+    return value.isprintable() and not value.isspace()
+
+
 def _printable(value: str) -> None:
-    # It names the worker in /api/v1/workers, log lines and metric labels, as the worker's
-    # own --worker-id check requires.
-    if not value.isprintable() or value.isspace():
+    if not printable_name(value):
         raise ValidationError("must be printable characters, not only spaces")
 
 
-WORKER_ID = [validate.Length(min=1, max=200), _printable]
+WORKER_ID = [validate.Length(min=1, max=MAX_WORKER_ID_CHARS), _printable]
 
 # A claim leases at most as many tasks as one batch of results can report.
 MAX_BATCH_RESULTS = 1000
@@ -43,7 +53,9 @@ class ClaimSchema(RequestSchema):
     """A worker asking for work."""
 
     worker_id = fields.Str(required=True, validate=WORKER_ID)
-    workloads = fields.List(fields.Str(), required=True, validate=validate.Length(min=1, max=20))
+    workloads = fields.List(
+        fields.Str(), required=True, validate=validate.Length(min=1, max=MAX_WORKLOADS)
+    )
     capacity = Int(minimum=1, maximum=MAX_BATCH_RESULTS, load_default=1)
     wait_seconds = fields.Float(load_default=0, validate=validate.Range(min=0, max=30))
 
@@ -105,7 +117,9 @@ class ResultFieldsSchema(Schema):
     """What a completed task reports: a manifest, a value for the coordinator to store, or
     for csv_stats the chunk summary."""
 
-    result_uri = fields.Str(load_default=None, validate=validate.Length(min=1, max=2000))
+    result_uri = fields.Str(
+        load_default=None, validate=validate.Length(min=1, max=MAX_RESULT_URI_CHARS)
+    )
     result_sha256 = fields.Str(load_default=None, **HEX64)
     summary = fields.Dict(load_default=None)
     value = Json(
@@ -155,7 +169,7 @@ class ResultBatchSchema(RequestSchema):
     )
     workloads = fields.List(
         fields.Str(),
-        validate=validate.Length(min=1, max=20),
+        validate=validate.Length(min=1, max=MAX_WORKLOADS),
         metadata={
             "description": "with ?claim=N, and only then: the workloads the worker serves, as "
             "a claim names them"
@@ -184,9 +198,9 @@ def plain_result_batch(body: dict) -> dict | None:
     if not body.keys() <= _BATCH_FIELDS or unstorable_text(body):
         return None
     worker_id, items = body.get("worker_id"), body.get("results")
-    if not (type(worker_id) is str and 1 <= len(worker_id) <= 200):
+    if not (type(worker_id) is str and 1 <= len(worker_id) <= MAX_WORKER_ID_CHARS):
         return None
-    if not worker_id.isprintable() or worker_id.isspace():
+    if not printable_name(worker_id):
         return None
     if not (type(items) is list and 1 <= len(items) <= MAX_BATCH_RESULTS):
         return None
@@ -195,7 +209,7 @@ def plain_result_batch(body: dict) -> dict | None:
         return None
     if "workloads" in body:
         workloads = body["workloads"]
-        if not (type(workloads) is list and 1 <= len(workloads) <= 20):
+        if not (type(workloads) is list and 1 <= len(workloads) <= MAX_WORKLOADS):
             return None
         if any(type(w) is not str for w in workloads):
             return None
@@ -212,7 +226,7 @@ def _plain_manifest(item: object) -> dict | None:
         return None
     if type(token) is not str or not _LEASE_TOKEN.match(token):
         return None
-    if uri is not None and not (type(uri) is str and 1 <= len(uri) <= 2000):
+    if uri is not None and not (type(uri) is str and 1 <= len(uri) <= MAX_RESULT_URI_CHARS):
         return None
     if sha is not None and not (type(sha) is str and _HEX64.match(sha)):
         return None
