@@ -1,13 +1,20 @@
-"""The dashboard's session key: given by CHUNKWISE_SECRET_KEY, else one shared key file."""
+"""The dashboard's session key (CHUNKWISE_SECRET_KEY, else one shared key file) and cookie."""
 
 from __future__ import annotations
 
 import stat
 
 import pytest
+from flask import Flask, session
 
 from app.config import ConfigError, load_settings
-from app.ui_session import SECRET_KEY_FILE, shared_secret_key
+from app.ui_session import (
+    COOKIE_NAME,
+    COOKIE_PATH,
+    SECRET_KEY_FILE,
+    DashboardSessionInterface,
+    shared_secret_key,
+)
 
 URL = "postgresql://postgres@127.0.0.1:5432/chunkwise"
 
@@ -52,3 +59,21 @@ def test_the_secret_key_never_shows_in_the_settings_repr():
     key = "s" * 40
 
     assert key not in repr(load_settings({"DATABASE_URL": URL, "CHUNKWISE_SECRET_KEY": key}))
+
+
+@pytest.mark.parametrize(
+    ("path", "opened"),
+    [("/ui", True), ("/ui/jobs", True), ("/api/v1/tasks/results", False), ("/uix", False)],
+)
+def test_the_dashboard_session_is_read_only_under_the_cookie_path(path, opened):
+    app = Flask(__name__)
+    app.secret_key = "k" * 40
+    app.session_interface = DashboardSessionInterface()
+    app.config.update(SESSION_COOKIE_NAME=COOKIE_NAME, SESSION_COOKIE_PATH=COOKIE_PATH)
+    app.add_url_rule(path, "seen", lambda: {"who": session.get("who")})
+    client = app.test_client()
+    # Set for every path, as no browser would: only the dashboard's pages may read it.
+    cookie = app.session_interface.get_signing_serializer(app).dumps({"who": "ada"})
+    client.set_cookie(COOKIE_NAME, cookie, path="/")
+
+    assert client.get(path).json == {"who": "ada" if opened else None}
