@@ -11,6 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from psycopg import Connection, errors, sql
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from repositories import channels, columns, from_row
@@ -297,7 +298,8 @@ def _claim_of(capacity: int) -> str:
 # shape is the same (each workload's head read in order from tasks_ready_idx, locked, limited).
 # Planning was 40% of a claim's database time (docs/performance/profile.md). The setting is
 # local to the claim's transaction: the implicit one the pipeline's statements share on an
-# autocommit connection, or the caller's, for which the RESET after the claim restores it.
+# autocommit connection (it ends with them), or the caller's, for which a RESET after the
+# claim restores it.
 _PLAN_ONCE = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
 _PLAN_AS_BEFORE = "RESET plan_cache_mode"
 
@@ -345,13 +347,15 @@ def claim(
         "total": max_total,
         "lease": lease_seconds,
     }
+    in_transaction = conn.info.transaction_status != TransactionStatus.IDLE
     try:
-        # One round trip: the three statements go together, and fail together.
+        # One round trip: the statements go together, and fail together.
         with conn.pipeline():
             conn.execute(_PLAN_ONCE, prepare=True)
             statement = _claim_of(capacity)
             leased = conn.cursor(row_factory=_task_first).execute(statement, params, prepare=True)
-            conn.execute(_PLAN_AS_BEFORE)
+            if in_transaction:
+                conn.execute(_PLAN_AS_BEFORE, prepare=True)
         rows = leased.fetchall()
     except errors.CheckViolation as exc:
         if exc.diag.constraint_name == "workers_credential_id_check":
