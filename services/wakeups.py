@@ -160,7 +160,11 @@ class Wakeups:
                     while not self._stop.is_set():
                         for notice in conn.notifies(timeout=1.0):
                             if notice.channel == channels.JOB_CHANGED:
-                                self.job_changed(UUID(notice.payload))
+                                # Most name jobs nobody here watches: dropped unparsed and
+                                # unlocked. A watch counts from before its first read, so a
+                                # change this skips is one that read sees.
+                                if self._job_changes:
+                                    self.job_changed(UUID(notice.payload))
                             elif notice.channel == channels.CREDENTIALS_CHANGED:
                                 self._credentials_changed()
                             elif notice.channel == channels.WORKLOADS_CHANGED:
