@@ -160,9 +160,9 @@ class Wakeups:
                     while not self._stop.is_set():
                         for notice in conn.notifies(timeout=1.0):
                             if notice.channel == channels.JOB_CHANGED:
-                                # Most name jobs nobody here watches: dropped unparsed and
-                                # unlocked. A watch counts from before its first read, so a
-                                # change this skips is one that read sees.
+                                # Most notices name jobs nobody in this process watches:
+                                # dropped unparsed and unlocked. A watch counts from before
+                                # its first read, so a change this skips is one that read sees.
                                 if self._job_changes:
                                     self.job_changed(UUID(notice.payload))
                             elif notice.channel == channels.CREDENTIALS_CHANGED:
