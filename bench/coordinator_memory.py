@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from bench.queue import (
-    WORKLOAD,
+    STACK_ENV,
     children,
     drain,
     noop_loops,
@@ -49,12 +49,7 @@ def main(argv: list[str] | None = None) -> None:
                 stacks[name] = LocalStack(
                     database_url=url,
                     run_dir=run_dir / str(len(stacks)),
-                    env={
-                        "CHUNKWISE_ALLOWED_WORKLOADS": WORKLOAD,
-                        "CHUNKWISE_LOG_LEVEL": "WARNING",
-                        "CHUNKWISE_USER_MAX_QUEUED_PERCENT": "100",
-                        **env,
-                    },
+                    env={**STACK_ENV, **env},
                 )
                 stacks[name].prepare()
                 stacks[name].start_coordinator()

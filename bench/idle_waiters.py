@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.queue import WORKLOAD, drain, noop_loops, scratch_database, submit_noop_jobs
+from bench.queue import STACK_ENV, WORKLOAD, drain, noop_loops, scratch_database, submit_noop_jobs
 from bench.turns import ratios, spread
 from devstack.stack import LocalStack, database_url, stop_on_sigterm
 
@@ -36,11 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     stop_on_sigterm()
     run_dir = Path(tempfile.mkdtemp(prefix="chunkwise-bench-idle-"))
-    env = {
-        "CHUNKWISE_ALLOWED_WORKLOADS": f"{WORKLOAD},{IDLE_WORKLOAD}",
-        "CHUNKWISE_LOG_LEVEL": "WARNING",
-        "CHUNKWISE_USER_MAX_QUEUED_PERCENT": "100",
-    }
+    env = {**STACK_ENV, "CHUNKWISE_ALLOWED_WORKLOADS": f"{WORKLOAD},{IDLE_WORKLOAD}"}
     rates: dict[int, list[float]] = {0: [], args.waiters: []}
     with scratch_database(database_url(run_dir)) as url:
         stack = LocalStack(database_url=url, run_dir=run_dir / "stack", env=env)

@@ -46,6 +46,13 @@ from repositories.queue import fold_tallies
 from worker_cli import Client
 
 WORKLOAD = "noop"
+# A bench coordinator's settings: the no-op workload, quiet logs, and one user allowed to queue
+# every task of a run at once (the queue's speed, not its share).
+STACK_ENV = {
+    "CHUNKWISE_ALLOWED_WORKLOADS": WORKLOAD,
+    "CHUNKWISE_LOG_LEVEL": "WARNING",
+    "CHUNKWISE_USER_MAX_QUEUED_PERCENT": "100",
+}
 CLAIM_CAPACITY = 100
 THREADS = (1, 4, 16)
 # pgbench and the no-op run take turns this many times at each thread count; the ratio is the
@@ -91,12 +98,7 @@ def main(argv: list[str] | None = None) -> None:
             LocalStack(
                 database_url=database,
                 run_dir=run_dir / name,
-                env={
-                    "CHUNKWISE_ALLOWED_WORKLOADS": WORKLOAD,
-                    "CHUNKWISE_LOG_LEVEL": "WARNING",
-                    # One user queues 40,000 tasks at once: the queue's speed, not its share.
-                    "CHUNKWISE_USER_MAX_QUEUED_PERCENT": "100",
-                },
+                env=STACK_ENV,
             )
             for name, database in (("stack", url), ("history", history_url))
         ]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bench.queue import (
     CLAIM_CAPACITY,
-    WORKLOAD,
+    STACK_ENV,
     children,
     drain,
     noop_loops,
@@ -62,13 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     stop_on_sigterm()
     args.out.mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix="chunkwise-bench-profile-"))
-    env = {
-        "CHUNKWISE_ALLOWED_WORKLOADS": WORKLOAD,
-        "CHUNKWISE_LOG_LEVEL": "WARNING",
-        "CHUNKWISE_USER_MAX_QUEUED_PERCENT": "100",
-    }
     with scratch_database(database_url(run_dir)) as url:
-        stack = LocalStack(database_url=url, run_dir=run_dir / "stack", env=env)
+        stack = LocalStack(database_url=url, run_dir=run_dir / "stack", env=STACK_ENV)
         try:
             stack.prepare()
             stack.start_coordinator()

@@ -31,7 +31,7 @@ from bench.peers.figures import Drain, table, turn_line
 from bench.peers.finished import REPORT_EVERY
 from bench.peers.peer import Peer, Unavailable, start_available
 from bench.peers.procrastinate_peer import ProcrastinatePeer
-from bench.queue import WORKLOAD, pgbench, scratch_database
+from bench.queue import STACK_ENV, pgbench, scratch_database
 from devstack.stack import LocalStack, database_url, stop_on_sigterm
 
 # Tasks each peer runs before the first turn: its connections open, its code paths warm, and
@@ -78,12 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         stack = LocalStack(
             database_url=chunkwise_url,
             run_dir=run_dir / "stack",
-            env={
-                "CHUNKWISE_ALLOWED_WORKLOADS": WORKLOAD,
-                "CHUNKWISE_LOG_LEVEL": "WARNING",
-                # One user queues every task of a drain at once: the queue's speed, not its share.
-                "CHUNKWISE_USER_MAX_QUEUED_PERCENT": "100",
-            },
+            env=STACK_ENV,
         )
         peers = every_peer(stack, server, run_dir, args)
         try:
