@@ -42,8 +42,8 @@ class DashboardSessionInterface(SecureCookieSessionInterface):
         A browser sends the cookie only under its path, so an API call never carries it:
         reading it there was 1% of a no-op task's coordinator CPU, for an empty session.
         """
-        path = request.path
-        if path != COOKIE_PATH and not path.startswith(COOKIE_PATH + "/"):
+        path, under = request.path, self.get_cookie_path(app)
+        if path != under and not path.startswith(under.rstrip("/") + "/"):
             return None
         return super().open_session(app, request)
 
