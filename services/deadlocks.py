@@ -24,7 +24,11 @@ def rerun_deadlocks(call: Callable[P, R]) -> Callable[P, R]:
     PostgreSQL rolled the victim back whole and let the other transaction go on, so a fresh
     run starts from what that one committed. Jobs of one graph are locked in one order, the
     order they were created, and a transaction's turns are taken at once (see
-    services/settlement.py); this is for what that order cannot see, a server clock set back.
+    services/settlement.py). That order cannot see a server clock set back, nor one cycle
+    of three: a submission holding one prerequisite and waiting for another, which a batch
+    of results is finishing, while that batch waits for the first one's cancel to end, and
+    the cancel for the submission (tests/integration/test_pipeline_storms.py meets it about
+    once in a hundred dense storms). Every call that may be such a victim runs again here.
     """
 
     @functools.wraps(call)

@@ -250,6 +250,7 @@ def task_id(job_id: UUID, chunk_index: int) -> UUID:
     return uuid.uuid5(job_id, str(chunk_index))
 
 
+@rerun_deadlocks
 def admit(
     rt: Runtime,
     principal: Principal,
@@ -516,6 +517,10 @@ def cancel_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str
         job = _cancellable(visible_job(conn, principal, job_id))
         if job.status == "cancelled":
             return _view(conn, job)
+        # The job's turn first, as its retry and a prerequisite's success take it: that
+        # success may wait for the tasks this cancels, and the retry holds the rows of the
+        # jobs it brings back while it waits for their tasks.
+        locks.take_turn(conn, locks.DEPENDENTS, str(job_id))
         # Tasks before the job, the order a batch of results locks them in: the cancel waits
         # for a batch completing some of them, never the other way round. Re-checked under
         # the job's lock, since a merge may have finished it meanwhile (then this rolls back).
@@ -635,12 +640,16 @@ def retry_job(rt: Runtime, principal: Principal, job_id: UUID, *, trace_id: str)
                 code="not_recoverable",
                 details={"error": job.error},
             )
+        # The jobs its failure failed are locked before any queue bound, as an admission
+        # waiting for them locks them before its bounds: the other way round, this and that
+        # admission could each hold what the other waits for.
+        dependents = dependencies.failed_with(conn, job)
         requeued = _requeue(rt, conn, [job], blocked=dependencies.still_waits(conn, job))
         # Running while a chunk of it is done; with none, back in the queue as it was admitted.
         done = job_rows.chunk_counts(conn, [job.id])[job.id].completed
         job = job_rows.set_status(conn, job.id, "running" if done else "queued")
         _record_user_action(conn, principal, job, "job.retried", "job.retry", trace_id)
-        _bring_back_dependents(rt, conn, job, trace_id, requeued)
+        _bring_back_dependents(rt, conn, job, dependents, trace_id, requeued)
         view = _view(conn, job)
     return view
 
@@ -684,11 +693,15 @@ def _requeue(
 
 
 def _bring_back_dependents(
-    rt: Runtime, conn: Connection, job: Job, trace_id: str, requeued: int
+    rt: Runtime,
+    conn: Connection,
+    job: Job,
+    dependents: list[Job],
+    trace_id: str,
+    requeued: int,
 ) -> None:
-    """Queue again the jobs a retried job's failure failed, to wait for it (they never ran);
-    `requeued` of the job's own tasks are back in its workload's queue already."""
-    dependents = dependencies.failed_with(conn, job)
+    """Queue again the (locked) jobs a retried job's failure failed, to wait for it (they
+    never ran); `requeued` of the job's own tasks are back in its workload's queue already."""
     if not dependents:
         return
     for workload in sorted({d.workload for d in dependents}):

@@ -11,6 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from psycopg.errors import DeadlockDetected
 
 from services import jobs
 from tests.integration.csv_worker import upload
@@ -189,6 +190,26 @@ def test_depending_on_a_failed_or_cancelled_job_is_409_and_writes_nothing(
         {"job_id": first["id"], "status": ending},
     )
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 1
+
+
+def test_a_dependent_job_whose_admission_a_deadlock_ended_is_admitted_once_on_its_next_run(
+    submit, client, headers, db, monkeypatch
+):
+    first = submit(manifest(1))
+    runs: list[int] = []
+
+    def waits_for(conn, principal, ids):
+        runs.append(1)
+        if len(runs) == 1:  # the victim: PostgreSQL rolled its transaction back
+            raise DeadlockDetected("deadlock detected")
+        return real_waits_for(conn, principal, ids)
+
+    real_waits_for = jobs.dependencies.waits_for
+    monkeypatch.setattr(jobs.dependencies, "waits_for", waits_for)
+    answer = client.post("/api/v1/jobs", json=after(first), headers=headers["user"])
+
+    assert (answer.status_code, len(runs)) == (201, 2)
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 2
 
 
 def test_depending_on_a_job_that_is_not_the_callers_or_none_is_422_naming_each(
