@@ -27,8 +27,8 @@ def rerun_deadlocks(call: Callable[P, R]) -> Callable[P, R]:
     services/settlement.py). That order cannot see a server clock set back, nor one cycle
     of three: a submission holding one prerequisite and waiting for another, which a batch
     of results is finishing, while that batch waits for the first one's cancel to end, and
-    the cancel for the submission (tests/integration/test_pipeline_storms.py meets it about
-    once in a hundred dense storms). Every call that may be such a victim runs again here.
+    the cancel for the submission (tests/integration/test_pipeline_storms.py met it in one
+    dense storm of 290). Every call that may be such a victim runs again here.
     """
 
     @functools.wraps(call)
