@@ -197,6 +197,7 @@ def test_a_dependent_job_whose_admission_a_deadlock_ended_is_admitted_once_on_it
 ):
     first = submit(manifest(1))
     runs: list[int] = []
+    real_waits_for = jobs.dependencies.waits_for
 
     def waits_for(conn, principal, ids):
         runs.append(1)
@@ -204,7 +205,6 @@ def test_a_dependent_job_whose_admission_a_deadlock_ended_is_admitted_once_on_it
             raise DeadlockDetected("deadlock detected")
         return real_waits_for(conn, principal, ids)
 
-    real_waits_for = jobs.dependencies.waits_for
     monkeypatch.setattr(jobs.dependencies, "waits_for", waits_for)
     answer = client.post("/api/v1/jobs", json=after(first), headers=headers["user"])
 
