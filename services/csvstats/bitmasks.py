@@ -73,6 +73,15 @@ def positions(np: ModuleType, bits: Any, size: int) -> Any:
     return np.flatnonzero(unpacked.view(bool))  # far quicker than over its uint8 0s and 1s
 
 
+def first(np: ModuleType, bits: Any) -> int | None:
+    """The place of the lowest set bit, None if none is set."""
+    words = np.flatnonzero(bits)
+    if not words.size:
+        return None
+    word = int(bits[words[0]])
+    return int(words[0]) * 64 + (word & -word).bit_length() - 1
+
+
 def running_counts(np: ModuleType, bits: Any, at: Any) -> Any:
     """How many bits are set before each place in at (an array of bit places)."""
     words = at >> 6
@@ -80,3 +89,26 @@ def running_counts(np: ModuleType, bits: Any, at: Any) -> Any:
     before = np.cumsum(counts, dtype=np.int64) - counts
     below = (np.uint64(1) << (at & 63).astype(np.uint64)) - np.uint64(1)
     return before[words] + np.bitwise_count(bits[words] & below)
+
+
+def evenly_spaced(np: ModuleType, bits: Any, marks: Any, per: int) -> bool:
+    """Whether exactly (k + 1) * per bits are set before the k-th set mark (from 0), for every
+    mark: each mark ends a run of `per` bits."""
+    counts, marked = np.bitwise_count(bits), np.bitwise_count(marks)
+    before = np.cumsum(counts, dtype=np.int64) - counts  # bits before each word
+    rank = np.cumsum(marked, dtype=np.int64) - marked  # marks before each word
+    words = np.flatnonzero(marks)
+    left, bits, before, rank = marks[words], bits[words], before[words], rank[words]
+    # The lowest mark of every word that still has one, a round at a time (as many rounds as
+    # the most marks a word holds): no array as long as the marks' places is made.
+    while left.size:
+        lowest = left & (np.uint64(0) - left)
+        below = before + np.bitwise_count(bits & (lowest - np.uint64(1)))
+        if ((rank + 1) * per != below).any():
+            return False
+        left ^= lowest
+        rank += 1
+        more = left != 0
+        if not more.all():
+            left, bits, before, rank = left[more], bits[more], before[more], rank[more]
+    return True

@@ -210,8 +210,8 @@ def record_layout(np: ModuleType, data: bytes, separator: bytes) -> RecordLayout
 
     A projected read pads a short record with an empty value and reads a long one without a
     word, so every record's delimiters outside quotes are counted here instead: bit masks of
-    the quotes, delimiters and LFs, the quotes' running parity, and a count of the delimiters
-    outside quotes before each LF outside them.
+    the quotes, delimiters and LFs, the quotes' running parity, and a check that each LF
+    outside quotes ends a run of as many delimiters outside them as the first record holds.
     """
     array = np.frombuffer(data, np.uint8)
     quotes = bitmasks.flags(np, array, ord(QUOTE))
@@ -223,20 +223,21 @@ def record_layout(np: ModuleType, data: bytes, separator: bytes) -> RecordLayout
     # A lone CR ends a record for the core, not for polars (most chunks have no CR at all).
     if b"\r" in data and (bitmasks.flags(np, array, _CR) & ~bitmasks.shifted(np, lf, -1)).any():
         return None
-    ends = bitmasks.positions(np, lf & outside, len(data))
-    # Delimiters before each record's end, and the last record's if no LF ends it.
-    before = bitmasks.running_counts(np, delimiters, ends)
-    if not data.endswith(b"\n"):
-        before = np.append(before, bitmasks.count(np, delimiters))
-    fields = np.diff(before, prepend=0) + 1
-    width = int(fields[0])
-    if not (fields == width).all():
+    ends, total = lf & outside, bitmasks.count(np, delimiters)
+    first_end = bitmasks.first(np, ends)
+    if first_end is None:
+        width = 1 + total
+    else:
+        width = 1 + int(bitmasks.running_counts(np, delimiters, np.array([first_end]))[0])
+    # The last record, if no LF ends it, holds the delimiters after the last LF.
+    records, per = bitmasks.count(np, ends) + (not data.endswith(b"\n")), width - 1
+    if total != records * per or not bitmasks.evenly_spaced(np, delimiters, ends, per):
         return None
     # An empty line is a record of one empty field, so only a width of 1 lets one through:
     # the core reads its empty value, polars might not.
     if width == 1 and (_EMPTY_LINE.search(data) or data.startswith((b"\n", b"\r\n"))):
         return None
-    return RecordLayout(int(fields.size), width)
+    return RecordLayout(records, width)
 
 
 def _same_records(data: bytes, separator: bytes, split_checked: bool) -> bool:
