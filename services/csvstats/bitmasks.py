@@ -97,18 +97,18 @@ def evenly_spaced(np: ModuleType, bits: Any, marks: Any, per: int) -> bool:
     counts, marked = np.bitwise_count(bits), np.bitwise_count(marks)
     before = np.cumsum(counts, dtype=np.int64) - counts  # bits before each word
     rank = np.cumsum(marked, dtype=np.int64) - marked  # marks before each word
-    words = np.flatnonzero(marks)
-    left, bits, before, rank = marks[words], bits[words], before[words], rank[words]
+    words = np.flatnonzero(marks)  # only the words that hold a mark, and their bits
+    left, held, before, rank = marks[words], bits[words], before[words], rank[words]
     # The lowest mark of every word that still has one, a round at a time (as many rounds as
     # the most marks a word holds): no array as long as the marks' places is made.
     while left.size:
         lowest = left & (np.uint64(0) - left)
-        below = before + np.bitwise_count(bits & (lowest - np.uint64(1)))
+        below = before + np.bitwise_count(held & (lowest - np.uint64(1)))
         if ((rank + 1) * per != below).any():
             return False
         left ^= lowest
         rank += 1
         more = left != 0
         if not more.all():
-            left, bits, before, rank = left[more], bits[more], before[more], rank[more]
+            left, held, before, rank = left[more], held[more], before[more], rank[more]
     return True
