@@ -12,7 +12,6 @@ import os
 import queue
 import threading
 import uuid
-from concurrent.futures import Future
 from pathlib import Path
 from typing import BinaryIO
 
@@ -135,29 +134,20 @@ class Spool(io.RawIOBase):
             super().close()
 
     def finish(self) -> Spooled:
-        """Close the spool, start syncing its bytes to disk, and describe what it holds.
+        """Close the spool with its bytes on disk, and describe what it holds.
 
         On disk before any job can refer to them: the job's row commits durably, and a power
         cut after that must not leave it without its input (the archive's rename keeps these
-        very blocks). The submission waits for the sync (Spooled.wait_until_on_disk) after the
-        split, which runs meanwhile, and before the admission's transaction.
+        very blocks). Synced here, before the admission, not inside its transaction.
         """
         self.close()
-        if self._writeback is not None and self._writeback.failure is not None:
-            failure = self._writeback.failure
-            raise storage_failure(failure, TEMP) from failure
-        synced: Future[None] = Future()
-        threading.Thread(target=_sync, args=(self.path, synced), daemon=True).start()
-        return Spooled(path=self.path, size=self.size, synced=synced)
-
-
-def _sync(path: Path, synced: Future[None]) -> None:
-    try:
-        sync_to_disk(path)
-    except OSError as exc:
-        synced.set_exception(storage_failure(exc, TEMP))
-    else:
-        synced.set_result(None)
+        try:
+            if self._writeback is not None and self._writeback.failure is not None:
+                raise self._writeback.failure
+            sync_to_disk(self.path)
+        except OSError as exc:
+            raise storage_failure(exc, TEMP) from exc
+        return Spooled(path=self.path, size=self.size)
 
 
 class SpoolingRequest(Request):

@@ -73,9 +73,6 @@ def submit_csv_job(
             )
         except csvstats.CsvFormatError as exc:
             raise InvalidInput.field(exc.field, exc.message) from exc
-        finally:
-            # Synced beside the split: a storage failure answers first, whatever it found.
-            spooled.wait_until_on_disk()
         job_id = uuid.uuid4()
         new_job = NewJob(
             id=job_id,

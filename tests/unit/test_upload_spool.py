@@ -8,7 +8,6 @@ accepts a small write and fails when it is flushed on close.
 from __future__ import annotations
 
 import errno
-import threading
 from pathlib import Path
 
 import pytest
@@ -82,40 +81,3 @@ def test_a_writeback_failed_while_spooling_fails_the_finish(tmp_path, monkeypatc
         spool.finish()
 
     assert caught.value.details["reason"] == "EIO"
-
-
-def test_finishing_a_spool_returns_while_its_sync_to_disk_is_under_way(tmp_path, monkeypatch):
-    release, synced = threading.Event(), []
-
-    def slow_sync(path):
-        release.wait(10)
-        synced.append(path)
-
-    monkeypatch.setattr(uploads, "sync_to_disk", slow_sync)
-    spool = Spool(tmp_path)
-    spool.write(b"id,value\n1,2\n")
-
-    spooled = spool.finish()
-
-    assert not spooled.synced.done()
-    release.set()
-    spooled.wait_until_on_disk()
-    assert synced == [spooled.path]
-
-
-@pytest.mark.parametrize(
-    ("code", "error"), [(errno.EIO, StorageUnavailable), (errno.ENOSPC, StorageFull)]
-)
-def test_a_sync_that_fails_after_the_finish_fails_the_wait_until_on_disk(
-    tmp_path, monkeypatch, code, error
-):
-    def failing(path):
-        raise OSError(code, "the write back failed")
-
-    monkeypatch.setattr(uploads, "sync_to_disk", failing)
-    spooled = Spool(tmp_path).finish()
-
-    with pytest.raises(error) as caught:
-        spooled.wait_until_on_disk()
-
-    assert caught.value.details["reason"] == errno.errorcode[code]
