@@ -224,20 +224,20 @@ def record_layout(np: ModuleType, data: bytes, separator: bytes) -> RecordLayout
     if b"\r" in data and (bitmasks.flags(np, array, _CR) & ~bitmasks.shifted(np, lf, -1)).any():
         return None
     ends, total = lf & outside, bitmasks.count(np, delimiters)
+    # The first record's delimiters: every one, if no LF outside quotes ends it.
     first_end = bitmasks.first(np, ends)
-    if first_end is None:
-        width = 1 + total
-    else:
-        width = 1 + int(bitmasks.running_counts(np, delimiters, np.array([first_end]))[0])
+    per = total
+    if first_end is not None:
+        per = int(bitmasks.running_counts(np, delimiters, np.array([first_end]))[0])
     # The last record, if no LF ends it, holds the delimiters after the last LF.
-    records, per = bitmasks.count(np, ends) + (not data.endswith(b"\n")), width - 1
+    records = bitmasks.count(np, ends) + (not data.endswith(b"\n"))
     if total != records * per or not bitmasks.evenly_spaced(np, delimiters, ends, per):
         return None
     # An empty line is a record of one empty field, so only a width of 1 lets one through:
     # the core reads its empty value, polars might not.
-    if width == 1 and (_EMPTY_LINE.search(data) or data.startswith((b"\n", b"\r\n"))):
+    if per == 0 and (_EMPTY_LINE.search(data) or data.startswith((b"\n", b"\r\n"))):
         return None
-    return RecordLayout(records, width)
+    return RecordLayout(records, per + 1)
 
 
 def _same_records(data: bytes, separator: bytes, split_checked: bool) -> bool:
