@@ -1,11 +1,14 @@
-"""gunicorn.conf.py's BoundedSocket: a client connection that cannot hold a thread for long."""
+"""gunicorn.conf.py: sockets that cannot hold a thread for long, and the wait for a next request."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import io
 import socket
 import threading
 import time
+import types
 
 import pytest
 
@@ -94,3 +97,48 @@ def test_a_reader_that_stops_reading_is_cut_off_after_a_stall(pair):
 
     with pytest.raises(TimeoutError):
         server.sendall(b"x" * 20_000_000)
+
+
+@pytest.fixture
+def lingering(conf):
+    """A worker's next_request_soon on a socket pair, with one linger slot."""
+    server, client = socket.socketpair()
+    worker = types.SimpleNamespace(lingering=threading.BoundedSemaphore(1))
+    parser = types.SimpleNamespace(unreader=types.SimpleNamespace(buf=io.BytesIO()))
+    conn = types.SimpleNamespace(sock=server, parser=parser)
+    soon = functools.partial(conf.OrphanAwareThreadWorker.next_request_soon, worker, conn)
+    yield soon, worker, conn, client
+    server.close()
+    client.close()
+
+
+def test_a_next_request_sent_within_the_linger_is_served_by_the_same_thread(conf, lingering):
+    soon, _worker, _conn, client = lingering
+    threading.Timer(conf.LINGER_SECONDS / 4, client.sendall, [b"GET / HTTP/1.1\r\n"]).start()
+
+    assert soon() is True
+
+
+def test_a_quiet_connection_goes_back_to_the_poller_after_the_linger(conf, lingering):
+    soon, worker, _conn, _client = lingering
+    started = time.monotonic()
+
+    assert soon() is False
+    assert conf.LINGER_SECONDS <= time.monotonic() - started < conf.LINGER_SECONDS + 0.2
+    assert worker.lingering.acquire(blocking=False)  # its slot was given back
+
+
+def test_a_request_read_ahead_is_served_without_waiting(lingering):
+    soon, worker, conn, _client = lingering
+    conn.parser.unreader.buf.write(b"GET / HTTP/1.1\r\n")
+    worker.lingering.acquire()  # no slot free: it needs none
+
+    assert soon() is True
+
+
+def test_with_every_linger_slot_taken_the_connection_goes_back_to_the_poller_at_once(lingering):
+    soon, worker, _conn, client = lingering
+    client.sendall(b"GET / HTTP/1.1\r\n")
+    worker.lingering.acquire()
+
+    assert soon() is False
