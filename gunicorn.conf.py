@@ -107,6 +107,10 @@ class OrphanAwareThreadWorker(ThreadWorker):
     listening socket still open: no new master could bind the port for ~30 s. This worker
     closes its listeners the moment it sees the master gone, after taking in the connections
     already queued on them, and lets the drain answer every request it had accepted.
+
+    It also gives a new connection no thread until it has sent something (accept), and lets a
+    thread that answered a kept-alive request serve the client's next one if it follows
+    quickly (handle).
     """
 
     def is_parent_alive(self) -> bool:
