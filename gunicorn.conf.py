@@ -170,6 +170,8 @@ class OrphanAwareThreadWorker(ThreadWorker):
     def next_request_soon(self, conn) -> bool:
         """Whether the client sent its next request within LINGER_SECONDS (a spare thread
         waiting for it); False hands the connection back to the poller."""
+        if conn.is_http2:
+            return False  # its streams are gthread's own to serve
         if conn.parser.unreader.buf.getvalue():
             return True  # a drained body read ahead into the next request
         if not self.lingering.acquire(blocking=False):

@@ -105,7 +105,7 @@ def lingering(conf):
     server, client = socket.socketpair()
     worker = types.SimpleNamespace(lingering=threading.BoundedSemaphore(1))
     parser = types.SimpleNamespace(unreader=types.SimpleNamespace(buf=io.BytesIO()))
-    conn = types.SimpleNamespace(sock=server, parser=parser)
+    conn = types.SimpleNamespace(sock=server, parser=parser, is_http2=False)
     soon = functools.partial(conf.OrphanAwareThreadWorker.next_request_soon, worker, conn)
     yield soon, worker, conn, client
     server.close()
@@ -140,5 +140,13 @@ def test_with_every_linger_slot_taken_the_connection_goes_back_to_the_poller_at_
     soon, worker, _conn, client = lingering
     client.sendall(b"GET / HTTP/1.1\r\n")
     worker.lingering.acquire()
+
+    assert soon() is False
+
+
+def test_an_http2_connection_goes_back_to_gthread_at_once(lingering):
+    soon, _worker, conn, client = lingering
+    conn.is_http2, conn.parser = True, object()  # an HTTP/2 connection has no unreader
+    client.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")  # a SETTINGS frame
 
     assert soon() is False
