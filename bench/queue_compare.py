@@ -10,7 +10,9 @@ its own tree's devstack on a database of its own on one server; then, turn by tu
 is measured in its turn (the side that goes first alternates): a one-task claim's latency,
 100 leases renewed one heartbeat at a time and in one batch, a one-task job's submission and
 its idle pickup, and a short no-op drain at 4 threads, each holding up to --capacity tasks
-(with --fetch, this tree's drain completes and fetches; with --fetch both, both sides').
+(with --fetch, this tree's drain completes and fetches; with --fetch both, both sides'). A
+drain's CPU is split per task: the coordinator's, the database backends', the drain loops'
+own (this process), and the machine's idle time.
 First each side takes one turn on its fresh pool and 300 more submissions (printed apart, not
 in the medians: a prepared statement's first five uses on each pooled connection are planned
 afresh, once per connection an hour, a cost the last line prints on its own). Every turn is
@@ -36,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import psycopg
 
 from bench.queue import (
@@ -93,6 +96,8 @@ FIGURES = {
     "tasks_per_s": f"no-op tasks/s, {THREADS} threads",
     "coordinator_us_per_task": "  coordinator CPU per task, us",
     "database_us_per_task": "  database CPU per task, us",
+    "clients_us_per_task": "  the loops' own CPU per task, us",
+    "idle_us_per_task": "  idle CPU per task (all cores), us",
 }
 
 
@@ -234,14 +239,25 @@ def one_turn(
     figures["pickup_submit_ms"] = round(statistics.median(submits), 2)
     submit_noop_jobs(stack, QUEUED)
     before = cpu.sample()
+    # The loops run in this process, which does nothing else meanwhile; idle is every core's.
+    clients, idle = time.process_time(), machine_idle_seconds()
     started = time.monotonic()
     done = noop_loops(stack, THREADS, seconds, fetch, capacity)
     figures["tasks_per_s"] = round(done / (time.monotonic() - started))
     used = cpu.since(before)
+    clients, idle = time.process_time() - clients, machine_idle_seconds() - idle
     drain(stack)
     figures["coordinator_us_per_task"] = round(used[0] / max(done, 1))
     figures["database_us_per_task"] = round(used[1] / max(done, 1))
+    figures["clients_us_per_task"] = round(clients * 1e6 / max(done, 1))
+    figures["idle_us_per_task"] = round(idle * 1e6 / max(done, 1))
     return figures
+
+
+def machine_idle_seconds() -> float:
+    """Seconds every core has spent idle (or waiting for I/O) since boot."""
+    times = psutil.cpu_times()
+    return times.idle + getattr(times, "iowait", 0.0)
 
 
 def heartbeat_batch(stack: LocalStack, cpu: Cpu, leases: int = 100) -> Timed:
