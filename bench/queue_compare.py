@@ -24,7 +24,6 @@ code does.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -38,9 +37,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import psycopg
 
+from bench.cpu import machine_idle_seconds, process_seconds
 from bench.queue import (
     CLAIM_CAPACITY,
     WORKLOAD,
@@ -254,12 +253,6 @@ def one_turn(
     return figures
 
 
-def machine_idle_seconds() -> float:
-    """Seconds every core has spent idle (or waiting for I/O) since boot."""
-    times = psutil.cpu_times()
-    return times.idle + getattr(times, "iowait", 0.0)
-
-
 def heartbeat_batch(stack: LocalStack, cpu: Cpu, leases: int = 100) -> Timed:
     """`leases` leases renewed in one batch, five times."""
     submit_noop_jobs(stack, leases)
@@ -321,14 +314,14 @@ class Cpu:
     def sample(self) -> tuple[list[int], float, float]:
         """The backends, and the seconds of CPU both sides have used so far."""
         backends = self.backends()
-        return backends, cpu_seconds(self.coordinator), cpu_seconds(backends)
+        return backends, process_seconds(self.coordinator), process_seconds(backends)
 
     def since(self, before: tuple[list[int], float, float]) -> tuple[float, float]:
         """Microseconds of CPU the coordinator and those backends used since `before`."""
         backends, coordinator, database = before
         return (
-            (cpu_seconds(self.coordinator) - coordinator) * 1e6,
-            (cpu_seconds(backends) - database) * 1e6,
+            (process_seconds(self.coordinator) - coordinator) * 1e6,
+            (process_seconds(backends) - database) * 1e6,
         )
 
     def timed(self, call: Callable[[], object], calls: int) -> Timed:
@@ -341,16 +334,6 @@ class Cpu:
             ms.append((time.perf_counter() - started) * 1000)
         coordinator, database = self.since(before)
         return Timed(ms, coordinator, database, answers)
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU seconds the processes (every thread of each) have used; 0 for one that is gone."""
-    total = 0.0
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            # The process's CPU-time clock (clock_getcpuclockid: CPUCLOCK_SCHED of the pid).
-            total += time.clock_gettime(((~pid) << 3) | 2)
-    return total
 
 
 def print_summary(turns: dict[str, list[dict]]) -> None:
