@@ -6,6 +6,9 @@ Each turn runs, one after another on one machine: pgbench -N at the first client
 Chunkwise at as many clients (capacity twice that, results batched), Celery on RabbitMQ
 (durable queue, persistent messages, acks_late, --pool threads), Celery on Redis and
 Procrastinate at that concurrency; then pgbench and Chunkwise at each further client count.
+Beside each drain it prints the CPU the whole machine used per task, and the database server's
+where it runs on this machine; beside pgbench, both per transaction: what a task costs the
+database, set against a transaction of pgbench's.
 Each drain is the time from a full queue's release to its last task's return: the tasks are
 submitted while nothing consumes them (Chunkwise's clients not started, Celery's worker told to
 cancel its consumer, Procrastinate's jobs deferred to a queue its worker does not read), then
@@ -25,9 +28,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from bench.cpu import Meter, Usage, postmaster_of
 from bench.peers.celery_peer import CeleryPeer
 from bench.peers.chunkwise import ChunkwisePeer
-from bench.peers.figures import Drain, table, turn_line
+from bench.peers.figures import Drain, table, turn_line, usage_text
 from bench.peers.finished import REPORT_EVERY
 from bench.peers.peer import Peer, Unavailable, start_available
 from bench.peers.procrastinate_peer import ProcrastinatePeer
@@ -80,7 +84,8 @@ def main(argv: list[str] | None = None) -> None:
             run_dir=run_dir / "stack",
             env=STACK_ENV,
         )
-        peers = every_peer(stack, server, run_dir, args)
+        meter = Meter(postmaster_of(server))
+        peers = every_peer(stack, server, run_dir, args, meter)
         try:
             stack.prepare()
             stack.start_coordinator()
@@ -88,26 +93,26 @@ def main(argv: list[str] | None = None) -> None:
             for line in skipped:
                 print(line)
             ready = warm_up(started)
-            pgbench_tps, drains = run_turns(ready, pgbench_url, args)
+            pgbench_tps, pgbench_cpu, drains = run_turns(ready, pgbench_url, args, meter)
         finally:
             for peer in peers:
                 peer.stop()
             stack.stop()
     shutil.rmtree(run_dir, ignore_errors=True)
     print()
-    for line in table([p.row for p in ready], drains, pgbench_tps):
+    for line in table([p.row for p in ready], drains, pgbench_tps, pgbench_cpu):
         print(line)
 
 
 def every_peer(
-    stack: LocalStack, server: str, run_dir: Path, args: argparse.Namespace
+    stack: LocalStack, server: str, run_dir: Path, args: argparse.Namespace, meter: Meter
 ) -> list[Peer]:
     """The systems in the order each turn runs them: Chunkwise at every client count, then the
-    peers at the first."""
+    peers at the first. Those on the database server read its CPU; Celery, the machine's."""
     concurrency = args.clients[0]
     return [
         *(
-            ChunkwisePeer(stack, clients, 2 * clients, fetch)
+            ChunkwisePeer(stack, clients, 2 * clients, fetch, meter)
             for clients in args.clients
             for fetch in (False, True)
         ),
@@ -125,7 +130,7 @@ def every_peer(
             run_dir,
             concurrency,
         ),
-        ProcrastinatePeer(server, run_dir, concurrency),
+        ProcrastinatePeer(server, run_dir, concurrency, meter),
     ]
 
 
@@ -146,23 +151,31 @@ def warm_up(peers: list[Peer]) -> list[Peer]:
 
 
 def run_turns(
-    peers: list[Peer], pgbench_url: str, args: argparse.Namespace
-) -> tuple[dict[tuple[int, int], float], list[Drain]]:
-    """Every turn: at each client count, pgbench -N then each peer at that count."""
+    peers: list[Peer], pgbench_url: str, args: argparse.Namespace, meter: Meter
+) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], Usage], list[Drain]]:
+    """Every turn: at each client count, pgbench -N then each peer at that count. Returns
+    pgbench's TPS and CPU microseconds per transaction, and every drain."""
     pgbench_tps: dict[tuple[int, int], float] = {}
+    pgbench_cpu: dict[tuple[int, int], Usage] = {}
     drains: list[Drain] = []
     active = list(peers)
     for turn in range(1, args.turns + 1):
         print(f"turn {turn}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         for clients in args.clients:
             transactions = math.ceil(args.tasks / clients)
+            before = meter.read()
             tps, _ = pgbench(
                 pgbench_url,
                 *("-N", "-n", "-c", str(clients), "-j", str(min(2, clients))),
                 *("-t", str(transactions)),
             )
+            used = meter.read().since(before).per(transactions * clients)
             pgbench_tps[(turn, clients)] = tps
-            print(f"turn {turn}  {f'pgbench -N -c {clients}':<34} {tps:8.0f} TPS")
+            pgbench_cpu[(turn, clients)] = used
+            print(
+                f"turn {turn}  {f'pgbench -N -c {clients}':<34} {tps:8.0f} TPS  "
+                + usage_text(used, "transaction")
+            )
             for peer in [p for p in active if p.row.clients == clients]:
                 try:
                     drained = peer.drain(turn, args.tasks, args.timeout)
@@ -175,7 +188,7 @@ def run_turns(
                 if drained.seconds is None:
                     print(f"{peer.row.system}: timed out after {args.timeout} s; no more turns")
                     active.remove(peer)
-    return pgbench_tps, drains
+    return pgbench_tps, pgbench_cpu, drains
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import time
 import uuid
 from pathlib import Path
 
+from bench.cpu import Meter
 from bench.peers.figures import Drain, Row
 from bench.peers.finished import wait_finished
 from bench.peers.peer import Unavailable, require_listening, require_module, spawn, stop_process
@@ -18,9 +19,16 @@ class CeleryPeer:
     """A Celery worker on RabbitMQ or Redis, on a queue of its own that is deleted at stop."""
 
     def __init__(
-        self, system: str, broker_url: str, durable: str, run_dir: Path, concurrency: int = 4
+        self,
+        system: str,
+        broker_url: str,
+        durable: str,
+        run_dir: Path,
+        concurrency: int = 4,
+        meter: Meter | None = None,
     ):
         self.row = Row(system, 4, durable)
+        self.meter = meter or Meter()
         self.broker_url = broker_url
         self.concurrency = concurrency
         self.queue = f"peers_bench_{uuid.uuid4().hex[:8]}"
@@ -71,13 +79,17 @@ class CeleryPeer:
         submitting = time.time()
         for _ in range(tasks):
             noop.apply_async()
+        used_before = self.meter.read()
         started = time.time()
         if self.finished:
             self.consume(self.app.control.add_consumer, deadline)
         self.finished += tasks
         done = wait_finished(self.done_file, self.finished, deadline)
+        used = self.meter.read().since(used_before)
         seconds = None if done is None else done - started
-        return Drain(self.row.system, turn, tasks, seconds, submit_seconds=started - submitting)
+        return Drain(
+            self.row.system, turn, tasks, seconds, submit_seconds=started - submitting, usage=used
+        )
 
     def consume(self, command, deadline: float) -> None:
         """Tell the worker to start or stop consuming the queue, and wait for its answer."""

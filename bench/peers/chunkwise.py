@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from pathlib import Path
 
+from bench.cpu import Meter, process_seconds
 from bench.peers.figures import Drain, Row
 from bench.queue import children, drain, noop_step, submit_noop_jobs
 from devstack.stack import LocalStack
@@ -21,7 +20,7 @@ class ChunkwisePeer:
     batch of results claims the next (POST /api/v1/tasks/results?claim=N); a plain claim
     only when that found none."""
 
-    def __init__(self, stack: LocalStack, clients: int, capacity: int, fetch: bool = False):
+    def __init__(self, stack: LocalStack, clients: int, capacity: int, fetch: bool, meter: Meter):
         how = "complete and fetch" if fetch else "batched results"
         self.row = Row(
             f"Chunkwise, {clients} clients x capacity {capacity}, {how}",
@@ -32,6 +31,7 @@ class ChunkwisePeer:
         self.clients = clients
         self.capacity = capacity
         self.fetch = fetch
+        self.meter = meter
 
     def start(self) -> None:
         """Open the clients' kept-alive sessions (the bench starts the coordinator)."""
@@ -45,7 +45,8 @@ class ChunkwisePeer:
 
     def drain(self, turn: int, tasks: int, timeout: float) -> Drain:
         """Submit one job of `tasks` no-op tasks, then start the clients; return once they have
-        had every result accepted, with the coordinator's CPU per task meanwhile."""
+        had every result accepted, with the CPU the coordinator, the machine and the database
+        server used meanwhile."""
         accepted = [0]
         lock = threading.Lock()
         deadline = time.monotonic() + timeout
@@ -78,12 +79,14 @@ class ChunkwisePeer:
         submitting = time.time()
         submit_noop_jobs(self.stack, tasks, self.submitter)
         master = self.stack.processes["coordinator"].pid
-        cpu_before = cpu_seconds([master, *children(master)])
+        cpu_before = process_seconds([master, *children(master)])
+        used_before = self.meter.read()
         started = time.time()
         for thread in threads:
             thread.start()
         finished.wait(max(0.0, deadline - time.monotonic()))
-        cpu_after = cpu_seconds([master, *children(master)])
+        cpu_after = process_seconds([master, *children(master)])
+        used = self.meter.read().since(used_before)
         for thread in threads:
             thread.join()
         if not ended:
@@ -96,17 +99,5 @@ class ChunkwisePeer:
             ended[0] - started,
             submit_seconds=started - submitting,
             cpu_us_per_task=(cpu_after - cpu_before) / tasks * 1e6,
+            usage=used,
         )
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User plus system CPU seconds the processes have used (a process gone counts 0)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return total / ticks

@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from bench.cpu import Usage
+
 
 @dataclass(frozen=True)
 class Drain:
@@ -16,11 +18,18 @@ class Drain:
     seconds: float | None
     submit_seconds: float | None = None
     cpu_us_per_task: float | None = None
+    # CPU seconds the machine and the database server used from the release to the last task.
+    usage: Usage | None = None
 
     @property
     def tasks_per_s(self) -> float | None:
         """Tasks drained per second, or None when the drain timed out."""
         return self.tasks / self.seconds if self.seconds else None
+
+    @property
+    def per_task(self) -> Usage | None:
+        """The machine's and the database server's CPU microseconds per task, where measured."""
+        return None if self.usage is None or self.seconds is None else self.usage.per(self.tasks)
 
 
 @dataclass(frozen=True)
@@ -68,7 +77,17 @@ def turn_line(drain: Drain, pgbench_tps: float | None) -> str:
         line += f"  {share:.2f}x pgbench ({pgbench_tps:.0f} TPS)"
     if drain.cpu_us_per_task is not None:
         line += f"  coordinator CPU {drain.cpu_us_per_task:.0f} us/task"
+    if drain.per_task is not None:
+        line += f"  {usage_text(drain.per_task, 'task')}"
     return line
+
+
+def usage_text(usage: Usage, unit: str) -> str:
+    """The machine's CPU per unit of work, and the database server's where measured."""
+    text = f"machine CPU {usage.machine:.0f} us/{unit}"
+    if usage.database is not None:
+        text += f" (database {usage.database:.0f})"
+    return text
 
 
 def _range(values: tuple[float, float, float] | None, digits: int) -> str:
@@ -78,12 +97,19 @@ def _range(values: tuple[float, float, float] | None, digits: int) -> str:
     return f"{median:.{digits}f} ({low:.{digits}f}-{high:.{digits}f})"
 
 
-def table(rows: list[Row], drains: list[Drain], pgbench: dict[tuple[int, int], float]) -> list[str]:
+def table(
+    rows: list[Row],
+    drains: list[Drain],
+    pgbench: dict[tuple[int, int], float],
+    pgbench_cpu: dict[tuple[int, int], Usage] | None = None,
+) -> list[str]:
     """The final markdown table: per system the median (range) of its ratio to the same turn's
-    pgbench, of its tasks/s, and of the coordinator's CPU per task where measured."""
+    pgbench, of its tasks/s, and of the CPU per task where measured (the coordinator's, the
+    machine's, the database server's); pgbench's CPU is per transaction."""
     lines = [
-        "| system | drain / pgbench, median (range) | tasks/s | CPU us/task | durable? |",
-        "| --- | ---: | ---: | ---: | --- |",
+        "| system | drain / pgbench, median (range) | tasks/s | coordinator CPU us/task "
+        "| machine CPU us/task | database CPU us/task | durable? |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for row in rows:
         mine = [d for d in drains if d.system == row.system]
@@ -92,11 +118,24 @@ def table(rows: list[Row], drains: list[Drain], pgbench: dict[tuple[int, int], f
         cpu = spread([d.cpu_us_per_task for d in mine])
         ran = sum(1 for d in mine if d.seconds is not None)
         ratio_text = f"{_range(ratios, 2)} of pgbench -c {row.clients}, {ran} turns"
+        used = _usage_ranges([d.per_task for d in mine])
         lines.append(
             f"| {row.system} | {ratio_text} | {_range(rates, 0)} | {_range(cpu, 0)} "
-            f"| {row.durable} |"
+            f"| {used} | {row.durable} |"
         )
     for clients in sorted({c for _, c in pgbench}):
         tps = spread([tps for (_, c), tps in pgbench.items() if c == clients])
-        lines.append(f"| pgbench -N -c {clients} | 1.00 | {_range(tps, 0)} TPS | - | yes |")
+        mine = [u for (_, c), u in (pgbench_cpu or {}).items() if c == clients]
+        lines.append(
+            f"| pgbench -N -c {clients} | 1.00 | {_range(tps, 0)} TPS | - "
+            f"| {_usage_ranges(mine)} | yes |"
+        )
     return lines
+
+
+def _usage_ranges(usages: list[Usage | None]) -> str:
+    """The machine's and the database's columns: median (range) of each."""
+    present = [u for u in usages if u is not None]
+    machine = spread([u.machine for u in present])
+    database = spread([u.database for u in present])
+    return f"{_range(machine, 0)} | {_range(database, 0)}"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psycopg
 
+from bench.cpu import Meter
 from bench.peers.figures import Drain, Row
 from bench.peers.finished import wait_finished
 from bench.peers.peer import Unavailable, require_listening, require_module, spawn, stop_process
@@ -30,8 +31,11 @@ FROM moved
 class ProcrastinatePeer:
     """A Procrastinate worker (concurrency 4) on a database created here and dropped at stop."""
 
-    def __init__(self, server_url: str, run_dir: Path, concurrency: int = 4):
+    def __init__(
+        self, server_url: str, run_dir: Path, concurrency: int = 4, meter: Meter | None = None
+    ):
         self.row = Row(f"Procrastinate, concurrency {concurrency}", 4, "yes, PostgreSQL")
+        self.meter = meter or Meter()
         self.server_url = server_url
         self.concurrency = concurrency
         self.run_dir = run_dir
@@ -75,13 +79,17 @@ class ProcrastinatePeer:
         # statement with the notification a deferral sends: the worker starts on a full queue.
         held = self.app.configure_task("peers.noop", queue=HELD)
         held.batch_defer(*({} for _ in range(tasks)))
+        used_before = self.meter.read()
         started = time.time()
         with psycopg.connect(self.url) as conn:
             conn.execute(RELEASE, {"held": HELD, "queue": self.queue})
         self.finished += tasks
         done = wait_finished(self.done_file, self.finished, deadline)
+        used = self.meter.read().since(used_before)
         seconds = None if done is None else done - started
-        return Drain(self.row.system, turn, tasks, seconds, submit_seconds=started - submitting)
+        return Drain(
+            self.row.system, turn, tasks, seconds, submit_seconds=started - submitting, usage=used
+        )
 
     def stop(self) -> None:
         """Stop the worker and drop its database."""
