@@ -53,44 +53,66 @@ def server_seconds(postmaster: int) -> float:
     return reaped + process_seconds([postmaster, *map(int, running)])
 
 
-def postmaster_of(url: str) -> int | None:
-    """The pid of the server at url when it runs on this machine, else None."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        (backend,) = conn.execute("SELECT pg_backend_pid()").fetchone()
-        try:
-            stat = Path(f"/proc/{backend}/stat").read_text()
-        except FileNotFoundError:  # a server elsewhere: its pid means nothing here
-            return None
+def postmaster_of(conn: psycopg.Connection) -> int | None:
+    """The pid of the server a connection is to when it runs on this machine, else None."""
+    (backend,) = conn.execute("SELECT pg_backend_pid()").fetchone()
+    try:
+        stat = Path(f"/proc/{backend}/stat").read_text()
+    except FileNotFoundError:  # a server elsewhere: its pid means nothing here
+        return None
     return int(stat.rsplit(")", 1)[1].split()[1])  # ppid (field 4)
 
 
 @dataclass(frozen=True)
 class Usage:
-    """CPU seconds the machine and the database server used (None: not on this machine)."""
+    """CPU seconds the machine and the database server used, and the bytes of WAL the server
+    wrote (None: not measured, the server is elsewhere or not watched)."""
 
     machine: float
-    database: float | None
+    database: float | None = None
+    wal: float | None = None
 
     def since(self, before: Usage) -> Usage:
         """What was used from `before` to this reading."""
-        database = None
-        if self.database is not None and before.database is not None:
-            database = self.database - before.database
-        return Usage(self.machine - before.machine, database)
+        return Usage(
+            self.machine - before.machine,
+            _minus(self.database, before.database),
+            _minus(self.wal, before.wal),
+        )
 
     def per(self, units: int) -> Usage:
-        """Microseconds per unit of work."""
+        """CPU microseconds and WAL bytes per unit of work."""
         database = None if self.database is None else self.database / units * 1e6
-        return Usage(self.machine / units * 1e6, database)
+        wal = None if self.wal is None else self.wal / units
+        return Usage(self.machine / units * 1e6, database, wal)
 
 
-@dataclass(frozen=True)
+def _minus(after: float | None, before: float | None) -> float | None:
+    return None if after is None or before is None else after - before
+
+
 class Meter:
-    """Reads the machine's CPU and, where it runs here, the database server's."""
+    """Reads the machine's CPU and, given a database server, the WAL it has written and its
+    processes' CPU where it runs on this machine."""
 
-    postmaster: int | None = None
+    def __init__(self, server_url: str | None = None):
+        self.conn = None if server_url is None else psycopg.connect(server_url, autocommit=True)
+        self.postmaster = None if self.conn is None else postmaster_of(self.conn)
 
     def read(self) -> Usage:
-        """Both counters now."""
+        """Every counter now."""
+        if self.conn is None:
+            return Usage(machine_seconds())
+        (wal,) = self.conn.execute(_WAL_WRITTEN).fetchone()
         database = None if self.postmaster is None else server_seconds(self.postmaster)
-        return Usage(machine_seconds(), database)
+        return Usage(machine_seconds(), database, float(wal))
+
+    def close(self) -> None:
+        """Close the connection to the server."""
+        if self.conn is not None:
+            self.conn.close()
+
+
+# Bytes of WAL inserted since the server's first: a difference of two readings is what was
+# written between them (its own SELECT writes none).
+_WAL_WRITTEN = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')"

@@ -6,9 +6,10 @@ Each turn runs, one after another on one machine: pgbench -N at the first client
 Chunkwise at as many clients (capacity twice that, results batched), Celery on RabbitMQ
 (durable queue, persistent messages, acks_late, --pool threads), Celery on Redis and
 Procrastinate at that concurrency; then pgbench and Chunkwise at each further client count.
-Beside each drain it prints the CPU the whole machine used per task, and the database server's
-where it runs on this machine; beside pgbench, both per transaction: what a task costs the
-database, set against a transaction of pgbench's.
+Beside each drain it prints the CPU the whole machine used per task and, for the systems on the
+database server, the WAL it wrote per task and its CPU where it runs on this machine; beside
+pgbench, the same per transaction: what a task costs the database, set against a transaction
+of pgbench's.
 Each drain is the time from a full queue's release to its last task's return: the tasks are
 submitted while nothing consumes them (Chunkwise's clients not started, Celery's worker told to
 cancel its consumer, Procrastinate's jobs deferred to a queue its worker does not read), then
@@ -28,7 +29,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from bench.cpu import Meter, Usage, postmaster_of
+from bench.cpu import Meter, Usage
 from bench.peers.celery_peer import CeleryPeer
 from bench.peers.chunkwise import ChunkwisePeer
 from bench.peers.figures import Drain, table, turn_line, usage_text
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
             run_dir=run_dir / "stack",
             env=STACK_ENV,
         )
-        meter = Meter(postmaster_of(server))
+        meter = Meter(server)
         peers = every_peer(stack, server, run_dir, args, meter)
         try:
             stack.prepare()
@@ -93,14 +94,15 @@ def main(argv: list[str] | None = None) -> None:
             for line in skipped:
                 print(line)
             ready = warm_up(started)
-            pgbench_tps, pgbench_cpu, drains = run_turns(ready, pgbench_url, args, meter)
+            pgbench_tps, pgbench_usage, drains = run_turns(ready, pgbench_url, args, meter)
         finally:
             for peer in peers:
                 peer.stop()
             stack.stop()
+            meter.close()
     shutil.rmtree(run_dir, ignore_errors=True)
     print()
-    for line in table([p.row for p in ready], drains, pgbench_tps, pgbench_cpu):
+    for line in table([p.row for p in ready], drains, pgbench_tps, pgbench_usage):
         print(line)
 
 
@@ -108,7 +110,8 @@ def every_peer(
     stack: LocalStack, server: str, run_dir: Path, args: argparse.Namespace, meter: Meter
 ) -> list[Peer]:
     """The systems in the order each turn runs them: Chunkwise at every client count, then the
-    peers at the first. Those on the database server read its CPU; Celery, the machine's."""
+    peers at the first. Those on the database server read its CPU and WAL; Celery, the
+    machine's CPU."""
     concurrency = args.clients[0]
     return [
         *(
@@ -154,9 +157,9 @@ def run_turns(
     peers: list[Peer], pgbench_url: str, args: argparse.Namespace, meter: Meter
 ) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], Usage], list[Drain]]:
     """Every turn: at each client count, pgbench -N then each peer at that count. Returns
-    pgbench's TPS and CPU microseconds per transaction, and every drain."""
+    pgbench's TPS, its CPU microseconds and WAL bytes per transaction, and every drain."""
     pgbench_tps: dict[tuple[int, int], float] = {}
-    pgbench_cpu: dict[tuple[int, int], Usage] = {}
+    pgbench_usage: dict[tuple[int, int], Usage] = {}
     drains: list[Drain] = []
     active = list(peers)
     for turn in range(1, args.turns + 1):
@@ -171,7 +174,7 @@ def run_turns(
             )
             used = meter.read().since(before).per(transactions * clients)
             pgbench_tps[(turn, clients)] = tps
-            pgbench_cpu[(turn, clients)] = used
+            pgbench_usage[(turn, clients)] = used
             print(
                 f"turn {turn}  {f'pgbench -N -c {clients}':<34} {tps:8.0f} TPS  "
                 + usage_text(used, "transaction")
@@ -188,7 +191,7 @@ def run_turns(
                 if drained.seconds is None:
                     print(f"{peer.row.system}: timed out after {args.timeout} s; no more turns")
                     active.remove(peer)
-    return pgbench_tps, pgbench_cpu, drains
+    return pgbench_tps, pgbench_usage, drains
 
 
 if __name__ == "__main__":

@@ -83,10 +83,12 @@ def turn_line(drain: Drain, pgbench_tps: float | None) -> str:
 
 
 def usage_text(usage: Usage, unit: str) -> str:
-    """The machine's CPU per unit of work, and the database server's where measured."""
+    """The machine's CPU per unit of work, and the database server's CPU and WAL where measured."""
     text = f"machine CPU {usage.machine:.0f} us/{unit}"
     if usage.database is not None:
-        text += f" (database {usage.database:.0f})"
+        text += f", database {usage.database:.0f} us"
+    if usage.wal is not None:
+        text += f", WAL {usage.wal:.0f} B"
     return text
 
 
@@ -101,15 +103,16 @@ def table(
     rows: list[Row],
     drains: list[Drain],
     pgbench: dict[tuple[int, int], float],
-    pgbench_cpu: dict[tuple[int, int], Usage] | None = None,
+    pgbench_usage: dict[tuple[int, int], Usage] | None = None,
 ) -> list[str]:
     """The final markdown table: per system the median (range) of its ratio to the same turn's
-    pgbench, of its tasks/s, and of the CPU per task where measured (the coordinator's, the
-    machine's, the database server's); pgbench's CPU is per transaction."""
+    pgbench, of its tasks/s, of the CPU per task where measured (the coordinator's, the
+    machine's, the database server's) and of the WAL written per task; pgbench's per
+    transaction."""
     lines = [
         "| system | drain / pgbench, median (range) | tasks/s | coordinator CPU us/task "
-        "| machine CPU us/task | database CPU us/task | durable? |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| machine CPU us/task | database CPU us/task | WAL B/task | durable? |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for row in rows:
         mine = [d for d in drains if d.system == row.system]
@@ -125,7 +128,7 @@ def table(
         )
     for clients in sorted({c for _, c in pgbench}):
         tps = spread([tps for (_, c), tps in pgbench.items() if c == clients])
-        mine = [u for (_, c), u in (pgbench_cpu or {}).items() if c == clients]
+        mine = [u for (_, c), u in (pgbench_usage or {}).items() if c == clients]
         lines.append(
             f"| pgbench -N -c {clients} | 1.00 | {_range(tps, 0)} TPS | - "
             f"| {_usage_ranges(mine)} | yes |"
@@ -134,8 +137,11 @@ def table(
 
 
 def _usage_ranges(usages: list[Usage | None]) -> str:
-    """The machine's and the database's columns: median (range) of each."""
+    """The machine's, the database's and the WAL's columns: median (range) of each."""
     present = [u for u in usages if u is not None]
-    machine = spread([u.machine for u in present])
-    database = spread([u.database for u in present])
-    return f"{_range(machine, 0)} | {_range(database, 0)}"
+    columns = [
+        spread([u.machine for u in present]),
+        spread([u.database for u in present]),
+        spread([u.wal for u in present]),
+    ]
+    return " | ".join(_range(column, 0) for column in columns)

@@ -13,14 +13,14 @@ BURN = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() 
 
 
 def test_usage_since_a_reading_is_the_difference_and_none_where_either_side_lacks_it():
-    assert Usage(5.0, 2.0).since(Usage(3.0, 1.5)) == Usage(2.0, 0.5)
-    assert Usage(5.0, None).since(Usage(3.0, 1.5)) == Usage(2.0, None)
-    assert Usage(5.0, 2.0).since(Usage(3.0, None)) == Usage(2.0, None)
+    assert Usage(5.0, 2.0, 900.0).since(Usage(3.0, 1.5, 100.0)) == Usage(2.0, 0.5, 800.0)
+    assert Usage(5.0, None, 900.0).since(Usage(3.0, 1.5, 100.0)) == Usage(2.0, None, 800.0)
+    assert Usage(5.0, 2.0).since(Usage(3.0, None, 100.0)) == Usage(2.0)
 
 
-def test_usage_per_unit_is_in_microseconds():
-    assert Usage(2.0, 0.5).per(1000) == Usage(2000.0, 500.0)
-    assert Usage(2.0, None).per(1000) == Usage(2000.0, None)
+def test_usage_per_unit_is_cpu_microseconds_and_wal_bytes():
+    assert Usage(2.0, 0.5, 3e6).per(1000) == Usage(2000.0, 500.0, 3000.0)
+    assert Usage(2.0).per(1000) == Usage(2000.0)
 
 
 def test_a_server_counts_the_cpu_of_its_processes_that_ended():

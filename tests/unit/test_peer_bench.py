@@ -45,45 +45,45 @@ def test_the_table_gives_median_and_range_per_system_and_skips_timed_out_turns()
     rows = [Row("A", 4, "yes"), Row("B", 16, "no"), Row("C", 4, "yes")]
     pgbench = {(1, 4): 1000.0, (2, 4): 2000.0, (3, 4): 1000.0, (1, 16): 1000.0}
     drains = [
-        Drain("A", 1, 1000, 2.0, cpu_us_per_task=300.0, usage=Usage(2.0, 0.5)),
-        Drain("A", 2, 1000, 1.0, cpu_us_per_task=100.0, usage=Usage(1.0, 0.3)),
-        Drain("A", 3, 1000, None, usage=Usage(9.0, 9.0)),
-        Drain("B", 1, 1000, 0.5, usage=Usage(1.5, None)),
+        Drain("A", 1, 1000, 2.0, cpu_us_per_task=300.0, usage=Usage(2.0, 0.5, 4e6)),
+        Drain("A", 2, 1000, 1.0, cpu_us_per_task=100.0, usage=Usage(1.0, 0.3, 2e6)),
+        Drain("A", 3, 1000, None, usage=Usage(9.0, 9.0, 9.0)),
+        Drain("B", 1, 1000, 0.5, usage=Usage(1.5)),
     ]
-    per_transaction = {(1, 4): Usage(700.0, 500.0), (2, 4): Usage(900.0, 600.0)}
+    per_transaction = {(1, 4): Usage(700.0, 500.0, 300.0), (2, 4): Usage(900.0, 600.0, 400.0)}
 
     lines = table(rows, drains, pgbench, per_transaction)
 
     assert lines[2] == (
         "| A | 0.50 (0.50-0.50) of pgbench -c 4, 2 turns | 750 (500-1000) | 200 (100-300) "
-        "| 1500 (1000-2000) | 400 (300-500) | yes |"
+        "| 1500 (1000-2000) | 400 (300-500) | 3000 (2000-4000) | yes |"
     )
     assert lines[3] == (
         "| B | 2.00 (2.00-2.00) of pgbench -c 16, 1 turns | 2000 (2000-2000) | - "
-        "| 1500 (1500-1500) | - | no |"
+        "| 1500 (1500-1500) | - | - | no |"
     )
-    assert lines[4] == "| C | - of pgbench -c 4, 0 turns | - | - | - | - | yes |"
+    assert lines[4] == "| C | - of pgbench -c 4, 0 turns | - | - | - | - | - | yes |"
     assert lines[5] == (
         "| pgbench -N -c 4 | 1.00 | 1000 (1000-2000) TPS | - "
-        "| 800 (700-900) | 550 (500-600) | yes |"
+        "| 800 (700-900) | 550 (500-600) | 350 (300-400) | yes |"
     )
-    assert lines[6] == "| pgbench -N -c 16 | 1.00 | 1000 (1000-1000) TPS | - | - | - | yes |"
+    assert lines[6] == "| pgbench -N -c 16 | 1.00 | 1000 (1000-1000) TPS | - | - | - | - | yes |"
 
 
 def test_a_turn_line_shows_the_ratio_and_cpu_or_that_it_timed_out():
-    used = Usage(machine=1.5, database=0.6)
+    used = Usage(machine=1.5, database=0.6, wal=3_000_000)
     drain = Drain("A", 2, 1000, 0.5, submit_seconds=0.1, cpu_us_per_task=250.0, usage=used)
 
     line = turn_line(drain, 4000.0)
 
     assert "2000 tasks/s" in line and "0.50x pgbench (4000 TPS)" in line
     assert "coordinator CPU 250 us/task" in line and "submitted in 0.10 s" in line
-    assert line.endswith("machine CPU 1500 us/task (database 600)")
+    assert line.endswith("machine CPU 1500 us/task, database 600 us, WAL 3000 B")
     assert turn_line(Drain("A", 2, 1000, None), 4000.0).endswith("timed out")
 
 
 def test_a_drain_without_the_database_server_here_shows_the_machine_alone():
-    line = turn_line(Drain("A", 1, 1000, 1.0, usage=Usage(machine=0.9, database=None)), None)
+    line = turn_line(Drain("A", 1, 1000, 1.0, usage=Usage(machine=0.9)), None)
 
     assert line.endswith("machine CPU 900 us/task")
 
