@@ -27,6 +27,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from bench.cpu import Meter, Usage
@@ -163,7 +164,8 @@ def run_turns(
     drains: list[Drain] = []
     active = list(peers)
     for turn in range(1, args.turns + 1):
-        print(f"turn {turn}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        print(f"turn {turn}, load average {load}, {idle_cores(meter):.2f} cores busy while idle")
         for clients in args.clients:
             transactions = math.ceil(args.tasks / clients)
             before = meter.read()
@@ -192,6 +194,14 @@ def run_turns(
                     print(f"{peer.row.system}: timed out after {args.timeout} s; no more turns")
                     active.remove(peer)
     return pgbench_tps, pgbench_usage, drains
+
+
+def idle_cores(meter: Meter, seconds: float = 1.0) -> float:
+    """Cores the machine keeps busy while no drain runs (every peer's idle work, the servers'):
+    a share of each drain's machine CPU that is not the drain's."""
+    before = meter.read()
+    time.sleep(seconds)
+    return meter.read().since(before).machine / seconds
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.cpu import Usage
-from bench.peers.__main__ import parse_args
+from bench.peers.__main__ import idle_cores, parse_args
 from bench.peers.celery_peer import CeleryPeer
 from bench.peers.figures import Drain, Row, ratio, spread, table, turn_line, turn_ratios
 from bench.peers.finished import finished_at
@@ -86,6 +86,16 @@ def test_a_drain_without_the_database_server_here_shows_the_machine_alone():
     line = turn_line(Drain("A", 1, 1000, 1.0, usage=Usage(machine=0.9)), None)
 
     assert line.endswith("machine CPU 900 us/task")
+
+
+def test_the_cores_busy_while_idle_are_the_machines_cpu_over_the_pause():
+    class Meter:
+        readings = iter([Usage(10.0, 1.0), Usage(10.02, 1.01)])
+
+        def read(self) -> Usage:
+            return next(self.readings)
+
+    assert idle_cores(Meter(), seconds=0.01) == pytest.approx(2.0)
 
 
 def test_the_worker_counts_are_read_until_one_reaches_the_target(tmp_path):
