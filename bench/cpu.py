@@ -24,7 +24,7 @@ def process_seconds(pids: list[int]) -> float:
             total += time.clock_gettime(((~pid) << 3) | 2)
         except PermissionError:  # another user's process: its ticks, which anyone may read
             with contextlib.suppress(FileNotFoundError):
-                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                stat = _stat(pid)
                 total += (int(stat[11]) + int(stat[12])) / _TICKS  # utime, stime
         except OSError:  # gone
             pass
@@ -47,8 +47,8 @@ def machine_idle_seconds() -> float:
 def server_seconds(postmaster: int) -> float:
     """CPU seconds of a PostgreSQL server: its postmaster, the processes it runs now, and
     those that ended (a backend's whole life, once the postmaster has reaped it)."""
-    stat = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
-    reaped = (int(stat[13]) + int(stat[14])) / _TICKS  # cutime, cstime (fields 16 and 17)
+    stat = _stat(postmaster)
+    reaped = (int(stat[13]) + int(stat[14])) / _TICKS  # cutime, cstime
     running = Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split()
     return reaped + process_seconds([postmaster, *map(int, running)])
 
@@ -57,10 +57,14 @@ def postmaster_of(conn: psycopg.Connection) -> int | None:
     """The pid of the server a connection is to when it runs on this machine, else None."""
     (backend,) = conn.execute("SELECT pg_backend_pid()").fetchone()
     try:
-        stat = Path(f"/proc/{backend}/stat").read_text()
+        return int(_stat(backend)[1])  # ppid
     except FileNotFoundError:  # a server elsewhere: its pid means nothing here
         return None
-    return int(stat.rsplit(")", 1)[1].split()[1])  # ppid (field 4)
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command's name: [0] is field 3 (state)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
 @dataclass(frozen=True)
