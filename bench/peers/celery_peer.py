@@ -27,7 +27,7 @@ class CeleryPeer:
         concurrency: int = 4,
         meter: Meter | None = None,
     ):
-        self.row = Row(system, 4, durable)
+        self.row = Row(system, concurrency, durable)
         self.meter = meter or Meter()
         self.broker_url = broker_url
         self.concurrency = concurrency

@@ -34,7 +34,7 @@ class ProcrastinatePeer:
     def __init__(
         self, server_url: str, run_dir: Path, concurrency: int = 4, meter: Meter | None = None
     ):
-        self.row = Row(f"Procrastinate, concurrency {concurrency}", 4, "yes, PostgreSQL")
+        self.row = Row(f"Procrastinate, concurrency {concurrency}", concurrency, "yes, PostgreSQL")
         self.meter = meter or Meter()
         self.server_url = server_url
         self.concurrency = concurrency

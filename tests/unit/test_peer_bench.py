@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.cpu import Usage
-from bench.peers.__main__ import idle_cores, parse_args
+from bench.cpu import Meter, Usage
+from bench.peers.__main__ import every_peer, idle_cores, parse_args
 from bench.peers.celery_peer import CeleryPeer
 from bench.peers.figures import Drain, Row, ratio, spread, table, turn_line, turn_ratios
 from bench.peers.finished import finished_at
@@ -131,6 +131,20 @@ def test_a_celery_broker_nobody_listens_on_is_skipped_with_one_line(tmp_path, sc
 
     assert started == []
     assert skipped == [f"Celery: skipped, nothing answers at 127.0.0.1:{port} (Connection refused)"]
+
+
+def test_every_system_runs_at_the_first_client_count_it_is_given(tmp_path):
+    args = parse_args(["--clients", "16", "4"])
+
+    peers = every_peer(None, "postgresql://postgres@127.0.0.1/postgres", tmp_path, args, Meter())
+
+    # Each drain is set beside pgbench at its row's client count: the peers at the first.
+    assert [p.row.clients for p in peers] == [16, 16, 4, 4, 16, 16, 16]
+    assert [p.row.system for p in peers[4:]] == [
+        "Celery + RabbitMQ, threads 16",
+        "Celery + Redis, threads 16",
+        "Procrastinate, concurrency 16",
+    ]
 
 
 def test_a_postgresql_nobody_listens_on_skips_procrastinate_and_not_the_others(tmp_path):
