@@ -195,6 +195,19 @@ def seconds(duration: str) -> int:
     return int(parts.group(1) or 0) * 60 + int(parts.group(2) or 0)
 
 
+def test_nginx_looks_the_coordinators_up_as_they_come_and_go():
+    # Resolved once at start, a stopped coordinator's name keeps nginx from starting at all.
+    upstream = re.search(r"upstream coordinator \{(.*?)\}", NGINX_CONF, re.DOTALL).group(1)
+    servers = re.findall(r"^\s*server coordinator-\d+:\d+\b([^;]*);", upstream, re.MULTILINE)
+    assert len(servers) == len(COORDINATORS)
+    assert all("resolve" in parameters.split() for parameters in servers)
+    assert re.search(r"^\s*zone coordinator \d+k;", upstream, re.MULTILINE)
+    # At the http level (the file is included there): Docker's DNS, asked again every 10 s.
+    assert re.search(r"^resolver 127\.0\.0\.11 valid=10s\b", NGINX_CONF, re.MULTILINE)
+    major, minor = map(int, SERVICES["nginx"]["image"].partition(":")[2].split(".")[:2])
+    assert (major, minor) >= (1, 28)  # `resolve` is in nginx since 1.27.3
+
+
 def test_nginx_balances_both_coordinators_once_both_are_healthy():
     upstream = re.search(r"upstream coordinator \{(.*?)\}", NGINX_CONF, re.DOTALL).group(1)
     servers = re.findall(r"^\s*server ([\w.-]+):(\d+)\b", upstream, re.MULTILINE)
