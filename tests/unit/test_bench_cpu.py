@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+from bench import cpu
 from bench.cpu import Meter, Usage, machine_seconds, process_seconds, server_seconds
 
 BURN = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
@@ -41,6 +42,16 @@ def test_a_server_counts_the_cpu_of_its_processes_still_running():
         assert server_seconds(os.getpid()) - before >= 0.25
     finally:
         child.communicate(b"\n")
+
+
+def test_a_process_reaped_while_the_server_is_read_is_counted(monkeypatch):
+    # The reaped part grows between its two reads: the first reading may have missed a
+    # process (gone from the running ones, not yet among the reaped), so it is taken again.
+    reaped = iter([1.0, 2.0, 2.0, 2.0])
+    monkeypatch.setattr(cpu, "_reaped_seconds", lambda pid: next(reaped))
+    monkeypatch.setattr(cpu, "process_seconds", lambda pids: 0.5)
+
+    assert server_seconds(os.getpid()) == 2.5
 
 
 def test_the_machine_reading_grows_with_work_and_a_meter_without_a_server_reads_none():
