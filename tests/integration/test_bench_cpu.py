@@ -34,10 +34,9 @@ def test_the_server_found_is_the_parent_of_a_backend_and_its_cpu_grows_with_a_qu
 
     assert running.database is not None and running.database >= 0.05
     assert running.machine >= running.database * 0.5
-    # A backend that ended still counts, once the postmaster has reaped it (until then, for a
-    # moment, it is in neither place: a test that read at once failed on a fast machine). Its
-    # time then comes from the parent's children's ticks, each of user and system time cut
-    # down to a whole tick, rather than from its own clock.
+    # A backend that ended still counts once the postmaster has reaped it. Its time then comes
+    # from the parent's children's ticks, each of user and system time cut down to a whole
+    # tick, rather than from its own clock.
     ticks_lost = 2 / os.sysconf("SC_CLK_TCK")
     assert ended.database is not None and ended.database >= running.database - ticks_lost
 
