@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.cpu import Meter, Usage
+from bench.cpu import Meter, Usage, machine_seconds
 from bench.peers.celery_peer import CeleryPeer
 from bench.peers.chunkwise import ChunkwisePeer
 from bench.peers.figures import Drain, table, turn_line, usage_text
@@ -165,7 +165,7 @@ def run_turns(
     active = list(peers)
     for turn in range(1, args.turns + 1):
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-        print(f"turn {turn}, load average {load}, {idle_cores(meter):.2f} cores busy while idle")
+        print(f"turn {turn}, load average {load}, {idle_cores():.2f} cores busy while idle")
         for clients in args.clients:
             transactions = math.ceil(args.tasks / clients)
             before = meter.read()
@@ -196,12 +196,12 @@ def run_turns(
     return pgbench_tps, pgbench_usage, drains
 
 
-def idle_cores(meter: Meter, seconds: float = 1.0) -> float:
+def idle_cores(seconds: float = 1.0) -> float:
     """Cores the machine keeps busy while no drain runs (every peer's idle work, the servers'):
     a share of each drain's machine CPU that is not the drain's."""
-    before = meter.read()
+    before = machine_seconds()
     time.sleep(seconds)
-    return meter.read().since(before).machine / seconds
+    return (machine_seconds() - before) / seconds
 
 
 if __name__ == "__main__":

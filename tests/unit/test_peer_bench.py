@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.cpu import Meter, Usage
+from bench.peers import __main__ as peers_main
 from bench.peers.__main__ import every_peer, idle_cores, parse_args
 from bench.peers.celery_peer import CeleryPeer
 from bench.peers.figures import Drain, Row, ratio, spread, table, turn_line, turn_ratios
@@ -88,14 +89,11 @@ def test_a_drain_without_the_database_server_here_shows_the_machine_alone():
     assert line.endswith("machine CPU 900 us/task")
 
 
-def test_the_cores_busy_while_idle_are_the_machines_cpu_over_the_pause():
-    class Meter:
-        readings = iter([Usage(10.0, 1.0), Usage(10.02, 1.01)])
+def test_the_cores_busy_while_idle_are_the_machines_cpu_over_the_pause(monkeypatch):
+    readings = iter([10.0, 10.02])
+    monkeypatch.setattr(peers_main, "machine_seconds", lambda: next(readings))
 
-        def read(self) -> Usage:
-            return next(self.readings)
-
-    assert idle_cores(Meter(), seconds=0.01) == pytest.approx(2.0)
+    assert idle_cores(seconds=0.01) == pytest.approx(2.0)
 
 
 def test_the_worker_counts_are_read_until_one_reaches_the_target(tmp_path):
