@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 from typing import BinaryIO
 
-from flask import Flask, Request, current_app, g, request
+from flask import Flask, Request, Response, current_app, g, request
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from werkzeug.formparser import FormDataParser
 
@@ -224,10 +224,24 @@ def init_app(app: Flask, temp_dir: Path, max_upload_bytes: int) -> None:
     # Room for the other form fields; the file itself is checked against the exact limit.
     app.config["MAX_CONTENT_LENGTH"] = max_upload_bytes + 1024 * 1024
 
+    @app.after_request
+    def remove_spools_once_sent(response: Response) -> Response:
+        # Freeing a large file's blocks takes milliseconds the client need not wait for: the
+        # server calls this once the whole response is written.
+        spools = g.pop("spools", [])
+        if spools:
+            response.call_on_close(lambda: _remove(spools))
+        return response
+
     @app.teardown_request
     def remove_spools(exc: BaseException | None) -> None:
-        for spool in g.pop("spools", []):
-            # The request already answered any storage error; what is left is to tidy up.
-            with contextlib.suppress(StorageFull, StorageUnavailable):
-                spool.close()
-            spool.path.unlink(missing_ok=True)
+        _remove(g.pop("spools", []))  # a request that ended before it had a response
+
+
+def _remove(spools: list[Spool]) -> None:
+    """Close the spools and delete their files (a spool the archive took is gone already)."""
+    for spool in spools:
+        # The request already answered any storage error; what is left is to tidy up.
+        with contextlib.suppress(StorageFull, StorageUnavailable):
+            spool.close()
+        spool.path.unlink(missing_ok=True)

@@ -57,72 +57,71 @@ def submit_csv_job(
     trace_id: str,
     idempotency_key: str | None = None,
 ) -> job_rules.JobView:
-    """Validate and split an uploaded CSV, then admit the job and its chunks in one transaction."""
-    try:
-        if spooled.size > rt.limits.max_upload_bytes:
-            raise PayloadTooLarge(
-                f"the file is larger than {rt.limits.max_upload_bytes} bytes",
-                details={"limit": rt.limits.max_upload_bytes},
-            )
-        if not 1 <= request.chunks <= MAX_CHUNKS:
-            raise InvalidInput.field("chunks", f"must be between 1 and {MAX_CHUNKS}")
-        labels = job_rules.validate_labels(request.labels)
-        try:
-            upload, split = hash_and_split(
-                spooled, request.column, request.delimiter, request.chunks
-            )
-        except csvstats.CsvFormatError as exc:
-            raise InvalidInput.field(exc.field, exc.message) from exc
-        job_id = uuid.uuid4()
-        new_job = NewJob(
-            id=job_id,
-            owner_id=principal.user_id,
-            workload=WORKLOAD,
-            input_uri=archive.input_uri(upload.sha256),
-            input_sha256=upload.sha256,
-            parameters={
-                "column": request.column,
-                "delimiter": request.delimiter,
-                "chunks": request.chunks,
-                "column_index": split.column_index,
-                "records": split.records,
-            },
-            labels=labels,
-            priority=request.priority,
-            chunks_total=len(split.plans),
-            idempotency_key=idempotency_key,
-            request_sha256=job_rules.request_digest(
-                upload.sha256,
-                request.column,
-                request.delimiter,
-                request.chunks,
-                request.priority,
-                labels,
-                # Only when given, so a replay of a request from before sql/0020 still matches.
-                *([request.not_before.isoformat()] if request.not_before else []),
-            ),
-            trace_id=trace_id,
-            max_attempts=rt.limits.max_attempts,
-            not_before=request.not_before,
+    """Validate and split an uploaded CSV, then admit the job and its chunks in one transaction.
+
+    The spool stays the caller's to remove: the app removes it once the response is sent, so
+    that freeing a duplicate's blocks (or every spool, over S3) never delays the answer.
+    """
+    if spooled.size > rt.limits.max_upload_bytes:
+        raise PayloadTooLarge(
+            f"the file is larger than {rt.limits.max_upload_bytes} bytes",
+            details={"limit": rt.limits.max_upload_bytes},
         )
-        new_tasks = [
-            _chunk_task(job_id, plan, split, request, rt.limits.max_attempts)
-            for plan in split.plans
-        ]
-        job_rules.check_size(rt, WORKLOAD, len(new_tasks))
-        staged = rt.archive.stage(upload)
-        try:
-            return job_rules.admit(
-                rt,
-                principal,
-                new_job,
-                new_tasks,
-                on_admitted=lambda: rt.archive.store(staged),
-            )
-        finally:
-            staged.path.unlink(missing_ok=True)
+    if not 1 <= request.chunks <= MAX_CHUNKS:
+        raise InvalidInput.field("chunks", f"must be between 1 and {MAX_CHUNKS}")
+    labels = job_rules.validate_labels(request.labels)
+    try:
+        upload, split = hash_and_split(spooled, request.column, request.delimiter, request.chunks)
+    except csvstats.CsvFormatError as exc:
+        raise InvalidInput.field(exc.field, exc.message) from exc
+    job_id = uuid.uuid4()
+    new_job = NewJob(
+        id=job_id,
+        owner_id=principal.user_id,
+        workload=WORKLOAD,
+        input_uri=archive.input_uri(upload.sha256),
+        input_sha256=upload.sha256,
+        parameters={
+            "column": request.column,
+            "delimiter": request.delimiter,
+            "chunks": request.chunks,
+            "column_index": split.column_index,
+            "records": split.records,
+        },
+        labels=labels,
+        priority=request.priority,
+        chunks_total=len(split.plans),
+        idempotency_key=idempotency_key,
+        request_sha256=job_rules.request_digest(
+            upload.sha256,
+            request.column,
+            request.delimiter,
+            request.chunks,
+            request.priority,
+            labels,
+            # Only when given, so a replay of a request from before sql/0020 still matches.
+            *([request.not_before.isoformat()] if request.not_before else []),
+        ),
+        trace_id=trace_id,
+        max_attempts=rt.limits.max_attempts,
+        not_before=request.not_before,
+    )
+    new_tasks = [
+        _chunk_task(job_id, plan, split, request, rt.limits.max_attempts) for plan in split.plans
+    ]
+    job_rules.check_size(rt, WORKLOAD, len(new_tasks))
+    staged = rt.archive.stage(upload)
+    try:
+        return job_rules.admit(
+            rt,
+            principal,
+            new_job,
+            new_tasks,
+            on_admitted=lambda: rt.archive.store(staged),
+        )
     finally:
-        spooled.path.unlink(missing_ok=True)
+        if staged.path != upload.path:  # a copy on the archive's filesystem, not stored
+            staged.path.unlink(missing_ok=True)
 
 
 def hash_and_split(

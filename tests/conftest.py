@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from flask.testing import FlaskClient
 from psycopg.conninfo import conninfo_to_dict
 from pytest_postgresql.janitor import DatabaseJanitor
 
@@ -138,6 +139,14 @@ def archive_dir(app_config) -> Path:
     return Path(app_config["CHUNKWISE_ARCHIVE_DIR"])
 
 
+class ClosingClient(FlaskClient):
+    """A test client that reads each response whole and closes it, as a WSGI server does once
+    it has sent one (the app removes upload spools then); buffered=False leaves it open."""
+
+    def open(self, *args, buffered: bool = True, **kwargs):
+        return super().open(*args, buffered=buffered, **kwargs)
+
+
 @pytest.fixture
 def app(app_config):
     """The coordinator app on a fresh database."""
@@ -146,6 +155,7 @@ def app(app_config):
 
     flask_app = create_app(app_config)
     flask_app.testing = True
+    flask_app.test_client_class = ClosingClient
     yield flask_app
     close(flask_app.extensions["chunkwise.runtime"])
 

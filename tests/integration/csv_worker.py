@@ -123,13 +123,15 @@ class CsvWorker:
         assert len(claimed) == 1, claimed
         return claimed[0]
 
-    def read_input(self, task: dict, attempt: int | None = None):
-        """GET the chunk's bytes under this worker's lease (or another attempt number)."""
+    def read_input(self, task: dict, attempt: int | None = None, *, buffered: bool = True):
+        """GET the chunk's bytes under this worker's lease (or another attempt number);
+        buffered=False to take them block by block, as the server sends them."""
         attempt = task["attempt"] if attempt is None else attempt
         return self.client.get(
             task["input_uri"],
             headers={**self.headers, "Chunkwise-Lease-Token": task["lease_token"]},
             query_string={"worker_id": self.worker_id, "attempt": attempt},
+            buffered=buffered,
         )
 
     def read_bytes(self, task: dict) -> bytes:

@@ -56,7 +56,7 @@ class ReadsThatFail:
 
 def start_reading(worker: CsvWorker, task: dict):
     """The input's blocks as the worker receives them, the first one already taken."""
-    response = worker.read_input(task)
+    response = worker.read_input(task, buffered=False)
     assert response.status_code == 200
     blocks = iter(response.response)
     assert next(blocks)

@@ -51,6 +51,26 @@ def test_an_idempotency_key_matches_the_same_submission_sent_either_way(
     assert other.get_json()["error"]["code"] == "idempotency_conflict"
 
 
+def test_a_duplicate_uploads_spool_is_removed_once_its_answer_is_sent_not_before(
+    client, headers, temp_dir
+):
+    assert upload_body(client, headers["user"], DATA).status_code == 201  # the spool archived
+    # The same bytes again: nothing to archive, so this spool is deleted, after the answer.
+    response = client.post(
+        "/api/v1/jobs",
+        data=DATA,
+        query_string={"column": "value", "chunks": "4"},
+        headers=headers["user"],
+        content_type="text/csv",
+        buffered=False,  # the response left open, as a server holds it while sending it
+    )
+
+    assert response.status_code == 201
+    assert len(files_under(temp_dir)) == 1
+    response.close()
+    assert files_under(temp_dir) == []
+
+
 @settings(CHUNKWISE_MAX_UPLOAD_BYTES="1000")
 @pytest.mark.parametrize(
     "size", [1001, 1000 + 1024 * 1024 + 1], ids=["just-over", "over-the-request-cap"]

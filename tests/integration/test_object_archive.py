@@ -283,7 +283,7 @@ def test_an_object_read_that_breaks_mid_stream_fails_the_attempt_as_input_unavai
         return real_read(body, amt)
 
     monkeypatch.setattr(StreamingBody, "read", read_then_break)
-    blocks = iter(worker.read_input(task).response)
+    blocks = iter(worker.read_input(task, buffered=False).response)
     assert next(blocks)
 
     with pytest.raises(OSError):
