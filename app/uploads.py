@@ -228,14 +228,17 @@ def init_app(app: Flask, temp_dir: Path, max_upload_bytes: int) -> None:
     def remove_spools_once_sent(response: Response) -> Response:
         # Freeing a large file's blocks takes milliseconds the client need not wait for: the
         # server calls this once the whole response is written.
-        spools = g.pop("spools", [])
+        spools = g.get("spools")
         if spools:
             response.call_on_close(lambda: _remove(spools))
         return response
 
     @app.teardown_request
     def remove_spools(exc: BaseException | None) -> None:
-        _remove(g.pop("spools", []))  # a request that ended before it had a response
+        # Failed past the hooks (a later one raised, say), the response that was to remove
+        # the spools may never be sent: removed now (twice is harmless).
+        if exc is not None:
+            _remove(g.get("spools", []))
 
 
 def _remove(spools: list[Spool]) -> None:

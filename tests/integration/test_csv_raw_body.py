@@ -71,6 +71,22 @@ def test_a_duplicate_uploads_spool_is_removed_once_its_answer_is_sent_not_before
     assert files_under(temp_dir) == []
 
 
+def test_a_spool_is_removed_even_when_a_hook_after_the_view_fails_the_request(
+    app, client, headers, temp_dir
+):
+    assert upload_body(client, headers["user"], DATA).status_code == 201  # the spool archived
+
+    def fail(response):
+        raise RuntimeError("a hook failed")
+
+    # Run after every other hook, the uploads' one included (they run last added first).
+    app.after_request_funcs.setdefault(None, []).insert(0, fail)
+    with pytest.raises(RuntimeError, match="a hook failed"):
+        upload_body(client, headers["user"], DATA)  # a duplicate: its spool is to be deleted
+
+    assert files_under(temp_dir) == []
+
+
 @settings(CHUNKWISE_MAX_UPLOAD_BYTES="1000")
 @pytest.mark.parametrize(
     "size", [1001, 1000 + 1024 * 1024 + 1], ids=["just-over", "over-the-request-cap"]
