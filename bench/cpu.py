@@ -54,12 +54,14 @@ def server_seconds(postmaster: int) -> float:
     after closing its connection once saw 0.001 s of a 0.2 s backend), so the reading is taken
     again until the reaped part is the same before and after it.
     """
+    reaped = _reaped_seconds(postmaster)
     for _ in range(_READ_TRIES):
-        reaped = _reaped_seconds(postmaster)
         running = Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split()
         seconds = reaped + process_seconds([postmaster, *map(int, running)])
-        if _reaped_seconds(postmaster) == reaped:
+        after = _reaped_seconds(postmaster)
+        if after == reaped:
             break
+        reaped = after
     return seconds
 
 

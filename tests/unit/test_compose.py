@@ -19,6 +19,8 @@ COMPOSE = yaml.safe_load((REPO / "compose.yaml").read_text())
 SERVICES = COMPOSE["services"]
 NGINX_CONF = (REPO / "deploy" / "nginx.conf").read_text()
 COORDINATORS = ("coordinator-1", "coordinator-2")
+# The body of deploy/nginx.conf's upstream block.
+UPSTREAM = re.search(r"upstream coordinator \{(.*?)\}", NGINX_CONF, re.DOTALL).group(1)
 WORKERS = ("worker-1", "worker-2")
 # Services that run the project's image (every one but postgres, minio and nginx).
 PROJECT_IMAGE = "chunkwise:local"
@@ -197,11 +199,10 @@ def seconds(duration: str) -> int:
 
 def test_nginx_looks_the_coordinators_up_as_they_come_and_go():
     # Resolved once at start, a stopped coordinator's name keeps nginx from starting at all.
-    upstream = re.search(r"upstream coordinator \{(.*?)\}", NGINX_CONF, re.DOTALL).group(1)
-    servers = re.findall(r"^\s*server coordinator-\d+:\d+\b([^;]*);", upstream, re.MULTILINE)
+    servers = re.findall(r"^\s*server coordinator-\d+:\d+\b([^;]*);", UPSTREAM, re.MULTILINE)
     assert len(servers) == len(COORDINATORS)
     assert all("resolve" in parameters.split() for parameters in servers)
-    assert re.search(r"^\s*zone coordinator \d+k;", upstream, re.MULTILINE)
+    assert re.search(r"^\s*zone coordinator \d+k;", UPSTREAM, re.MULTILINE)
     # At the http level (the file is included there): Docker's DNS, asked again every 10 s.
     assert re.search(r"^resolver 127\.0\.0\.11 valid=10s\b", NGINX_CONF, re.MULTILINE)
     major, minor = map(int, SERVICES["nginx"]["image"].partition(":")[2].split(".")[:2])
@@ -209,8 +210,7 @@ def test_nginx_looks_the_coordinators_up_as_they_come_and_go():
 
 
 def test_nginx_balances_both_coordinators_once_both_are_healthy():
-    upstream = re.search(r"upstream coordinator \{(.*?)\}", NGINX_CONF, re.DOTALL).group(1)
-    servers = re.findall(r"^\s*server ([\w.-]+):(\d+)\b", upstream, re.MULTILINE)
+    servers = re.findall(r"^\s*server ([\w.-]+):(\d+)\b", UPSTREAM, re.MULTILINE)
     port = SERVICES["coordinator-1"]["environment"]["CHUNKWISE_BIND"].rpartition(":")[2]
     assert servers == [(name, port) for name in COORDINATORS]
     assert "proxy_pass http://coordinator;" in NGINX_CONF
