@@ -7,7 +7,9 @@ one, queues no-op tasks, and while `--threads` claim-and-batch-complete loops dr
 records every gunicorn worker and this process with py-spy (the dev extra), sampling only
 threads that hold the GIL: the Python work, not the waits. Writes each recording's collapsed
 stacks into --out, then prints each layer's share of the coordinator's and of the client's
-samples, and the frames with the most samples of their own.
+samples, and the frames with the most samples of their own. Where the server preloads
+pg_stat_statements (a DATABASE_URL server started with shared_preload_libraries naming it),
+it also prints the database's side of the drain, statement by statement.
 docs/performance/profile.md reads these figures.
 """
 
@@ -20,7 +22,10 @@ import shutil
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+import psycopg
 
 from bench.queue import (
     CLAIM_CAPACITY,
@@ -72,10 +77,12 @@ def main(argv: list[str] | None = None) -> None:
                 f"coordinator-{pid}": pid for pid in children(stack.processes["coordinator"].pid)
             }
             targets["client"] = os.getpid()
+            counting = start_counting_statements(url)
             spies = [spy(pid, args.out / name, args.seconds) for name, pid in targets.items()]
             started = time.monotonic()
             done = noop_loops(stack, args.threads, args.seconds, args.fetch, args.capacity)
             elapsed = time.monotonic() - started
+            statements = counted_statements(url) if counting else []
             for process in spies:
                 process.wait(timeout=120)
             drain(stack)
@@ -89,6 +96,59 @@ def main(argv: list[str] | None = None) -> None:
     coordinator = [args.out / f"{n}.txt" for n in targets if n.startswith("coordinator")]
     print_layers("coordinator (every gunicorn worker)", coordinator)
     print_layers("client (the benchmark's loops)", [args.out / "client.txt"])
+    if counting:
+        print_statements(statements, done)
+    else:
+        print("\nthe database's side: not counted (the server does not preload pg_stat_statements)")
+
+
+def start_counting_statements(url: str) -> bool:
+    """Reset pg_stat_statements for the drain; False where the server does not preload it."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        preloaded = conn.execute("SHOW shared_preload_libraries").fetchone()[0]
+        if "pg_stat_statements" not in preloaded:
+            return False
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("SELECT pg_stat_statements_reset()")
+    return True
+
+
+@dataclass(frozen=True)
+class Statement:
+    """What one statement cost the database during the drain, in milliseconds."""
+
+    text: str
+    calls: int
+    rows: int
+    executing: float  # lock waits included
+    planning: float  # 0 unless pg_stat_statements.track_planning is on
+
+
+def counted_statements(url: str) -> list[Statement]:
+    """The scratch database's statements since the reset, the costliest first."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            """
+            SELECT query, calls, rows, total_exec_time, total_plan_time
+            FROM pg_stat_statements
+            WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+            ORDER BY total_exec_time + total_plan_time DESC
+            """
+        ).fetchall()
+    return [Statement(" ".join(text.split()), *figures) for text, *figures in rows]
+
+
+def print_statements(statements: list[Statement], tasks: int) -> None:
+    """Each statement's milliseconds a call, and its share of a task, the costliest first."""
+    print(f"\nthe database's side during the drain (pg_stat_statements, {tasks} tasks)")
+    print("executing includes the time a statement waited for locks")
+    print("   calls  exec ms/call  plan ms/call  exec+plan us/task  statement")
+    for s in statements[:12]:
+        per_task = 1000 * (s.executing + s.planning) / max(tasks, 1)
+        print(
+            f"  {s.calls:6d}  {s.executing / max(s.calls, 1):12.3f}"
+            f"  {s.planning / max(s.calls, 1):12.3f}  {per_task:17.1f}  {s.text[:70]}"
+        )
 
 
 def spy(pid: int, stem: Path, seconds: float) -> subprocess.Popen:
