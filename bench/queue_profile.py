@@ -119,7 +119,6 @@ class Statement:
 
     text: str
     calls: int
-    rows: int
     executing: float  # lock waits included
     planning: float  # 0 unless pg_stat_statements.track_planning is on
 
@@ -129,7 +128,7 @@ def counted_statements(url: str) -> list[Statement]:
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
             """
-            SELECT query, calls, rows, total_exec_time, total_plan_time
+            SELECT query, calls, total_exec_time, total_plan_time
             FROM pg_stat_statements
             WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
             ORDER BY total_exec_time + total_plan_time DESC
@@ -139,7 +138,7 @@ def counted_statements(url: str) -> list[Statement]:
 
 
 def print_statements(statements: list[Statement], tasks: int) -> None:
-    """Each statement's milliseconds a call, and its share of a task, the costliest first."""
+    """Each statement's milliseconds a call and its share of a task, in the order given."""
     print(f"\nthe database's side during the drain (pg_stat_statements, {tasks} tasks)")
     print("executing includes the time a statement waited for locks")
     print("   calls  exec ms/call  plan ms/call  exec+plan us/task  statement")

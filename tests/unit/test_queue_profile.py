@@ -5,11 +5,9 @@ from __future__ import annotations
 from bench.queue_profile import Statement, print_statements
 
 
-def test_each_statement_is_shown_per_call_and_per_task_the_costliest_first_as_given(capsys):
-    counter = Statement(
-        "UPDATE jobs SET chunks_completed = chunks_completed + $1", 10, 10, 20.0, 1.0
-    )
-    read = Statement("SELECT id FROM tasks WHERE id = ANY($1)", 10, 80, 2.0, 3.0)
+def test_each_statement_is_shown_per_call_and_per_task_in_the_order_given(capsys):
+    counter = Statement("UPDATE jobs SET chunks_completed = chunks_completed + $1", 10, 20.0, 1.0)
+    read = Statement("SELECT id FROM tasks WHERE id = ANY($1)", 10, 2.0, 3.0)
 
     print_statements([counter, read], tasks=80)
 
@@ -21,7 +19,7 @@ def test_each_statement_is_shown_per_call_and_per_task_the_costliest_first_as_gi
 
 
 def test_a_long_statement_is_cut_to_seventy_characters(capsys):
-    print_statements([Statement("SELECT " + "x, " * 100 + "1", 1, 1, 1.0, 0.0)], tasks=1)
+    print_statements([Statement("SELECT " + "x, " * 100 + "1", 1, 1.0, 0.0)], tasks=1)
 
     row = capsys.readouterr().out.splitlines()[-1]
     assert row.endswith(("SELECT " + "x, " * 100)[:70])
