@@ -14,7 +14,7 @@ from psycopg import Connection, errors, sql
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
-from repositories import channels, columns, from_row
+from repositories import channels, columns, from_row, locks
 
 # The not_before of a task whose job waits for the jobs it depends on (sql/0023): a time no
 # claim reaches, until the last of them succeeds and release_blocked lets the tasks go.
@@ -315,6 +315,7 @@ def claim(
     max_per_worker: int | None,
     max_total: int | None,
     lease_seconds: int,
+    turn: str | None = None,
 ) -> list[ClaimedTask] | None:
     """Lease up to `capacity` pending tasks within the lease caps, opening one attempt each;
     None when the worker id is bound to another credential (then the caller must roll back).
@@ -327,8 +328,10 @@ def claim(
     the WAL writer flushes it (within 0.2 s by default) is a lease never granted, its worker's
     heartbeats and result are fenced off (409) and the task is claimed again, the at-least-once
     running every lease allows. A flush writes every claim committed before it.
-    A cap of None is no cap, and then its count is never taken. With caps, the caller takes
-    the workload's claim turn first (see services.tasks) so the arithmetic cannot be raced;
+    A cap of None is no cap, and then its count is never taken. With caps, the claim must run
+    in the workload's claim turn (see services.tasks) so the arithmetic cannot be raced: the
+    caller's transaction holds it, or `turn` names the workload whose turn the claim takes
+    first, in the same round trip and transaction (its snapshot is taken after the turn is);
     SKIP LOCKED keeps claims from waiting on rows another transaction is finishing. A claim
     locks up to `capacity` ready rows of each workload, and as many whose waits (a retry's or
     a schedule's) have ended, until it commits, and leases the first ones in claim order that
@@ -351,6 +354,8 @@ def claim(
     try:
         # One round trip: the statements go together, and fail together.
         with conn.pipeline():
+            if turn is not None:
+                locks.take_turn(conn, locks.CLAIM, turn)
             conn.execute(_PLAN_ONCE, prepare=True)
             statement = _claim_of(capacity)
             leased = conn.cursor(row_factory=_task_first).execute(statement, params, prepare=True)

@@ -130,9 +130,7 @@ def _claim_once(
         for r in capped:
             if len(claimed) >= capacity:
                 break
-            with conn.transaction():
-                locks.take_turn(conn, locks.CLAIM, r.name)
-                claimed += _lease_in_turn(conn, rt, worker, named, r, capacity - len(claimed))
+            claimed += _lease_in_turn(conn, rt, worker, named, r, capacity - len(claimed))
     # Per task, so skipped whole (dicts and all) when INFO is off, as under load it may be.
     for c in claimed if logger.isEnabledFor(logging.INFO) else ():
         logger.info(
@@ -160,23 +158,19 @@ def _lease_in_turn(
 ) -> list[ClaimedTask]:
     # In the workload's turn, so its lease caps and start tokens cannot be raced.
     caps = rules.caps
-    tokens = None
-    if caps.max_starts_per_second is not None:
+    limits = (caps.max_leases_per_worker, caps.max_leases_total)
+    if caps.max_starts_per_second is None:
+        # The turn and the claim go in one round trip, and the claim's commit ends the turn.
+        return _lease(conn, rt, worker, named, [rules.name], room, *limits, turn=rules.name)
+    with conn.transaction():
+        locks.take_turn(conn, locks.CLAIM, rules.name)
         tokens = rate_rows.bucket(conn, rules.name, caps.max_starts_per_second, caps.start_burst)
         # With no token to spend the claim still runs: it records the worker as seen.
-        room = min(room, math.floor(tokens.tokens))
-    leased = _lease(
-        conn,
-        rt,
-        worker,
-        named,
-        [rules.name],
-        room,
-        caps.max_leases_per_worker,
-        caps.max_leases_total,
-    )
-    if tokens is not None and leased:
-        rate_rows.spend(conn, rules.name, tokens, len(leased))
+        leased = _lease(
+            conn, rt, worker, named, [rules.name], min(room, math.floor(tokens.tokens)), *limits
+        )
+        if leased:
+            rate_rows.spend(conn, rules.name, tokens, len(leased))
     return leased
 
 
@@ -189,6 +183,7 @@ def _lease(
     capacity: int,
     max_per_worker: int | None,
     max_total: int | None,
+    turn: str | None = None,
 ) -> list[ClaimedTask]:
     worker_id, credential_id = worker
     claimed = task_rows.claim(
@@ -201,6 +196,7 @@ def _lease(
         max_per_worker=max_per_worker,
         max_total=max_total,
         lease_seconds=rt.limits.lease_seconds,
+        turn=turn,
     )
     if claimed is None:  # the statement failed, so it wrote nothing; raised in any turn's
         # transaction, so that is undone too

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
+from repositories import locks
 from services import jobs, settlement, tasks
 from services.jobs import JobSpec, TaskSpec
 from services.wakeups import Wakeups
@@ -194,6 +195,47 @@ def test_claims_stop_at_the_total_cap_across_workers(submit, claim, db):
         db.execute("SELECT count(*) AS n FROM tasks WHERE status = 'leased'").fetchone()["n"]
         == TOTAL_CAP
     )
+
+
+def test_a_capped_claim_holds_its_workloads_turn_until_it_commits(rt, user, database_url, db):
+    jobs.create_job(rt, user, echo_spec(2), trace_id=uuid.uuid4().hex)
+
+    def claim() -> list:
+        return tasks.claim_tasks(rt, WORKER, ["echo"], capacity=1, credential_id=CREDENTIAL)
+
+    assert len(claim()) == 1  # and the worker's row, which the next claim will update
+    held = {"classid": locks.CLAIM, "key": "echo"}
+    with psycopg.connect(database_url) as holder, ThreadPoolExecutor(1) as claimer:
+        # Holding the worker's row stops the claim in its last part, after it has read the caps.
+        holder.execute("SELECT 1 FROM workers WHERE id = %s FOR UPDATE", [WORKER])
+        claiming = claimer.submit(claim)
+        deadline = time.monotonic() + 5
+        while not (waiting := _turn_holders_waiting_for_a_row(db, held)):
+            assert time.monotonic() < deadline, "the claim never waited on the worker's row"
+            time.sleep(0.01)
+        # The backend stuck in the claim is the one holding the workload's turn.
+        assert waiting == 1
+        holder.rollback()
+        assert len(claiming.result(timeout=5)) == 1
+    assert _turn_holders_waiting_for_a_row(db, held) == 0
+    assert db.execute(
+        "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND classid = %s",
+        [locks.CLAIM],
+    ).fetchone() == {"n": 0}
+
+
+def _turn_holders_waiting_for_a_row(db, held: dict) -> int:
+    """How many backends hold the workload's claim turn while waiting for another's lock."""
+    return db.execute(
+        """
+        SELECT count(*) AS n FROM pg_locks turn
+        JOIN pg_stat_activity a ON a.pid = turn.pid
+        WHERE turn.locktype = 'advisory' AND turn.granted
+          AND turn.classid::int = %(classid)s AND turn.objid::int = hashtext(%(key)s)
+          AND a.wait_event_type = 'Lock'
+        """,
+        held,
+    ).fetchone()["n"]
 
 
 # --- lease expiry -----------------------------------------------------------------------------
