@@ -464,7 +464,7 @@ def get_job(
 
 def _read_view(rt: Runtime, principal: Principal, job_id: UUID) -> JobView:
     with rt.pool.connection() as conn:
-        return _view(conn, visible_job(conn, principal, job_id))
+        return _views(conn, [visible_job(conn, principal, job_id)], reader=principal)[0]
 
 
 def visible_job(
@@ -759,10 +759,18 @@ def _view(conn: Connection, job: Job) -> JobView:
     return _views(conn, [job])[0]
 
 
-def _views(conn: Connection, jobs: Sequence[Job | JobSummary]) -> list[JobView]:
+def _views(
+    conn: Connection, jobs: Sequence[Job | JobSummary], reader: Principal | None = None
+) -> list[JobView]:
     counts = job_rows.chunk_counts(conn, [j.id for j in jobs])
-    owners = user_rows.names(conn, {j.owner_id for j in jobs})
-    return [JobView(j, owners[j.owner_id], counts[j.id], progress(j, counts[j.id])) for j in jobs]
+    # A user's name never changes, so a reader who owns every job (a watch, mostly) needs none
+    # read: one statement fewer on each of a watched job's changes.
+    owners = {j.owner_id for j in jobs}
+    if reader is not None and reader.kind == "user" and owners == {reader.user_id}:
+        names = {reader.user_id: reader.name}
+    else:
+        names = user_rows.names(conn, owners)
+    return [JobView(j, names[j.owner_id], counts[j.id], progress(j, counts[j.id])) for j in jobs]
 
 
 def _encode_cursor(job: JobSummary) -> str:
