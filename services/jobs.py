@@ -439,13 +439,15 @@ def get_job(
     *,
     unless_versions: frozenset[str] = frozenset(),
     wait_seconds: float = 0,
+    until_finished: bool = False,
 ) -> JobView:
-    """The job's aggregate status, waiting up to wait_seconds while it is at unless_versions.
+    """The job's aggregate status, waiting up to wait_seconds while it is at unless_versions,
+    or, until_finished, while it is unfinished (whatever changes on the way).
 
     Another user's job is NotFound, exactly like a missing one. WaitRefused, carrying the view,
-    when it is at unless_versions and this process has no waiting place free.
+    when it would wait and this process has no waiting place free.
     """
-    if not unless_versions or wait_seconds <= 0:
+    if not (unless_versions or until_finished) or wait_seconds <= 0:
         return _read_view(rt, principal, job_id)
     deadline = time.monotonic() + wait_seconds
     with rt.wakeups.watching(job_id), rt.wakeups.waiting(True) as may_wait:
@@ -454,7 +456,11 @@ def get_job(
             seen = rt.wakeups.job_changes(job_id)
             view = _read_view(rt, principal, job_id)
             remaining = deadline - time.monotonic()
-            if view.version not in unless_versions or remaining <= 0:
+            if until_finished:
+                answered = view.job.status not in UNFINISHED
+            else:
+                answered = view.version not in unless_versions
+            if answered or remaining <= 0:
                 return view
             if not may_wait:
                 raise WaitRefused(RETRY_WAIT_SECONDS, view)

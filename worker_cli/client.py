@@ -478,24 +478,32 @@ class CoordinatorClient:
         return self._request("GET", f"/api/v1/jobs/{_segment(job_id)}", trace_id=trace_id)
 
     def watch_job(
-        self, job_id: str, version: str | None, *, wait_seconds: float, trace_id: str | None = None
+        self,
+        job_id: str,
+        version: str | None,
+        *,
+        wait_seconds: float,
+        until_finished: bool = False,
+        trace_id: str | None = None,
     ) -> tuple[dict | None, str | None]:
-        """Wait up to wait_seconds for the job to change: (job, ETag), else (None, version)."""
+        """Wait up to wait_seconds for the job to change (until_finished: to finish, however it
+        changes on the way): (job, ETag), else (None, version)."""
         path = f"/api/v1/jobs/{_segment(job_id)}"
         headers = {"If-None-Match": version} if version else None
+        params = {"wait_seconds": wait_seconds, **({"until": "finished"} if until_finished else {})}
         with self._request(
             "GET",
             path,
-            params={"wait_seconds": wait_seconds},
+            params=params,
             headers=headers,
             stream=True,
             trace_id=trace_id,
             timeout=wait_seconds + LONG_POLL_MARGIN,
         ) as response:
+            refused = _retry_after(response.headers.get("Retry-After"))
+            if refused is not None:  # the coordinator had no place to wait: the job as it is
+                self._wait_here(WaitRefused(path, retry_after=refused), wait_seconds)
             if response.status_code == 304:
-                refused = _retry_after(response.headers.get("Retry-After"))
-                if refused is not None:
-                    self._wait_here(WaitRefused(path, retry_after=refused), wait_seconds)
                 return None, version
             return _json_body("GET", path, response), response.headers.get("ETag")
 

@@ -6,6 +6,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from functools import partial
 
 from worker_cli.client import DEFAULT_TIMEOUT, CoordinatorClient, CoordinatorUnavailable
 from worker_cli.schedule import Backoff
@@ -115,11 +116,12 @@ class Client:
             left = WATCH_SECONDS if deadline is None else deadline - self._clock()
             if left <= 0:
                 raise WaitTimedOut(job, timeout)
-            # The coordinator answers as soon as the job changes, or after the wait with a 304.
+            # The coordinator answers as soon as the job finishes, or after the wait.
             seconds = min(WATCH_SECONDS, left)
-            changed, version = self._retrying(
-                lambda: self.api.watch_job(job_id, version, wait_seconds=seconds)  # noqa: B023
+            watch = partial(
+                self.api.watch_job, job_id, version, wait_seconds=seconds, until_finished=True
             )
+            changed, version = self._retrying(watch)
             job = changed or job
         if job["status"] != "succeeded":
             raise JobFailed(job)

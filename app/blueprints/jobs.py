@@ -117,15 +117,20 @@ def get_job(job_id: UUID):
             job_id,
             unless_versions=known,
             wait_seconds=query["wait_seconds"],
+            until_finished=query["until"] == "finished",
         )
     except WaitRefused as refused:
-        # Unchanged, and no place to wait for a change: 304 now, and when to ask again.
-        headers = {**_etag(refused.answer), "Retry-After": str(refused.retry_after)}
-        return Response(status=304, headers=headers)
+        # No place to wait: the job as it is, and when to ask again.
+        return _job_answer(refused.answer, known, {"Retry-After": str(refused.retry_after)})
+    return _job_answer(view, known)
+
+
+def _job_answer(view: jobs.JobView, known: frozenset[str], headers: dict | None = None):
+    headers = {**_etag(view), **(headers or {})}
     # "*" matches whichever version the job is at: there is nothing to wait for.
     if view.version in known or request.if_none_match.star_tag:
-        return Response(status=304, headers=_etag(view))
-    return _dump_job(view), 200, _etag(view)
+        return Response(status=304, headers=headers)
+    return _dump_job(view), 200, headers
 
 
 def _etag(view: jobs.JobView) -> dict[str, str]:

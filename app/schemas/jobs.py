@@ -167,9 +167,18 @@ class JobCancelSchema(JobFilterSchema):
 
 
 class JobWaitQuerySchema(RequestSchema):
-    """Query parameters of a job's view: how long to wait for a change to If-None-Match's."""
+    """Query parameters of a job's view: how long to wait for a change to If-None-Match's, or
+    for the job to finish."""
 
     wait_seconds = fields.Float(load_default=0, validate=validate.Range(min=0, max=30))
+    until = fields.Str(
+        validate=validate.OneOf(["finished"]),
+        load_default=None,
+        metadata={
+            "description": "finished: wait while the job is queued, running or merging, "
+            "however it changes, and answer once it has succeeded, failed or been cancelled"
+        },
+    )
 
 
 class ResultPageQuerySchema(ChunkPageQuerySchema):

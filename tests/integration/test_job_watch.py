@@ -7,6 +7,8 @@ import time
 import uuid
 from dataclasses import replace
 
+import pytest
+
 from services import tasks
 from services.wakeups import Wakeups
 from tests.integration.manifests import WORKER, manifest, sha256_of
@@ -17,6 +19,23 @@ def version_of(client, headers, job_id: str) -> str:
     response = client.get(f"/api/v1/jobs/{job_id}", headers=headers["user"])
     assert response.status_code == 200
     return response.headers["ETag"]
+
+
+def complete(rt, lease: dict) -> None:
+    """Complete a task WORKER leased, as the services would for its result."""
+    with rt.pool.connection() as conn:
+        bound = "SELECT credential_id FROM workers WHERE id = %s"
+        credential = conn.execute(bound, (WORKER,)).fetchone()["credential_id"]
+    uri = f"s3://out/{lease['task_id']}"
+    tasks.complete_task(
+        rt,
+        uuid.UUID(lease["task_id"]),
+        WORKER,
+        credential,
+        lease["attempt"],
+        lease["lease_token"],
+        tasks.TaskResult(uri, sha256_of(uri), {}),
+    )
 
 
 def watch(client, headers, job_id: str, etag: str, wait_seconds: float, as_: str = "user"):
@@ -96,22 +115,10 @@ def test_a_waiting_get_answers_as_soon_as_another_coordinator_completes_a_chunk(
     etag = version_of(client, headers, job["id"])
     # A second coordinator on the same database: its only way to wake us is NOTIFY.
     elsewhere = replace(rt, wakeups=Wakeups(None))
-    uri = f"s3://out/{leased['task_id']}"
-    with rt.pool.connection() as conn:
-        bound = "SELECT credential_id FROM workers WHERE id = %s"
-        credential = conn.execute(bound, (WORKER,)).fetchone()["credential_id"]
 
     def complete_soon() -> None:
         time.sleep(0.3)
-        tasks.complete_task(
-            elsewhere,
-            uuid.UUID(leased["task_id"]),
-            WORKER,
-            credential,
-            leased["attempt"],
-            leased["lease_token"],
-            tasks.TaskResult(uri, sha256_of(uri), {}),
-        )
+        complete(elsewhere, leased)
 
     completer = threading.Thread(target=complete_soon)
     started = time.monotonic()
@@ -164,12 +171,82 @@ def test_waiting_on_another_users_job_is_404_at_once(submit, client, headers):
     assert time.monotonic() - started < 1
 
 
-def test_a_wait_outside_0_to_30_seconds_is_422_naming_wait_seconds(submit, client, headers):
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("wait_seconds=31", "wait_seconds"),
+        ("wait_seconds=-1", "wait_seconds"),
+        ("wait_seconds=soon", "wait_seconds"),
+        ("wait_seconds=1&until=succeeded", "until"),
+        ("wait_seconds=1&until=FINISHED", "until"),
+        ("wait_seconds=1&until=", "until"),
+    ],
+)
+def test_a_wait_outside_0_to_30_seconds_or_until_other_than_finished_is_422_naming_it(
+    submit, client, headers, query, field
+):
     job = submit(manifest(1))
 
-    for bad in ("31", "-1", "soon"):
-        response = client.get(
-            f"/api/v1/jobs/{job['id']}?wait_seconds={bad}", headers=headers["user"]
-        )
-        assert response.status_code == 422
-        assert "wait_seconds" in response.get_json()["error"]["details"]["fields"]
+    response = client.get(f"/api/v1/jobs/{job['id']}?{query}", headers=headers["user"])
+
+    assert response.status_code == 422
+    assert field in response.get_json()["error"]["details"]["fields"]
+
+
+def test_a_watch_until_finished_answers_once_the_job_succeeds_not_at_each_change(
+    rt, submit, claim, client, headers
+):
+    job = submit(manifest(2))
+    leases = claim(WORKER, capacity=2)
+
+    def complete_both() -> None:
+        for lease in leases:  # two changes, 0.3 s apart; only the second finishes the job
+            time.sleep(0.3)
+            complete(rt, lease)
+
+    completer = threading.Thread(target=complete_both)
+    started = time.monotonic()
+    completer.start()
+    response = client.get(
+        f"/api/v1/jobs/{job['id']}?wait_seconds=10&until=finished", headers=headers["user"]
+    )
+    answered = time.monotonic() - started
+    completer.join()
+
+    assert response.status_code == 200
+    assert response.get_json()["status"] == "succeeded"
+    assert 0.6 <= answered < 1.5
+
+
+def test_a_watch_until_finished_on_a_finished_job_answers_at_once(submit, client, headers):
+    job = submit(manifest(1))
+    assert (
+        client.post(f"/api/v1/jobs/{job['id']}/cancel", headers=headers["user"]).status_code == 200
+    )
+
+    started = time.monotonic()
+    response = client.get(
+        f"/api/v1/jobs/{job['id']}?wait_seconds=10&until=finished", headers=headers["user"]
+    )
+
+    assert response.status_code == 200
+    assert response.get_json()["status"] == "cancelled"
+    assert time.monotonic() - started < 1
+
+
+def test_a_watch_until_finished_of_an_unfinished_job_answers_after_wait_seconds(
+    submit, client, headers
+):
+    job = submit(manifest(1))
+    etag = version_of(client, headers, job["id"])
+    url = f"/api/v1/jobs/{job['id']}?wait_seconds=1.2&until=finished"
+
+    started = time.monotonic()
+    as_it_is = client.get(url, headers=headers["user"])
+    waited = time.monotonic() - started
+    unchanged = client.get(url, headers={**headers["user"], "If-None-Match": etag})
+
+    # Without a version the caller hears the job as it is; naming the current one, 304.
+    assert (as_it_is.status_code, as_it_is.get_json()["status"]) == (200, "queued")
+    assert 1.2 <= waited < 3
+    assert unchanged.status_code == 304

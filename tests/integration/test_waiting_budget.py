@@ -110,6 +110,24 @@ def test_a_job_watch_beyond_the_waiting_budget_is_304_at_once_with_retry_after(
 
 
 @ONE_PLACE
+def test_a_watch_until_finished_beyond_the_budget_answers_the_unfinished_job_with_retry_after(
+    waiting_claim, submit, client, headers
+):
+    job = submit(manifest(1))
+
+    started = time.monotonic()
+    answer = client.get(
+        f"/api/v1/jobs/{job['id']}?wait_seconds=5&until=finished", headers=headers["user"]
+    )
+
+    # The caller named no version, so it hears the job as it is, and when to ask again.
+    assert answer.status_code == 200
+    assert answer.get_json()["status"] == "queued"
+    assert answer.headers["Retry-After"] == "3"
+    assert time.monotonic() - started < 1
+
+
+@ONE_PLACE
 def test_a_refused_wait_is_counted_in_metrics(waiting_claim, client, headers):
     [family] = metrics.REFUSED_WAITS.collect()
     before = sum(s.value for s in family.samples if s.name.endswith("_total"))

@@ -145,7 +145,7 @@ def test_a_refused_submission_raises_the_coordinator_s_error_naming_the_field():
 # -- wait ---------------------------------------------------------------------------------
 
 
-def test_wait_follows_the_job_watch_with_its_version_until_the_job_finishes():
+def test_wait_watches_until_the_job_finishes_with_its_version():
     transport = ScriptedTransport(
         (200, job("running"), {"ETag": '"v1"'}),
         (304, None, {"ETag": '"v1"'}),
@@ -160,7 +160,8 @@ def test_wait_follows_the_job_watch_with_its_version_until_the_job_finishes():
     first, *watches = transport.requests
     assert first["query"] == {"wait_seconds": "0"} and "If-None-Match" not in first["headers"]
     assert [w["headers"]["If-None-Match"] for w in watches] == ['"v1"', '"v1"', '"v2"']
-    assert {w["query"]["wait_seconds"] for w in watches} == {"30.0"}
+    # Each watch asks to be answered when the job finishes, not at each chunk's change.
+    assert [w["query"] for w in watches] == [{"wait_seconds": "30.0", "until": "finished"}] * 3
     assert sleeps == []  # the coordinator did the waiting
 
 
@@ -175,6 +176,19 @@ def test_wait_honours_retry_after_on_a_304_instead_of_asking_again_at_once():
     client_over(transport, sleeps).wait(JOB_ID)
 
     assert sleeps == [4]
+
+
+def test_wait_honours_retry_after_on_the_job_as_it_is_instead_of_asking_again_at_once():
+    transport = ScriptedTransport(
+        (200, job("running"), {"ETag": '"v1"'}),
+        (200, job("running"), {"ETag": '"v2"', "Retry-After": "3"}),
+        (200, job("succeeded"), {"ETag": '"v3"'}),
+    )
+    sleeps: list[float] = []
+
+    client_over(transport, sleeps).wait(JOB_ID)
+
+    assert sleeps == [3]
 
 
 def test_wait_raises_job_failed_carrying_the_job_s_error():
