@@ -500,12 +500,15 @@ class CoordinatorClient:
             trace_id=trace_id,
             timeout=wait_seconds + LONG_POLL_MARGIN,
         ) as response:
+            answer = (
+                (None, version)
+                if response.status_code == 304
+                else (_json_body("GET", path, response), response.headers.get("ETag"))
+            )
             refused = _retry_after(response.headers.get("Retry-After"))
-            if refused is not None:  # the coordinator had no place to wait: the job as it is
-                self._wait_here(WaitRefused(path, retry_after=refused), wait_seconds)
-            if response.status_code == 304:
-                return None, version
-            return _json_body("GET", path, response), response.headers.get("ETag")
+        if refused is not None:  # the coordinator had no place to wait: the job as it was
+            self._wait_here(WaitRefused(path, retry_after=refused), wait_seconds)
+        return answer
 
     def _wait_here(self, refused: WaitRefused, wait_seconds: float) -> None:
         # The coordinator had no place for the long poll to wait: wait here instead, as long as
