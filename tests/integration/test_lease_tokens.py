@@ -143,6 +143,18 @@ def test_another_leases_token_is_refused_as_not_the_callers_lease_and_writes_not
     assert state(leased["task_id"]) == before
 
 
+@pytest.mark.parametrize(
+    "app_config",
+    [
+        {},
+        {
+            "CHUNKWISE_MANIFEST_MAX_LEASES_PER_WORKER": "4",
+            "CHUNKWISE_MANIFEST_MAX_LEASES_TOTAL": "8",
+        },
+    ],
+    indirect=True,
+    ids=["uncapped", "capped"],  # a capped claim takes its workload's turn in the same round trip
+)
 def test_a_worker_id_bound_to_another_credential_cannot_claim_and_writes_nothing(
     submit, claim, client, rogue, db
 ):
@@ -163,6 +175,7 @@ def test_a_worker_id_bound_to_another_credential_cannot_claim_and_writes_nothing
     assert db.execute("SELECT * FROM workers").fetchall() == workers_before
     counts = db.execute("SELECT status, count(*) AS n FROM tasks GROUP BY status").fetchall()
     assert {r["status"]: r["n"] for r in counts} == {"leased": 1, "pending": 1}
+    assert len(claim(WORKER)) == 1  # its own credential still claims, the refusal held nothing
 
 
 def test_a_fresh_worker_id_is_bound_to_the_credential_that_first_claims_under_it(
