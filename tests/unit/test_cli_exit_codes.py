@@ -15,8 +15,10 @@ from worker_cli.commands.invocation import (
     EXIT_OK,
     EXIT_UNREACHABLE,
     RETRY_DELAYS,
+    Invocation,
     exit_status_for,
 )
+from worker_cli.commands.jobs import RecordsDone
 
 JOB_ID = "6e56eaf5-06ec-450f-a4f0-f652955b2d63"
 ENV = {"CHUNKWISE_URL": "http://c.test", "CHUNKWISE_TOKEN": "cwu_t"}
@@ -184,14 +186,71 @@ def test_watch_counts_records_from_chunks_only_when_a_chunk_completed():
     ]
     status, _, err, _ = run_scripted(["status", JOB_ID, "--watch"], replies)
     assert status == EXIT_OK
-    assert ScriptedClient.calls == [
-        "get_job",
-        "list_chunks",
-        "watch_job",
-        "watch_job",
-        "list_chunks",
-    ]
+    # A job whose every chunk completed holds every record: no list is needed to say so.
+    assert ScriptedClient.calls == ["get_job", "list_chunks", "watch_job", "watch_job"]
     assert "6/10 records" in err and "10/10 records" in err
+
+
+class ChunkLister:
+    """A client whose chunk list says `done` of 8 chunks of 100 records completed."""
+
+    def __init__(self):
+        self.done, self.lists = 0, 0
+
+    def list_chunks(self, job_id, *, trace_id):
+        self.lists += 1
+        states = ["completed"] * self.done + ["leased"] * (8 - self.done)
+        return {
+            "chunks": [
+                {"state": s, "record_start": 100 * i, "record_end": 100 * (i + 1)}
+                for i, s in enumerate(states)
+            ]
+        }
+
+
+def counting_records(times: list[float]) -> tuple[RecordsDone, ChunkLister]:
+    lister = ChunkLister()
+    cli = Invocation(lister, io.StringIO(), io.StringIO(), False, clock=iter(times).__next__)
+    return RecordsDone(cli, 800), lister
+
+
+def running(done: int, status: str = "running") -> dict:
+    return job(status, chunks_completed=done, chunks_total=8)
+
+
+def test_records_done_lists_the_chunks_at_most_once_a_second_while_the_job_runs():
+    # The clock as each step reads it: the first list, three checks, the fourth's list.
+    records, lister = counting_records([0.0, 0.4, 0.8, 1.5, 1.5])
+    seen = []
+    for done, at in ((1, "first"), (2, "0.4 s on"), (3, "0.8 s on"), (4, "1.5 s on")):
+        lister.done = done
+        seen.append((at, records.of(running(done)), lister.lists))
+
+    # Chunks 2 and 3 complete within a second of the first list: the count lags until 1 s.
+    assert seen == [
+        ("first", 100, 1),
+        ("0.4 s on", 100, 1),
+        ("0.8 s on", 100, 1),
+        ("1.5 s on", 400, 2),
+    ]
+
+
+def test_records_done_needs_no_list_when_no_chunk_or_every_chunk_has_completed():
+    records, lister = counting_records([])
+
+    assert records.of(running(0)) == 0
+    assert records.of(running(8, "merging")) == 800
+    assert lister.lists == 0
+
+
+def test_records_done_of_a_finished_job_are_listed_however_recent_the_last_list():
+    records, lister = counting_records([0.0, 0.1, 0.1])
+    lister.done = 1
+    records.of(running(1))
+    lister.done = 3
+
+    assert records.of(running(3, "failed")) == 300
+    assert lister.lists == 2
 
 
 def test_a_4xx_exits_3_with_code_message_and_trace_id_on_stderr():

@@ -22,6 +22,9 @@ from worker_cli.commands.idempotency_keys import default_idempotency_key, file_s
 from worker_cli.commands.invocation import EXIT_JOB_UNSUCCESSFUL, EXIT_OK, Invocation
 from worker_cli.jobs import FINISHED
 
+# How often a job's progress line may list its chunks to count records done (RecordsDone).
+RECORDS_EVERY = 1.0
+
 UNSUCCESSFUL = frozenset({"failed", "cancelled"})
 JOB_STATUSES = ("queued", "running", "merging", "succeeded", "failed", "cancelled")
 UNFINISHED_STATUSES = tuple(status for status in JOB_STATUSES if status not in FINISHED)
@@ -157,16 +160,12 @@ def report_unsuccessful(cli: Invocation, job: dict) -> None:
 def wait_for_job(cli: Invocation, job: dict, interval: float) -> dict:
     """Follow a job until it finishes, drawing its progress on stderr."""
     progress = tables.ProgressDisplay(cli.err, clock=cli.clock)
-    counts_records = "records" in (job.get("parameters") or {})
-    records, records_at = None, None
+    total = (job.get("parameters") or {}).get("records")
+    records = None if total is None else RecordsDone(cli, total)
     version = None
     try:
         while True:
-            if counts_records and records_at != job["chunks_completed"]:
-                # Only when a chunk completed: the chunk list costs more than the job.
-                chunks = cli.call(cli.client.list_chunks, job["id"])["chunks"]
-                records, records_at = tables.records_done(chunks), job["chunks_completed"]
-            progress.show(job, records)
+            progress.show(job, records and records.of(job))
             if job["status"] in FINISHED:
                 return job
             # The coordinator answers as soon as the job changes; `interval` only bounds how
@@ -177,6 +176,40 @@ def wait_for_job(cli: Invocation, job: dict, interval: float) -> dict:
             job = changed or job
     finally:
         progress.finish()
+
+
+class RecordsDone:
+    """The records a CSV job's completed chunks hold, for its progress line.
+
+    Read from its chunk list, which costs the coordinator more than the job's own answer: only
+    when a chunk has completed, at most once every RECORDS_EVERY seconds while the job runs
+    (the line may lag that long), and not at all when none or every chunk has completed.
+    """
+
+    def __init__(self, cli: Invocation, total: int):
+        self.cli, self.total = cli, total
+        self.count: int | None = None
+        self.completed: int | None = None
+        self.listed_at: float | None = None
+
+    def of(self, job: dict) -> int | None:
+        """Records done as of the job's view (or of a listing less than RECORDS_EVERY old)."""
+        completed = job["chunks_completed"]
+        if completed == self.completed:
+            return self.count
+        if completed in (0, job["chunks_total"]):
+            self.count = 0 if completed == 0 else self.total
+        elif (
+            self.listed_at is not None
+            and self.cli.clock() - self.listed_at < RECORDS_EVERY
+            and job["status"] not in FINISHED
+        ):
+            return self.count
+        else:
+            chunks = self.cli.call(self.cli.client.list_chunks, job["id"])["chunks"]
+            self.count, self.listed_at = tables.records_done(chunks), self.cli.clock()
+        self.completed = completed
+        return self.count
 
 
 def list_jobs(cli: Invocation, args: argparse.Namespace) -> int:
