@@ -165,7 +165,7 @@ def wait_for_job(cli: Invocation, job: dict, interval: float) -> dict:
     version = None
     try:
         while True:
-            progress.show(job, records and records.of(job))
+            progress.show(job, None if records is None else records.of(job))
             if job["status"] in FINISHED:
                 return job
             # The coordinator answers as soon as the job changes; `interval` only bounds how
