@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.queue import scratch_database
-from bench.queue_profile import Statement, counted_statements, start_counting_statements
 from bench.report import CHUNKS, SEED, start
+from bench.statements import Statement, counted_statements, start_counting_statements
 from bench.upload_compare import coordinator_cpu
 from devstack.sample_csv import generate_csv
 from devstack.stack import LocalStack, database_url, follow_job, stop_on_sigterm

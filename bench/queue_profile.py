@@ -22,10 +22,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-
-import psycopg
 
 from bench.queue import (
     CLAIM_CAPACITY,
@@ -36,6 +33,7 @@ from bench.queue import (
     scratch_database,
     submit_noop_jobs,
 )
+from bench.statements import Statement, counted_statements, start_counting_statements
 from devstack.stack import BIN, LocalStack, database_url, stop_on_sigterm
 
 # A sample's layer: the first of these (in order) any of its frames matches, else "other".
@@ -100,41 +98,6 @@ def main(argv: list[str] | None = None) -> None:
         print_statements(statements, done)
     else:
         print("\nthe database's side: not counted (the server does not preload pg_stat_statements)")
-
-
-def start_counting_statements(url: str) -> bool:
-    """Reset pg_stat_statements for the drain; False where the server does not preload it."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        preloaded = conn.execute("SHOW shared_preload_libraries").fetchone()[0]
-        if "pg_stat_statements" not in preloaded:
-            return False
-        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        conn.execute("SELECT pg_stat_statements_reset()")
-    return True
-
-
-@dataclass(frozen=True)
-class Statement:
-    """What one statement cost the database during the drain, in milliseconds."""
-
-    text: str
-    calls: int
-    executing: float  # lock waits included
-    planning: float  # 0 unless pg_stat_statements.track_planning is on
-
-
-def counted_statements(url: str) -> list[Statement]:
-    """The scratch database's statements since the reset, the costliest first."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(
-            """
-            SELECT query, calls, total_exec_time, total_plan_time
-            FROM pg_stat_statements
-            WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-            ORDER BY total_exec_time + total_plan_time DESC
-            """
-        ).fetchall()
-    return [Statement(" ".join(text.split()), *figures) for text, *figures in rows]
 
 
 def print_statements(statements: list[Statement], tasks: int) -> None:

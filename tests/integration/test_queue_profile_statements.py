@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import psycopg
 
-from bench.queue_profile import counted_statements, start_counting_statements
+from bench.statements import counted_statements, start_counting_statements
 
 
 def test_statements_are_counted_from_the_reset_exactly_where_the_server_preloads_them(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench.job_statements import print_calls
-from bench.queue_profile import Statement
+from bench.statements import Statement
 
 
 def test_a_jobs_statements_leave_out_the_counters_own_and_list_the_most_frequent_first(capsys):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bench.queue_profile import Statement, print_statements
+from bench.queue_profile import print_statements
+from bench.statements import Statement
 
 
 def test_each_statement_is_shown_per_call_and_per_task_in_the_order_given(capsys):
