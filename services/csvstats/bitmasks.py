@@ -67,10 +67,16 @@ def count(np: ModuleType, bits: Any) -> int:
     return int(np.bitwise_count(bits).sum())
 
 
-def positions(np: ModuleType, bits: Any, size: int) -> Any:
-    """The places of the set bits among the first `size`, in order."""
-    unpacked = np.unpackbits(bits.view(np.uint8), count=size, bitorder="little")
-    return np.flatnonzero(unpacked.view(bool))  # far quicker than over its uint8 0s and 1s
+def nth(np: ModuleType, bits: Any, n: int) -> int:
+    """The place of set bit number n (from 0), which must be set: no array as long as the
+    set bits' places is made."""
+    counts = np.bitwise_count(bits)
+    through = np.cumsum(counts, dtype=np.int64)  # bits set up to the end of each word
+    word = int(np.searchsorted(through, n + 1))
+    left, rank = int(bits[word]), n - int(through[word] - counts[word])
+    for _ in range(rank):
+        left &= left - 1  # its lowest set bit cleared
+    return word * 64 + (left & -left).bit_length() - 1
 
 
 def first(np: ModuleType, bits: Any) -> int | None:

@@ -12,10 +12,11 @@ a CR, an LF or a closing quote; a closing quote comes before the delimiter, a CR
 an opening quote (a doubled quote is a closing quote and an opening one side by side). A line break
 (LF, CRLF, a lone CR) is a record terminator when an even number of quotes comes before it: the
 counts, kept per block, are popcounts of the words, with no array as long as the quotes or the
-breaks. Only the blocks where a chunk ends are scanned a second time, for their terminators'
-offsets; each chunk is hashed by one of two threads as soon as its end is known. Returns None where
-the exact scan must decide (a misplaced or unterminated quote, bytes that are not UTF-8, an empty
-file): the caller then runs it, and it names the error. Without numpy the parity counts of
+breaks. Only the blocks where a chunk ends are scanned a second time, for that chunk's last
+terminator; each chunk is hashed by a thread as soon as its end is known, and the caller hashes
+those left, from the last back, once every end is. Returns None where the exact scan must decide
+(a misplaced or unterminated quote, bytes that are not UTF-8, an empty file): the caller then runs
+it, and it names the error. Without numpy the parity counts of
 services.csvstats.parity plan the file instead.
 """
 
@@ -25,7 +26,7 @@ import codecs
 import functools
 from array import array
 from bisect import bisect_left
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -71,8 +72,10 @@ class BlockScan:
     lines: Any  # physical line breaks
     quotes: Any
     well_placed: bool  # whether its quotes open and close fields as RFC 4180 allows
-    ends: Any  # offsets just past its terminators (only when asked for), from the block start
-    lines_through: Any  # physical line breaks up to and including each of those terminators
+    # Only when a terminator was asked for: the offset just past it, from the block start, and
+    # the physical line breaks up to and including it.
+    end: int | None
+    lines_through: int | None
 
 
 def scan_block(
@@ -81,11 +84,12 @@ def scan_block(
     after: bytes,
     odd: int,
     delimiter: bytes,
-    offsets: bool,
     cuts: list[int] | None = None,
+    nth: int | None = None,
 ) -> BlockScan:
     """Scan a block after `odd` open quotes; before and after are the bytes around it, as
-    many as the delimiter has, and cuts the offsets in it to count up to."""
+    many as the delimiter has, cuts the offsets in it to count up to, and nth the terminator
+    (from 0) to find."""
     np, width, size = engine(), len(delimiter), len(block)
     padded = np.frombuffer(before + block + after, np.uint8)
     # Bit p of each mask (in 64-bit words) stands for padded[p].
@@ -115,18 +119,18 @@ def scan_block(
     before_quote = inside ^ quotes
     misplaced = quotes & ((before_quote & ~closes_before) | (~before_quote & ~opens_after))
     terminator = breaks & ~inside
-    ends = lines_through = None
-    if offsets:
-        at = bitmasks.positions(np, terminator, len(padded))
-        ends = at - (width - 1)
-        lines_through = bitmasks.running_counts(np, breaks, at) + 1
+    end = lines_through = None
+    if nth is not None:
+        at = bitmasks.nth(np, terminator, nth)
+        end = at - (width - 1)
+        lines_through = int(bitmasks.running_counts(np, breaks, np.array([at]))[0]) + 1
     through = np.asarray(cuts or [size], np.int64) + width
     return BlockScan(
         terminators=bitmasks.running_counts(np, terminator, through),
         lines=bitmasks.running_counts(np, breaks, through),
         quotes=bitmasks.running_counts(np, quotes, through),
         well_placed=not misplaced.any(),
-        ends=ends,
+        end=end,
         lines_through=lines_through,
     )
 
@@ -143,7 +147,6 @@ class VectorLayout:
         self.records_before = array("q")  # terminators outside quotes before it
         self.lines_before = array("q")  # physical line breaks before it
         self.proven = False  # UTF-8, every quote well placed, none left open
-        self._last: tuple[int, BlockScan] | None = None
         size, pos, odd, records, lines = len(data), start, 0, 0, 0
         width = len(delimiter)
         before = _PAD * (width - 1) + _EDGE
@@ -155,7 +158,7 @@ class VectorLayout:
             block = data[pos:end]
             if not _is_utf8(block):
                 return
-            scan = scan_block(block, before, self._after(end), odd, delimiter, False, cuts)
+            scan = scan_block(block, before, self._after(end), odd, delimiter, cuts)
             if not scan.well_placed:
                 return
             # Each block's start, and the counts before it.
@@ -187,19 +190,6 @@ class VectorLayout:
         """Record terminators outside quotes in the whole buffer."""
         return self.records_before[-1]
 
-    def _block(self, i: int) -> BlockScan:
-        """Block i scanned again with its terminators' offsets (the last one asked is kept)."""
-        if self._last is None or self._last[0] != i:
-            data, pos, end = self.data, self.starts[i], self.starts[i + 1]
-            width = len(self.delimiter)
-            edge = _PAD * (width - 1) + _EDGE
-            before = (edge + data[max(self.start, pos - width) : pos])[-width:]
-            block, after = data[pos:end], self._after(end)
-            scan = scan_block(block, before, after, self.odd[i], self.delimiter, offsets=True)
-            self._last = i, scan
-            release(data, max(0, pos - width), min(len(data), end + width))
-        return self._last[1]
-
     def _after(self, end: int) -> bytes:
         """The delimiter's length in bytes from end on, the file's end standing as _EDGE."""
         width = len(self.delimiter)
@@ -210,11 +200,18 @@ class VectorLayout:
 
     def boundary(self, terminator: int) -> tuple[int, int]:
         """The offset just past record terminator number `terminator` (from 1), and the
-        physical line that starts there."""
+        physical line that starts there: its block scanned again, for that terminator."""
         i = bisect_left(self.records_before, terminator) - 1
-        scan, k = self._block(i), terminator - self.records_before[i] - 1
-        line = 1 + self.lines_before[i] + int(scan.lines_through[k])
-        return self.starts[i] + int(scan.ends[k]), line
+        data, pos, end = self.data, self.starts[i], self.starts[i + 1]
+        width = len(self.delimiter)
+        edge = _PAD * (width - 1) + _EDGE
+        before = (edge + data[max(self.start, pos - width) : pos])[-width:]
+        nth = terminator - self.records_before[i] - 1
+        scan = scan_block(
+            data[pos:end], before, self._after(end), self.odd[i], self.delimiter, nth=nth
+        )
+        release(data, max(0, pos - width), min(len(data), end + width))
+        return pos + scan.end, 1 + self.lines_before[i] + scan.lines_through
 
 
 def _block_end(data, pos: int, size: int) -> int:
@@ -259,7 +256,7 @@ def plan_by_vectors(data, delimiter: str, chunks: int) -> ParityPlan | None:
     size = max(1, -(-records // chunks))
     count = max(1, -(-records // size))
     ranges, byte_start, line = [], body_start, body_line
-    with ThreadPoolExecutor(max_workers=2) as hashing:
+    with ThreadPoolExecutor(max_workers=1) as hashing:
         digests = []
         for index in range(count):
             if index == count - 1:
@@ -269,5 +266,18 @@ def plan_by_vectors(data, delimiter: str, chunks: int) -> ParityPlan | None:
             ranges.append((byte_start, byte_end, line))
             digests.append(hashing.submit(digest_range, data, byte_start, byte_end))
             byte_start, line = byte_end, next_line
-        hexdigests = [digest.result() for digest in digests]
+        hexdigests = _share_digests(data, ranges, digests)
     return ParityPlan(start, body_start - 1 if total else -1, records, ranges, hexdigests)
+
+
+def _share_digests(data, ranges: list, digests: list[Future]) -> list[str]:
+    """The chunks' digests, the caller hashing from the last chunk back those the thread has
+    not started: two threads at once, where three on two cores slowed the boundaries by
+    waiting on each other for the GIL."""
+    mine = {}
+    for index in reversed(range(len(digests))):
+        if not digests[index].cancel():
+            break  # the thread has started this one, so every one before it too
+        byte_start, byte_end, _ = ranges[index]
+        mine[index] = digest_range(data, byte_start, byte_end)
+    return [mine[i] if i in mine else digest.result() for i, digest in enumerate(digests)]

@@ -36,9 +36,14 @@ def test_flags_set_one_bit_per_matching_byte_across_blocks(data, block):
         len(words) * 64 - len(data)
     )
     assert bitmasks.count(np, words) == data.count(b",")
-    assert bitmasks.positions(np, words, len(data)).tolist() == [
-        i for i, b in enumerate(data) if b == ord(",")
-    ]
+
+
+@PROPERTY_SETTINGS
+@given(data=some_bytes)
+def test_nth_is_the_place_of_each_set_bit_in_turn(data):
+    words = bitmasks.flags(np, np.frombuffer(data, np.uint8), ord(","))
+    places = [i for i, b in enumerate(data) if b == ord(",")]
+    assert [bitmasks.nth(np, words, n) for n in range(len(places))] == places
 
 
 @PROPERTY_SETTINGS
