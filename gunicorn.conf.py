@@ -12,6 +12,8 @@ from functools import partial
 from pathlib import Path
 
 from gunicorn import util
+from gunicorn.http.body import Body, LengthReader
+from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers.gthread import TConn, ThreadWorker
 from werkzeug.exceptions import ClientDisconnected
 
@@ -88,6 +90,13 @@ class BoundedSocket(socket.socket):
                 return b""
         try:
             return super().recv(size, flags)
+        except TimeoutError as exc:
+            raise BodyStalled() from exc
+
+    def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
+        # Only a body is read this way (read_body_into): a stall is bounded, never the read.
+        try:
+            return super().recv_into(buffer, nbytes, flags)
         except TimeoutError as exc:
             raise BodyStalled() from exc
 
@@ -208,6 +217,42 @@ def write_json_error(sock, status_int: int, reason: str, mesg: str) -> None:
 
 
 util.write_error = write_json_error
+
+
+def read_body_into(body: Body, buffer) -> int:
+    """Body.readinto: a body of known length received straight into the reader's buffer.
+
+    werkzeug reads a request's stream through readinto where it has one; gunicorn's Body has
+    only read, which passes each mebibyte through four BytesIO copies holding the GIL: reading
+    a 22.6 MiB upload took 30-100 ms, where receiving it into the buffer takes 12-35 ms. What
+    gunicorn read ahead with the headers is taken first; any other body is read as before.
+    """
+    reader, view = body.reader, memoryview(buffer).cast("B")
+    direct = isinstance(reader, LengthReader) and isinstance(reader.unreader, SocketUnreader)
+    if not direct or body.buf.tell():
+        data = body.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+    wanted = min(len(view), reader.length)
+    if not wanted:
+        return 0
+    try:
+        held = reader.unreader.take_buffered()
+        if held:
+            got = min(len(held), wanted)
+            view[:got] = held[:got]
+            if got < len(held):
+                reader.unreader.unread(held[got:])  # the next request's, kept alive
+        else:
+            got = reader.unreader.sock.recv_into(view, wanted)
+    except Exception:
+        body.failed = True  # where the next request starts is unknown: the connection closes
+        raise
+    reader.length -= got
+    return got
+
+
+Body.readinto = read_body_into
 
 wsgi_app = "app:create_app(storage_fatal=False)"
 bind = os.environ.get("CHUNKWISE_BIND", "127.0.0.1:8000")

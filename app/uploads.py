@@ -192,10 +192,11 @@ def spooled_body() -> Spooled:
     """Stream the raw request body to a spool; return what it spooled."""
     spool = Spool(current_app.config["CHUNKWISE_TEMP_DIR"])
     g.setdefault("spools", []).append(spool)
-    # Only a block at a time in memory: the split reads the spool through a memory map.
-    stream = request.stream
-    while block := stream.read(BODY_BLOCK_SIZE):
-        spool.write(block)
+    # Only a block at a time in memory, received into one buffer (gunicorn's Body.readinto is
+    # read_body_into, in gunicorn.conf.py): the split reads the spool through a memory map.
+    stream, block = request.stream, memoryview(bytearray(BODY_BLOCK_SIZE))
+    while received := stream.readinto(block):
+        spool.write(block[:received])
     # gunicorn ends the stream where the client hung up: a cut body must not pass for a CSV.
     expected = request.content_length
     if expected is not None and spool.size < expected:

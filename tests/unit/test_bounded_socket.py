@@ -72,6 +72,68 @@ def test_a_stalled_body_raises_body_stalled_a_400_and_a_timeout(conf, pair):
     assert isinstance(stalled.value, TimeoutError)
 
 
+def gunicorn_body(server, length: int, read_ahead: bytes = b""):
+    """gunicorn's body of a request of `length` bytes, `read_ahead` read with its headers."""
+    from gunicorn.http.body import Body, LengthReader
+    from gunicorn.http.unreader import SocketUnreader
+
+    unreader = SocketUnreader(server)
+    unreader.unread(read_ahead)
+    return Body(LengthReader(unreader, length))
+
+
+def read_all_into(body, block: int) -> bytes:
+    buffer, received = memoryview(bytearray(block)), b""
+    while got := body.readinto(buffer):
+        received += bytes(buffer[:got])
+    return received
+
+
+def test_a_body_is_received_into_the_buffer_and_the_next_request_kept_for_it(conf, pair):
+    server, client = pair
+    server.headers_read()
+    body = b"id,value\n" + b"1,2\n" * 5000
+    client.sendall(body[100:] + b"GET /next HTTP/1.1\r\n")
+
+    gunicorn = gunicorn_body(server, len(body), read_ahead=body[:100])
+
+    assert read_all_into(gunicorn, 4096) == body
+    assert gunicorn.reader.length == 0 and not gunicorn.failed
+    assert gunicorn.reader.unreader.read() == b"GET /next HTTP/1.1\r\n"
+
+
+def test_a_body_read_ahead_past_its_end_leaves_the_rest_to_the_next_request(conf, pair):
+    server, _client = pair
+    server.headers_read()
+
+    gunicorn = gunicorn_body(server, 5, read_ahead=b"hello" + b"GET / HTTP/1.1\r\n")
+
+    assert read_all_into(gunicorn, 4096) == b"hello"
+    assert gunicorn.reader.unreader.read() == b"GET / HTTP/1.1\r\n"
+
+
+def test_a_body_cut_short_reads_to_its_end_of_file(conf, pair):
+    server, client = pair
+    server.headers_read()
+    client.sendall(b"id,x\n1,2\n")
+    client.shutdown(socket.SHUT_WR)
+
+    assert read_all_into(gunicorn_body(server, 1000), 4096) == b"id,x\n1,2\n"
+
+
+def test_a_stalled_body_read_into_a_buffer_raises_body_stalled_and_fails_the_connection(
+    conf, pair
+):
+    server, client = pair
+    server.headers_read()
+    client.sendall(b"id,x\n")
+    gunicorn = gunicorn_body(server, 1000)
+
+    with pytest.raises(conf.BodyStalled):
+        read_all_into(gunicorn, 4096)
+    assert gunicorn.failed
+
+
 def test_a_slow_reader_that_keeps_reading_gets_a_whole_answer_longer_than_a_stall(pair):
     server, client = pair
     answer = b"x" * 4_000_000
