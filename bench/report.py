@@ -25,6 +25,7 @@ from pathlib import Path
 import psycopg
 
 from bench.page_faults import fault_microseconds
+from bench.queue import scratch_database
 from bench.turns import ratios, spread
 from bench.yardsticks import duckdb_totals, plain_pass
 from devstack.sample_csv import generate_csv, generate_export_csv
@@ -325,7 +326,15 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"a yardstick differs from the sequential control on {name}")
         samples.append(Sample(name, data, path, control, [], [], [], [], []))
 
-    url = database_url(RUN_DIR)
+    # A database of its own: a server kept from an earlier report still knows its workers'
+    # ids, registered under that report's credentials, and would refuse this one's.
+    with scratch_database(database_url(RUN_DIR)) as url:
+        return run_samples(samples, url)
+
+
+def run_samples(samples: list[Sample], url: str) -> int:
+    """Run the samples' jobs in turns with their yardsticks, then the recovery run; write the
+    report; 0 if every result equalled the sequential control."""
     stack = start(url, RUN_DIR / "run1", {}, {"worker-1": (), "worker-2": ()})
     try:
         # Side by side, taking turns, so a machine that speeds up or slows down during the
