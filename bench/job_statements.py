@@ -21,7 +21,7 @@ from bench.report import CHUNKS, SEED, start
 from bench.statements import Statement, counted_statements, start_counting_statements
 from bench.upload_compare import coordinator_cpu
 from devstack.sample_csv import generate_csv
-from devstack.stack import LocalStack, database_url, follow_job, stop_on_sigterm
+from devstack.stack import LocalStack, database_url, stop_on_sigterm
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -60,7 +60,7 @@ def run_job(stack: LocalStack, path: Path) -> float:
     client = stack.client()
     started = time.monotonic()
     with path.open("rb") as f:
-        job = follow_job(client, client.submit_csv_job(f, column="value", chunks=CHUNKS))
+        job = stack.follow_job(client, client.submit_csv_job(f, column="value", chunks=CHUNKS))
     wall = time.monotonic() - started
     client.close()
     if job["status"] != "succeeded":

@@ -29,7 +29,7 @@ from bench.queue import scratch_database
 from bench.turns import ratios, spread
 from bench.yardsticks import duckdb_totals, plain_pass
 from devstack.sample_csv import generate_csv, generate_export_csv
-from devstack.stack import REPO, LocalStack, database_url, follow_job, stop_on_sigterm
+from devstack.stack import REPO, LocalStack, database_url, stop_on_sigterm
 from services import csvstats
 
 RECORDS = 1_000_000
@@ -94,7 +94,7 @@ def run_job(stack: LocalStack, csv_path: Path) -> Run:
     with csv_path.open("rb") as f:
         job = client.submit_csv_job(f, column="value", chunks=CHUNKS)
     upload = time.monotonic() - started
-    job = follow_job(client, job)
+    job = stack.follow_job(client, job)
     wall = time.monotonic() - started
     # The list leaves each chunk's metrics out; a chunk's own page has them.
     listed = client.list_chunks(job["id"])["chunks"]

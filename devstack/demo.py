@@ -15,8 +15,8 @@ from devstack.stack import (
     REPO,
     BindRefused,
     LocalStack,
+    StackStopped,
     database_url,
-    follow_job,
     kept_tokens,
     run_address,
     stop_on_sigterm,
@@ -69,7 +69,7 @@ def run_sample(stack: LocalStack, records: int, chunks: int) -> int:
     with sample.open("rb") as f:
         job = client.submit_csv_job(f, column="value", chunks=chunks)
     say(f"job:       {job['id']} (trace {job['trace_id']}), {job['chunks_total']} chunks")
-    job = follow_job(client, job, lambda job: show_progress(job, time.monotonic() - started))
+    job = stack.follow_job(client, job, lambda job: show_progress(job, time.monotonic() - started))
     elapsed = time.monotonic() - started
     client.close()
     print()
@@ -151,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         say_ready(stack)
         signal.pause()
         return 0
+    except StackStopped as exc:
+        print(f"\nmake {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         say("\ninterrupted")
         return 130

@@ -41,6 +41,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class StackStopped(Exception):
+    """The coordinator, or every worker, of a LocalStack exited while a job was followed."""
+
+
 class BindRefused(Exception):
     """make run cannot listen where it was asked to; the message says why and what to do."""
 
@@ -134,6 +138,7 @@ class LocalStack:
     port: int = field(default_factory=free_port)
     host: str = "127.0.0.1"
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    coordinators: set[str] = field(default_factory=set)  # the names of processes[] that serve
 
     @property
     def url(self) -> str:
@@ -196,6 +201,7 @@ class LocalStack:
 
     def start_coordinator(self, name: str = "coordinator", timeout: float = 30.0) -> None:
         """Start gunicorn and wait until /readyz answers 200."""
+        self.coordinators.add(name)
         self._spawn(name, [str(BIN / "gunicorn"), "-c", str(REPO / "gunicorn.conf.py")])
         self.wait_ready(timeout)
 
@@ -257,6 +263,35 @@ class LocalStack:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
 
+    def follow_job(
+        self,
+        client: CoordinatorClient,
+        job: dict,
+        on_answer: Callable[[dict], None] = lambda job: None,
+    ) -> dict:
+        """Wait until the job ends, calling on_answer with the job after each watch answers.
+
+        StackStopped if the coordinator, or every worker, exits first: the job would never end.
+        """
+        version = None
+        while job["status"] not in FINISHED:
+            changed, version = client.watch_job(job["id"], version, wait_seconds=1)
+            job = changed or job
+            on_answer(job)
+            self.check_running()
+        return job
+
+    def check_running(self) -> None:
+        """StackStopped unless the coordinator and at least one worker are running."""
+        exited = {name: p.returncode for name, p in self.processes.items() if p.poll() is not None}
+        workers = [name for name in self.processes if name not in self.coordinators]
+        gone = [n for n in self.coordinators if n in exited]
+        if workers and all(name in exited for name in workers):
+            gone += workers
+        if gone:
+            codes = ", ".join(f"{name} exited with {exited[name]}" for name in gone)
+            raise StackStopped(f"{codes}; the logs are in {self.logs}")
+
     def client(self, token: str | None = None) -> CoordinatorClient:
         """The chunkwise command's client, as the user (or the given token)."""
         return CoordinatorClient(self.url, token or self.tokens.user)
@@ -276,18 +311,6 @@ class LocalStack:
         session = settled_session(self.url)
         session.headers["Authorization"] = f"Bearer {token or self.tokens.user}"
         return session
-
-
-def follow_job(
-    client: CoordinatorClient, job: dict, on_answer: Callable[[dict], None] = lambda job: None
-) -> dict:
-    """Wait until the job ends, calling on_answer with the job after each watch answers."""
-    version = None
-    while job["status"] not in FINISHED:
-        changed, version = client.watch_job(job["id"], version, wait_seconds=1)
-        job = changed or job
-        on_answer(job)
-    return job
 
 
 def stop_on_sigterm() -> None:

@@ -1,11 +1,16 @@
-"""make run's stack keeps its tokens private and across restarts; workers get only their own."""
+"""make run's stack keeps its tokens private and across restarts; workers get only their own;
+following a job stops once the stack can no longer finish it."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
-from devstack.stack import LocalStack, Tokens, kept_tokens
+import pytest
+
+from devstack.stack import LocalStack, StackStopped, Tokens, kept_tokens
 
 
 def mode_of(path: Path) -> int:
@@ -77,3 +82,57 @@ def test_a_worker_is_given_its_own_token_and_neither_the_database_nor_other_toke
     ]
     assert leaked == []
     assert "postgresql://" not in json.dumps(env)
+
+
+def exited(code: int) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])
+    process.wait()
+    return process
+
+
+def running() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+
+
+class QueuedJobWatch:
+    """A coordinator's watch that never sees the job change (a follow that kept waiting fails
+    at its third answer, where it would wait for good)."""
+
+    answers = 0
+
+    def watch_job(self, job_id, version, wait_seconds):
+        self.answers += 1
+        assert self.answers < 3, "the follow kept waiting on a stack that cannot end the job"
+        return None, version
+
+
+@pytest.fixture
+def stack(tmp_path):
+    stack = LocalStack(database_url="postgresql://unused", run_dir=tmp_path)
+    yield stack
+    for process in stack.processes.values():
+        process.kill()
+        process.wait()
+
+
+def test_following_a_job_stops_when_every_worker_has_exited(stack):
+    stack.coordinators.add("coordinator")
+    stack.processes.update(coordinator=running(), **{"worker-1": exited(1), "worker-2": exited(3)})
+
+    with pytest.raises(StackStopped, match="worker-1 exited with 1, worker-2 exited with 3"):
+        stack.follow_job(QueuedJobWatch(), {"id": "j", "status": "queued"})
+
+
+def test_following_a_job_stops_when_the_coordinator_has_exited(stack):
+    stack.coordinators.add("coordinator")
+    stack.processes.update(coordinator=exited(2), **{"worker-1": running()})
+
+    with pytest.raises(StackStopped, match="coordinator exited with 2"):
+        stack.follow_job(QueuedJobWatch(), {"id": "j", "status": "running"})
+
+
+def test_one_worker_gone_of_two_leaves_the_stack_running(stack):
+    stack.coordinators.add("coordinator")
+    stack.processes.update(coordinator=running(), **{"worker-a": exited(-9), "worker-b": running()})
+
+    stack.check_running()  # the recovery run kills a worker on purpose
