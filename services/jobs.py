@@ -451,17 +451,22 @@ def get_job(
         return _read_view(rt, principal, job_id)
     deadline = time.monotonic() + wait_seconds
     with rt.wakeups.watching(job_id), rt.wakeups.waiting(True) as may_wait:
+        view = None
         while True:
             # Counted before the read, so a change that commits in between is not missed.
             seen = rt.wakeups.job_changes(job_id)
-            view = _read_view(rt, principal, job_id)
             remaining = deadline - time.monotonic()
-            if until_finished:
-                answered = view.job.status not in UNFINISHED
-            else:
-                answered = view.version not in unless_versions
-            if answered or remaining <= 0:
-                return view
+            # Waiting for the end, a change that leaves the job unfinished needs only its status
+            # read: the whole job is read at the start, at the end and at the deadline.
+            skim = until_finished and view is not None and remaining > 0
+            if not skim or _read_status(rt, principal, job_id) not in UNFINISHED:
+                view = _read_view(rt, principal, job_id)
+                if until_finished:
+                    answered = view.job.status not in UNFINISHED
+                else:
+                    answered = view.version not in unless_versions
+                if answered or remaining <= 0:
+                    return view
             if not may_wait:
                 raise WaitRefused(RETRY_WAIT_SECONDS, view)
             # Re-check at least every second: a lost notification costs at most that.
@@ -471,6 +476,15 @@ def get_job(
 def _read_view(rt: Runtime, principal: Principal, job_id: UUID) -> JobView:
     with rt.pool.connection() as conn:
         return _views(conn, [visible_job(conn, principal, job_id)], reader=principal)[0]
+
+
+def _read_status(rt: Runtime, principal: Principal, job_id: UUID) -> str:
+    owner = None if principal.is_operator else principal.user_id
+    with rt.pool.connection() as conn:
+        status = job_rows.status(conn, job_id, owner_id=owner)
+    if status is None:
+        raise NotFound(f"job {job_id} does not exist")
+    return status
 
 
 def visible_job(

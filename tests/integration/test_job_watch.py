@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from services import tasks
+from services import jobs, tasks
 from services.wakeups import Wakeups
 from tests.integration.manifests import WORKER, manifest, sha256_of
 
@@ -216,6 +216,34 @@ def test_a_watch_until_finished_answers_once_the_job_succeeds_not_at_each_change
     assert response.status_code == 200
     assert response.get_json()["status"] == "succeeded"
     assert 0.6 <= answered < 1.5
+
+
+def test_a_watch_until_finished_reads_only_the_status_at_the_changes_on_the_way(
+    rt, submit, claim, client, headers, monkeypatch
+):
+    job = submit(manifest(3))
+    leases = claim(WORKER, capacity=3)
+    whole_reads = []
+    read_view = jobs._read_view
+    monkeypatch.setattr(jobs, "_read_view", lambda *a: whole_reads.append(1) or read_view(*a))
+
+    def complete_all() -> None:
+        for lease in leases:  # three changes; only the last finishes the job
+            time.sleep(0.2)
+            complete(rt, lease)
+
+    completer = threading.Thread(target=complete_all)
+    completer.start()
+    response = client.get(
+        f"/api/v1/jobs/{job['id']}?wait_seconds=10&until=finished", headers=headers["user"]
+    )
+    completer.join()
+
+    # The whole job at the start and once it has finished; each change on the way, its status.
+    assert len(whole_reads) == 2
+    body = response.get_json()
+    assert (body["status"], body["chunks_completed"]) == ("succeeded", 3)
+    assert response.headers["ETag"] == version_of(client, headers, job["id"])
 
 
 def test_a_watch_until_finished_on_a_finished_job_answers_at_once(submit, client, headers):
