@@ -138,7 +138,7 @@ class LocalStack:
     port: int = field(default_factory=free_port)
     host: str = "127.0.0.1"
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
-    coordinators: set[str] = field(default_factory=set)  # the names of processes[] that serve
+    coordinators: set[str] = field(default_factory=set)  # which processes serve; the rest work
 
     @property
     def url(self) -> str:
