@@ -121,9 +121,7 @@ def test_a_body_cut_short_reads_to_its_end_of_file(conf, pair):
     assert read_all_into(gunicorn_body(server, 1000), 4096) == b"id,x\n1,2\n"
 
 
-def test_a_stalled_body_read_into_a_buffer_raises_body_stalled_and_fails_the_connection(
-    conf, pair
-):
+def test_a_stalled_body_read_into_a_buffer_raises_body_stalled_and_fails_the_connection(conf, pair):
     server, client = pair
     server.headers_read()
     client.sendall(b"id,x\n")
