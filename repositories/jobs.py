@@ -473,15 +473,6 @@ def get(
     return from_row(Job, row) if row else None
 
 
-_STATUS = _GET_ONE.format(columns=sql.SQL("status"), lock=sql.SQL("")).as_string()
-
-
-def status(conn: Connection, job_id: UUID, *, owner_id: int | None = None) -> str | None:
-    """A job's status alone (only the owner's job when owner_id is given), None if none."""
-    row = conn.execute(_STATUS, {"id": job_id, "owner": owner_id}).fetchone()
-    return row["status"] if row else None
-
-
 _LOCK_MANY = (
     sql.SQL("SELECT {} FROM jobs WHERE id = ANY(%(ids)s) ORDER BY created_at, id FOR UPDATE")
     .format(_COLUMNS)

@@ -34,6 +34,11 @@ class Principal:
         """Operators see every user's jobs and the queue views."""
         return self.role == "operator"
 
+    @property
+    def visible_owner(self) -> int | None:
+        """The owner whose rows this caller may see: None, every owner's, for an operator."""
+        return None if self.is_operator else self.user_id
+
 
 def token_digest(token: str) -> str:
     """Return the hex SHA-256 under which a token is stored."""

@@ -39,7 +39,7 @@ def check_ids(ids: Sequence[UUID]) -> None:
 def waits_for(conn: Connection, principal: Principal, ids: Sequence[UUID]) -> bool:
     """Lock the jobs a new job depends on; whether any is yet to succeed. One the caller cannot
     see is bad input; one that failed or was cancelled, a conflict: the job could never run."""
-    owner = None if principal.is_operator else principal.user_id
+    owner = principal.visible_owner
     found = {job.id: job for job in job_rows.lock_prerequisites(conn, ids, owner)}
     missing = {str(i): ["no job of yours has this id"] for i, j in enumerate(ids) if j not in found}
     if missing:
@@ -127,7 +127,7 @@ class RelatedJobs:
 
 def related_jobs(rt: Runtime, principal: Principal, job: Job, *, limit: int) -> RelatedJobs:
     """The visible jobs a job depends on, and up to `limit` of those depending on it."""
-    owner = None if principal.is_operator else principal.user_id
+    owner = principal.visible_owner
     with rt.pool.connection() as conn:
         needed_by = job_rows.dependents(conn, [job.id], limit=limit)
         known = job_rows.statuses(conn, [*(job.depends_on or []), *needed_by], owner)

@@ -479,9 +479,8 @@ def _read_view(rt: Runtime, principal: Principal, job_id: UUID) -> JobView:
 
 
 def _read_status(rt: Runtime, principal: Principal, job_id: UUID) -> str:
-    owner = None if principal.is_operator else principal.user_id
     with rt.pool.connection() as conn:
-        status = job_rows.status(conn, job_id, owner_id=owner)
+        status = job_rows.statuses(conn, [job_id], principal.visible_owner).get(job_id)
     if status is None:
         raise NotFound(f"job {job_id} does not exist")
     return status
@@ -491,8 +490,7 @@ def visible_job(
     conn: Connection, principal: Principal, job_id: UUID, *, for_update: bool = False
 ) -> Job:
     """Return the job if the principal may see it."""
-    owner = None if principal.is_operator else principal.user_id
-    job = job_rows.get(conn, job_id, owner_id=owner, for_update=for_update)
+    job = job_rows.get(conn, job_id, owner_id=principal.visible_owner, for_update=for_update)
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
     return job
@@ -516,7 +514,7 @@ def list_jobs(
     with rt.pool.connection() as conn:
         page = job_rows.list_jobs(
             conn,
-            owner_id=None if principal.is_operator else principal.user_id,
+            owner_id=principal.visible_owner,
             owner_name=owner,
             status=status,
             workload=workload,
@@ -588,7 +586,7 @@ def cancel_jobs(
         for wanted in [status] if status else UNFINISHED:
             matched += job_rows.list_jobs(
                 conn,
-                owner_id=None if principal.is_operator else principal.user_id,
+                owner_id=principal.visible_owner,
                 owner_name=owner,
                 status=wanted,
                 workload=workload,
@@ -768,7 +766,7 @@ def list_events(
 ) -> EventPage:
     """Outbox events after an id, in order: the owner's, or everyone's for an operator; only
     one job's when job_id is given, only these types when types are."""
-    owner = None if principal.is_operator else principal.user_id
+    owner = principal.visible_owner
     with rt.pool.connection() as conn:
         return event_rows.list_events(
             conn, owner_id=owner, after=after, limit=limit, job_id=job_id, types=types

@@ -152,9 +152,8 @@ def put_schedule(
 
 def list_schedules(rt: Runtime, principal: Principal) -> list[ScheduleSummary]:
     """The caller's schedules by name; an operator's, everyone's by owner and name."""
-    owner_id = None if principal.is_operator else principal.user_id
     with rt.pool.connection() as conn:
-        return schedule_rows.list_schedules(conn, owner_id)
+        return schedule_rows.list_schedules(conn, principal.visible_owner)
 
 
 def get_schedule(

@@ -134,5 +134,4 @@ def stored_result(rt: Runtime, principal: Principal, task_id: UUID) -> str:
 
 def _visible(conn: Connection, principal: Principal, job_id: UUID) -> bool:
     # As services.jobs.visible_job decides, which this module cannot import: jobs imports it.
-    owner = None if principal.is_operator else principal.user_id
-    return job_rows.get(conn, job_id, owner_id=owner) is not None
+    return job_rows.get(conn, job_id, owner_id=principal.visible_owner) is not None
