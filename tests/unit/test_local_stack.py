@@ -100,7 +100,8 @@ class QueuedJobWatch:
 
     answers = 0
 
-    def watch_job(self, job_id, version, wait_seconds):
+    def watch_job(self, job_id, version, *, wait_seconds, until_finished):
+        assert until_finished, "a follow waits for the job's end, not for every change"
         self.answers += 1
         assert self.answers < 3, "the follow kept waiting on a stack that cannot end the job"
         return None, version

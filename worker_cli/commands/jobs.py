@@ -158,7 +158,7 @@ def report_unsuccessful(cli: Invocation, job: dict) -> None:
 
 
 def wait_for_job(cli: Invocation, job: dict, interval: float) -> dict:
-    """Follow a job until it finishes, drawing its progress on stderr."""
+    """Follow a job until it finishes, drawing its progress on stderr every `interval` seconds."""
     progress = tables.ProgressDisplay(cli.err, clock=cli.clock)
     total = (job.get("parameters") or {}).get("records")
     records = None if total is None else RecordsDone(cli, total)
@@ -168,10 +168,15 @@ def wait_for_job(cli: Invocation, job: dict, interval: float) -> dict:
             progress.show(job, None if records is None else records.of(job))
             if job["status"] in FINISHED:
                 return job
-            # The coordinator answers as soon as the job changes; `interval` only bounds how
-            # long the clock on the progress line may stand still.
+            # The coordinator answers as soon as the job finishes, else after `interval` with
+            # the job if it changed: an answer at every change would cost it a view of the job
+            # per chunk done, which a short job pays for in its own wall time.
             changed, version = cli.call(
-                cli.client.watch_job, job["id"], version, wait_seconds=interval
+                cli.client.watch_job,
+                job["id"],
+                version,
+                wait_seconds=interval,
+                until_finished=True,
             )
             job = changed or job
     finally:
