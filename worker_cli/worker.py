@@ -27,7 +27,14 @@ from worker_cli.client import (
     new_trace_id,
     settings_problem,
 )
-from worker_cli.handlers import ClaimedTask, Handler, TaskContext, UnknownWorkload, load_handlers
+from worker_cli.handlers import (
+    ClaimedTask,
+    Handler,
+    TaskContext,
+    UnknownWorkload,
+    load_handlers,
+    share_cores,
+)
 from worker_cli.logs import configure_logging, log_scope
 from worker_cli.schedule import Backoff, HeartbeatSchedule
 from worker_cli.worker_args import config_from_args, parse_args
@@ -464,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         config = config_from_args(args, app.settings() if app else None)
+        share_cores(config.capacity)
         handlers = app.handlers_for(config.workloads) if app else load_handlers(config.workloads)
     except (ValueError, UnknownWorkload) as exc:
         print(f"chunkwise-worker: {exc}", file=sys.stderr)

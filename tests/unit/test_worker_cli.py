@@ -27,6 +27,12 @@ from worker_cli.worker_config import default_worker_id
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def engine_pool_kept_to_this_module(monkeypatch):
+    """main() sizes polars' pool in the environment (handlers.share_cores): not for later tests."""
+    monkeypatch.setenv("POLARS_MAX_THREADS", os.environ.get("POLARS_MAX_THREADS", "1"))
+
+
 def test_default_worker_ids_are_readable_and_unique():
     ids = {default_worker_id() for _ in range(2000)}
     assert len(ids) == 2000

@@ -28,6 +28,7 @@ from worker_cli.handlers import (
     UnknownWorkload,
     find_handler,
     load_handlers,
+    share_cores,
     summarise_csv,
 )
 from worker_cli.worker import LeaseLoop
@@ -96,6 +97,26 @@ def test_handlers_are_loaded_for_every_configured_workload(plugins):
         "csv_stats": summarise_csv,
         "resize": resize_plugin,
     }
+
+
+def test_polars_gets_the_cores_one_slot_has(monkeypatch):
+    monkeypatch.setattr(handlers.os, "environ", {})
+    monkeypatch.setattr(handlers.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    share_cores(2)
+    assert handlers.os.environ == {"POLARS_MAX_THREADS": "4"}
+
+
+def test_polars_keeps_one_thread_when_slots_outnumber_cores(monkeypatch):
+    monkeypatch.setattr(handlers.os, "environ", {})
+    monkeypatch.setattr(handlers.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    share_cores(16)
+    assert handlers.os.environ == {"POLARS_MAX_THREADS": "1"}
+
+
+def test_a_pool_size_the_environment_gives_is_kept(monkeypatch):
+    monkeypatch.setattr(handlers.os, "environ", {"POLARS_MAX_THREADS": "3"})
+    share_cores(2)
+    assert handlers.os.environ == {"POLARS_MAX_THREADS": "3"}
 
 
 def test_plugin_manifest_is_submitted_with_the_workers_metrics(plugins):
