@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import math
 import os
@@ -43,6 +44,8 @@ from worker_cli.worker_config import CRASH_AFTER_COMPUTE, PAUSE_AFTER_COMPUTE, W
 logger = logging.getLogger(__name__)
 
 CRASH_EXIT_STATUS = 17
+# glibc's mallopt parameters (malloc.h).
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 # Longest single wait of the loop and heartbeat threads, so a stop or a new lease is noticed soon.
 TICK_SECONDS = 0.5
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -446,6 +449,25 @@ def _flush_logs() -> None:
             handler.flush()
 
 
+def keep_freed_memory() -> None:
+    """Let glibc keep a chunk's freed buffers for the next chunk rather than unmap them.
+
+    A chunk's bytes and numpy's masks, a few MiB each, were above glibc's mmap threshold: each
+    was mapped afresh and unmapped when freed, and every fresh page costs a fault (1.7-1.9 µs
+    on the VMs measured), about 8,000 a job in each of the report's workers. Blocks up to 32
+    MiB now come from the heap, and up to 64 MiB of its free top is kept. MALLOC_MMAP_THRESHOLD_
+    or MALLOC_TRIM_THRESHOLD_ in the environment win; a C library without mallopt is left be.
+    """
+    if {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"} & set(os.environ):
+        return
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(M_MMAP_THRESHOLD, 32 << 20)
+    mallopt(M_TRIM_THRESHOLD, 64 << 20)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the chunkwise-worker command; return its exit status."""
     args = parse_args(argv)
@@ -472,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = config_from_args(args, app.settings() if app else None)
         share_cores(config.capacity)
+        keep_freed_memory()
         handlers = app.handlers_for(config.workloads) if app else load_handlers(config.workloads)
     except (ValueError, UnknownWorkload) as exc:
         print(f"chunkwise-worker: {exc}", file=sys.stderr)

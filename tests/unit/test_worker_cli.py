@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from tests.unit.fakes import FakeClient, FakeClock, make_worker, task_payload, wait_until_idle
+from worker_cli import worker
 from worker_cli.handlers import ClaimedTask
 from worker_cli.logs import configure_logging
-from worker_cli.worker import main
+from worker_cli.worker import keep_freed_memory, main
 from worker_cli.worker_args import config_from_args, parse_args
 from worker_cli.worker_config import default_worker_id
 
@@ -28,9 +29,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
-def engine_pool_kept_to_this_module(monkeypatch):
-    """main() sizes polars' pool in the environment (handlers.share_cores): not for later tests."""
+def process_settings_kept_to_this_module(monkeypatch):
+    """main() sizes polars' pool in the environment and tunes the allocator of its process:
+    not for this test process and the tests after it."""
     monkeypatch.setenv("POLARS_MAX_THREADS", os.environ.get("POLARS_MAX_THREADS", "1"))
+    monkeypatch.setattr(worker, "keep_freed_memory", lambda: None)
 
 
 def test_default_worker_ids_are_readable_and_unique():
@@ -282,3 +285,44 @@ def test_second_sigterm_exits_at_once_while_a_chunk_is_in_flight():
 
     assert time.monotonic() - started < 2
     assert worker.returncode == 128 + signal.SIGTERM
+
+
+class FakeLibc:
+    """A C library whose mallopt records what it was asked."""
+
+    def __init__(self):
+        self.settings = []
+
+    def mallopt(self, parameter, value):
+        self.settings.append((parameter, value))
+        return 1
+
+
+def test_a_worker_keeps_freed_chunk_buffers_for_the_next_chunk(monkeypatch):
+    libc = FakeLibc()
+    monkeypatch.setattr(worker.ctypes, "CDLL", lambda name: libc)
+    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(name, raising=False)
+    keep_freed_memory()
+    assert libc.settings == [
+        (worker.M_MMAP_THRESHOLD, 32 << 20),
+        (worker.M_TRIM_THRESHOLD, 64 << 20),
+    ]
+
+
+def test_the_environments_allocator_settings_win(monkeypatch):
+    libc = FakeLibc()
+    monkeypatch.setattr(worker.ctypes, "CDLL", lambda name: libc)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")
+    keep_freed_memory()
+    assert libc.settings == []
+
+
+def test_a_c_library_without_mallopt_is_left_be(monkeypatch):
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(worker.ctypes, "CDLL", missing)
+    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(name, raising=False)
+    keep_freed_memory()  # nothing to tune, and nothing raised
