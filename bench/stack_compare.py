@@ -17,8 +17,9 @@ import json
 import tempfile
 from pathlib import Path
 
+from bench.job_statements import run_job
 from bench.queue import scratch_database
-from bench.report import RECORDS, RUN_DIR, SAMPLES, SEED, run_job, start
+from bench.report import RECORDS, RUN_DIR, SAMPLES, SEED, start
 from bench.turns import spread
 from devstack.stack import database_url, stop_on_sigterm
 
@@ -47,10 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     if len(settings) < 2:
         parser.error("give at least two settings with different names")
     stop_on_sigterm()
-    csv_path = Path(tempfile.mkdtemp(prefix="chunkwise-stack-compare-")) / f"{args.sample}.csv"
-    csv_path.write_bytes(SAMPLES[args.sample](RECORDS, seed=SEED))
     walls: dict[str, list[float]] = {name: [] for name in settings}
-    with scratch_database(database_url(RUN_DIR)) as url:
+    with (
+        tempfile.TemporaryDirectory(prefix="chunkwise-stack-compare-") as tmp,
+        scratch_database(database_url(RUN_DIR)) as url,
+    ):
+        csv_path = Path(tmp) / f"{args.sample}.csv"
+        csv_path.write_bytes(SAMPLES[args.sample](RECORDS, seed=SEED))
         for turn in range(args.turns):
             for name in list(settings)[:: 1 if turn % 2 == 0 else -1]:
                 # New worker ids each start: the last stack's are bound to its own credential.
@@ -58,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                 stack = start(url, RUN_DIR, settings[name], workers)
                 try:
                     run_job(stack, csv_path)
-                    jobs = [run_job(stack, csv_path).wall_seconds for _ in range(args.jobs)]
+                    jobs = [run_job(stack, csv_path) for _ in range(args.jobs)]
                 finally:
                     stack.stop()
                 walls[name] += jobs
