@@ -12,6 +12,7 @@ import os
 import queue
 import threading
 import uuid
+from concurrent.futures import Future
 from pathlib import Path
 from typing import BinaryIO
 
@@ -134,20 +135,33 @@ class Spool(io.RawIOBase):
             super().close()
 
     def finish(self) -> Spooled:
-        """Close the spool with its bytes on disk, and describe what it holds.
+        """Close the spool, leave the rest of its writeback to a thread, and describe it.
 
         On disk before any job can refer to them: the job's row commits durably, and a power
         cut after that must not leave it without its input (the archive's rename keeps these
-        very blocks). Synced here, before the admission, not inside its transaction.
+        very blocks). The submission waits for the sync (Spooled.wait_until_on_disk) after the
+        split, which needs only the page cache and runs meanwhile, and before the admission's
+        transaction: a disk slower than the body's arrival is then waited for once, not twice.
         """
+        writeback, self._writeback = self._writeback, None
         self.close()
-        try:
-            if self._writeback is not None and self._writeback.failure is not None:
-                raise self._writeback.failure
-            sync_to_disk(self.path)
-        except OSError as exc:
-            raise storage_failure(exc, TEMP) from exc
-        return Spooled(path=self.path, size=self.size)
+        synced: Future[None] = Future()
+        threading.Thread(target=_sync, args=(self.path, writeback, synced), daemon=True).start()
+        return Spooled(path=self.path, size=self.size, synced=synced)
+
+
+def _sync(path: Path, writeback: _Writeback | None, synced: Future[None]) -> None:
+    """Wait out a spool's writeback, fsync it, and settle `synced` with how that went."""
+    try:
+        if writeback is not None:
+            writeback.stop()
+            if writeback.failure is not None:
+                raise writeback.failure
+        sync_to_disk(path)
+    except OSError as exc:
+        synced.set_exception(storage_failure(exc, TEMP))
+    else:
+        synced.set_result(None)
 
 
 class SpoolingRequest(Request):

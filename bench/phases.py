@@ -100,6 +100,7 @@ def upload_steps(path: Path, data: bytes, spool_dir: Path) -> dict[str, Callable
     def multipart_to_spool() -> object:
         with app.request_context(environ(encoded, content_type)):
             upload = uploaded("file")
+            upload.wait_until_on_disk()
             upload.path.unlink()  # submit_csv_job maps the spool: nothing is read back
             return upload
 
@@ -107,6 +108,7 @@ def upload_steps(path: Path, data: bytes, spool_dir: Path) -> dict[str, Callable
         with app.request_context(environ(data, "text/csv")):
             assert request.mimetype == "text/csv"
             upload = spooled_body()
+            upload.wait_until_on_disk()
             upload.path.unlink()
             return upload
 
@@ -119,7 +121,9 @@ def upload_steps(path: Path, data: bytes, spool_dir: Path) -> dict[str, Callable
         spool = Spool(spool_dir)
         for at in range(0, len(data), BODY_BLOCK_SIZE):
             spool.write(data[at : at + BODY_BLOCK_SIZE])
-        spool.finish().path.unlink()
+        spooled = spool.finish()
+        spooled.wait_until_on_disk()
+        spooled.path.unlink()
 
     on_disk = archive.Spooled(path, len(data))
 

@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -40,10 +41,18 @@ PRIVATE_FILE = 0o600
 
 @dataclass(frozen=True)
 class Spooled:
-    """A request body spooled to a temp file and on disk; its digest is taken beside the split."""
+    """A request body spooled to a temp file; its digest is taken beside the split, and so is
+    its sync to disk when `synced` is that sync, still under way."""
 
     path: Path
     size: int
+    synced: Future[None] | None = None
+
+    def wait_until_on_disk(self) -> None:
+        """Return once its bytes are on disk; StorageFull or StorageUnavailable if they
+        cannot be."""
+        if self.synced is not None:
+            self.synced.result()
 
 
 @dataclass(frozen=True)

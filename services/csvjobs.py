@@ -129,19 +129,24 @@ def hash_and_split(
 ) -> tuple[archive.Upload, csvstats.SplitResult]:
     """The spool's digest and its split, taken side by side: a thread reads and hashes the file
     (hashlib lets go of the GIL) on the core the split's numpy scan leaves idle. A file the
-    split refuses stops the hashing at its next block."""
+    split refuses stops the hashing at its next block. The spool's sync to disk, under way
+    since the body ended, is waited for last: its failure answers first, whatever the split
+    found."""
     cancelled = threading.Event()
-    with ThreadPoolExecutor(max_workers=1) as hashing:
-        digest = hashing.submit(archive.spool_sha256, spooled, cancelled)
-        try:
-            split = split_spool(spooled, column, delimiter, chunks)
-        except OSError as exc:  # the spool gone or unreadable under the split's memory map
-            cancelled.set()
-            raise archive.storage_failure(exc, archive.TEMP, "read") from exc
-        except BaseException:
-            cancelled.set()
-            raise
-        return archive.Upload(spooled.path, digest.result(), spooled.size), split
+    try:
+        with ThreadPoolExecutor(max_workers=1) as hashing:
+            digest = hashing.submit(archive.spool_sha256, spooled, cancelled)
+            try:
+                split = split_spool(spooled, column, delimiter, chunks)
+            except OSError as exc:  # the spool gone or unreadable under the split's memory map
+                cancelled.set()
+                raise archive.storage_failure(exc, archive.TEMP, "read") from exc
+            except BaseException:
+                cancelled.set()
+                raise
+            return archive.Upload(spooled.path, digest.result(), spooled.size), split
+    finally:
+        spooled.wait_until_on_disk()
 
 
 def split_spool(

@@ -21,7 +21,7 @@ from app.config import ConfigError
 from app.runtime import close
 from devstack.sample_csv import generate_csv
 from services import archive
-from tests.integration.csv_worker import files_under, row_counts, settings, upload
+from tests.integration.csv_worker import files_under, row_counts, settings, upload, upload_body
 
 DATA = generate_csv(200, seed=3)
 
@@ -154,6 +154,48 @@ def test_an_archive_directory_replaced_by_a_file_is_500_storage_unavailable(
     assert row_counts(db) == before
     assert files_under(temp_dir) == []
     assert archive_dir.read_bytes() == b"not a directory"
+
+
+def fail_spool_syncs(monkeypatch, code: int) -> None:
+    """Make the sync of a finished spool fail with `code`, as fsync reports a failed write."""
+
+    def sync(path: Path) -> None:
+        raise OSError(code, os.strerror(code), str(path))
+
+    monkeypatch.setattr(uploads, "sync_to_disk", sync)
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "error"),
+    [(errno.EIO, 500, "storage_unavailable"), (errno.ENOSPC, 507, "insufficient_storage")],
+    ids=["EIO", "ENOSPC"],
+)
+@pytest.mark.parametrize("send", [upload, upload_body], ids=["multipart", "text/csv"])
+def test_a_spool_whose_sync_fails_beside_the_split_admits_nothing(
+    client, headers, db, monkeypatch, temp_dir, archive_dir, code, status, error, send
+):
+    fail_spool_syncs(monkeypatch, code)
+    before = row_counts(db)
+
+    response = send(client, headers["user"], DATA)
+
+    assert response.status_code == status
+    body = response.get_json()
+    assert_error_names_role_not_path(body, error, "temp", temp_dir)
+    assert body["error"]["details"]["reason"] == errno.errorcode[code]
+    assert row_counts(db) == before
+    assert files_under(temp_dir) == [] and files_under(archive_dir) == []
+
+
+def test_a_failed_spool_sync_answers_before_what_the_split_found(
+    client, headers, db, monkeypatch, temp_dir
+):
+    fail_spool_syncs(monkeypatch, errno.EIO)
+
+    response = upload(client, headers["user"], DATA, column="no such column")
+
+    assert response.status_code == 500
+    assert response.get_json()["error"]["code"] == "storage_unavailable"
 
 
 def test_a_temp_directory_replaced_by_a_file_is_500_storage_unavailable(

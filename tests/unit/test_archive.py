@@ -65,12 +65,13 @@ def test_a_stored_upload_is_named_on_disk_by_every_directory_above_it(tmp_path, 
     assert {inode(stored.parent), inode(stored.parent.parent)} <= synced
 
 
-def test_a_spool_is_on_disk_once_finished(tmp_path, monkeypatch):
+def test_a_spool_is_on_disk_once_its_finish_was_waited_for(tmp_path, monkeypatch):
     synced = record_fsyncs(monkeypatch)
     spooled = uploads.Spool(tmp_path)
     spooled.write(b"id,value\n1,2\n")
 
     upload = spooled.finish()
+    upload.wait_until_on_disk()
 
     assert inode(upload.path) in synced
     assert upload.path.read_bytes() == b"id,value\n1,2\n"

@@ -1,5 +1,6 @@
 """The upload spool keeps every byte it is given, and turns a full disk into StorageFull, even
-when only the final flush meets it; a writeback that fails while it spools fails its finish.
+when only the final flush meets it; its finish returns while its writeback and sync go on, and a
+writeback or sync that fails fails the wait for them.
 
 /dev/full is a real device whose every write fails with ENOSPC, so the buffered spool file
 accepts a small write and fails when it is flushed on close.
@@ -8,6 +9,7 @@ accepts a small write and fails when it is flushed on close.
 from __future__ import annotations
 
 import errno
+import threading
 from pathlib import Path
 
 import pytest
@@ -68,7 +70,7 @@ def test_the_spool_keeps_every_byte_written_in_any_pieces_even_a_reused_buffer(t
     assert spooled.path.read_bytes() == content
 
 
-def test_a_writeback_failed_while_spooling_fails_the_finish(tmp_path, monkeypatch):
+def test_a_writeback_failed_while_spooling_fails_the_wait_until_on_disk(tmp_path, monkeypatch):
     def failing(fd):
         raise OSError(errno.EIO, "I/O error")
 
@@ -76,8 +78,67 @@ def test_a_writeback_failed_while_spooling_fails_the_finish(tmp_path, monkeypatc
     spool = Spool(tmp_path)
     for _ in range(2 * EARLY_SYNC_BYTES // (1 << 20)):
         spool.write(bytes(1 << 20))
+    spooled = spool.finish()
 
     with pytest.raises(StorageUnavailable) as caught:
-        spool.finish()
+        spooled.wait_until_on_disk()
 
     assert caught.value.details["reason"] == "EIO"
+
+
+def test_finishing_a_spool_returns_while_its_writeback_is_under_way(tmp_path, monkeypatch):
+    release, synced = threading.Event(), []
+    fdatasync = uploads.os.fdatasync
+
+    def slow_writeback(fd):
+        release.wait(10)
+        fdatasync(fd)
+
+    monkeypatch.setattr(uploads.os, "fdatasync", slow_writeback)
+    monkeypatch.setattr(uploads, "sync_to_disk", synced.append)
+    spool = Spool(tmp_path)
+    spool.write(bytes(EARLY_SYNC_BYTES))  # its writeback is asked for
+
+    spooled = spool.finish()
+
+    assert not spooled.synced.done() and synced == []
+    release.set()
+    spooled.wait_until_on_disk()
+    assert synced == [spooled.path]
+
+
+def test_finishing_a_spool_returns_while_its_sync_to_disk_is_under_way(tmp_path, monkeypatch):
+    release, synced = threading.Event(), []
+
+    def slow_sync(path):
+        release.wait(10)
+        synced.append(path)
+
+    monkeypatch.setattr(uploads, "sync_to_disk", slow_sync)
+    spool = Spool(tmp_path)
+    spool.write(b"id,value\n1,2\n")
+
+    spooled = spool.finish()
+
+    assert not spooled.synced.done()
+    release.set()
+    spooled.wait_until_on_disk()
+    assert synced == [spooled.path]
+
+
+@pytest.mark.parametrize(
+    ("code", "error"), [(errno.EIO, StorageUnavailable), (errno.ENOSPC, StorageFull)]
+)
+def test_a_sync_that_fails_after_the_finish_fails_the_wait_until_on_disk(
+    tmp_path, monkeypatch, code, error
+):
+    def failing(path):
+        raise OSError(code, "the write back failed")
+
+    monkeypatch.setattr(uploads, "sync_to_disk", failing)
+    spooled = Spool(tmp_path).finish()
+
+    with pytest.raises(error) as caught:
+        spooled.wait_until_on_disk()
+
+    assert caught.value.details["reason"] == errno.errorcode[code]
