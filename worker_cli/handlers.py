@@ -10,6 +10,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from worker_cli.client import CoordinatorUnavailable, RequestRejected, StorageFailed
 
@@ -371,8 +372,41 @@ def share_cores(capacity: int) -> None:
     against 0.425 s (2026-12-07, 24 jobs a side, alternated). Read at polars' import, so called
     before it.
     """
+    os.environ.setdefault("POLARS_MAX_THREADS", str(max(1, usable_cores() // capacity)))
+
+
+# cgroup v2: the process's group, as "0::/path", and each group's CPU quota, "max" or "QUOTA
+# PERIOD" in microseconds.
+SELF_CGROUP = Path("/proc/self/cgroup")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def usable_cores() -> int:
+    """The cores this process may use: its CPU affinity, capped by the CPU quota of its cgroup
+    and the groups above it (a container's --cpus, a pod's CPU limit), rounded down as Go's
+    automaxprocs does, at least 1.
+
+    A container sees every core of its host: with --cpus=2 on a 64-core host, polars' pool
+    would otherwise get 32 threads a slot for the time of two cores.
+    """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    os.environ.setdefault("POLARS_MAX_THREADS", str(max(1, (cores or 1) // capacity)))
+    try:
+        lines = SELF_CGROUP.read_text().splitlines()
+    except OSError:
+        lines = []  # not Linux
+    # Only cgroup v2's line ("0::/path"): v1's quota files are not read.
+    group = next((Path(line[3:]).parts[1:] for line in lines if line.startswith("0::/")), ())
+    limits = [_cpu_limit(CGROUP_ROOT.joinpath(*group[:depth])) for depth in range(len(group) + 1)]
+    return max(1, min([cores or 1, *(limit for limit in limits if limit is not None)]))
+
+
+def _cpu_limit(group: Path) -> int | None:
+    """The whole cores a cgroup's quota allows; None where it sets none or cannot be read."""
+    try:
+        quota, period = (group / "cpu.max").read_text().split()
+        return None if quota == "max" else int(quota) // int(period)
+    except (OSError, ValueError):
+        return None
 
 
 def load_handlers(workloads: Iterable[str]) -> dict[str, Handler]:

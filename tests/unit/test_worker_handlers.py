@@ -30,6 +30,7 @@ from worker_cli.handlers import (
     load_handlers,
     share_cores,
     summarise_csv,
+    usable_cores,
 )
 from worker_cli.worker import LeaseLoop
 from worker_cli.worker_config import WorkerConfig
@@ -117,6 +118,72 @@ def test_a_pool_size_the_environment_gives_is_kept(monkeypatch):
     monkeypatch.setattr(handlers.os, "environ", {"POLARS_MAX_THREADS": "3"})
     share_cores(2)
     assert handlers.os.environ == {"POLARS_MAX_THREADS": "3"}
+
+
+@pytest.fixture
+def cgroups(tmp_path, monkeypatch):
+    """Eight cores of affinity, and a cgroup tree: write(group, quota) sets a group's cpu.max,
+    member(line) the process's /proc/self/cgroup."""
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    monkeypatch.setattr(handlers, "CGROUP_ROOT", root)
+    monkeypatch.setattr(handlers, "SELF_CGROUP", tmp_path / "self-cgroup")
+    monkeypatch.setattr(handlers.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+
+    def write(group: str, quota: str) -> None:
+        (root / group).mkdir(parents=True, exist_ok=True)
+        (root / group / "cpu.max").write_text(quota + "\n")
+
+    def member(text: str) -> None:
+        (tmp_path / "self-cgroup").write_text(text)
+
+    return write, member
+
+
+def test_a_containers_cpu_quota_caps_the_cores_polars_shares(cgroups, monkeypatch):
+    write, member = cgroups
+    member("0::/docker/abc\n")
+    write("docker", "max 100000")
+    write("docker/abc", "200000 100000")  # --cpus=2
+    monkeypatch.setattr(handlers.os, "environ", {})
+
+    share_cores(1)
+
+    assert usable_cores() == 2
+    assert handlers.os.environ == {"POLARS_MAX_THREADS": "2"}
+
+
+def test_the_tightest_quota_of_the_groups_above_the_process_wins(cgroups):
+    write, member = cgroups
+    member("0::/kubepods/pod1/ctr\n")
+    write("kubepods/pod1", "150000 100000")
+    write("kubepods/pod1/ctr", "300000 100000")
+    assert usable_cores() == 1  # 1.5 cores round down
+
+
+def test_a_quota_under_one_core_still_leaves_one(cgroups):
+    write, member = cgroups
+    member("0::/small\n")
+    write("small", "50000 100000")
+    assert usable_cores() == 1
+
+
+@pytest.mark.parametrize(
+    "membership",
+    ["0::/\n", "4:memory:/x\n1:cpu:/x\n", "0::/gone\n"],
+    ids=["the root group", "cgroup v1 only", "a group with no cpu.max"],
+)
+def test_without_a_readable_quota_the_affinity_counts(cgroups, membership):
+    _, member = cgroups
+    member(membership)
+    assert usable_cores() == 8
+
+
+def test_an_unreadable_cpu_max_is_no_quota(cgroups):
+    write, member = cgroups
+    member("0::/odd\n")
+    write("odd", "not a quota")
+    assert usable_cores() == 8
 
 
 def test_plugin_manifest_is_submitted_with_the_workers_metrics(plugins):
