@@ -143,6 +143,7 @@ class Spool(io.RawIOBase):
         split, which needs only the page cache and runs meanwhile, and before the admission's
         transaction: a disk slower than the body's arrival is then waited for once, not twice.
         """
+        # Taken from the spool first, so that close() leaves it running for _sync to end.
         writeback, self._writeback = self._writeback, None
         self.close()
         synced: Future[None] = Future()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -14,7 +14,7 @@ from psycopg import Connection, errors, sql
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
-from repositories import channels, columns, from_row, locks
+from repositories import _field_names, channels, columns, from_row, locks
 
 # The not_before of a task whose job waits for the jobs it depends on (sql/0023): a time no
 # claim reaches, until the last of them succeeds and release_blocked lets the tasks go.
@@ -72,7 +72,7 @@ class Task:
 # prepared (repositories/__init__.py). As `t` where another relation shares a column name.
 _COLUMNS = columns(Task)
 _T_COLUMNS = columns(Task, "t")
-_NAMES = tuple(f.name for f in fields(Task))
+_NAMES = _field_names(Task)
 _WIDTH = len(_NAMES)
 
 
